@@ -1,0 +1,77 @@
+# headroom — `make` builds build/headroom and build/libheadroom.a; with nvcc on
+# the PATH (or at /usr/local/cuda) the CUDA backend is built in too.
+# `make test` builds and runs every test; `make CUDA=0` forces a CPU-only build.
+
+CC      ?= cc
+NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_HOME ?= /usr/local/cuda
+BUILD   ?= build
+SAN     ?=
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wundef -Wno-unused-parameter \
+           -Iinclude -Isrc -pthread -fopenmp $(SAN)
+LDLIBS  += -lopenblas -lz -lm -pthread -ldl -fopenmp
+
+ifeq ($(NVCC),)
+CUDA := 0
+endif
+CUDA ?= 1
+
+LIB_SRC  := $(wildcard src/core/*.c src/graph/*.c src/ops/*.c src/plan/*.c src/exec/*.c \
+                       src/backend/*.c src/backend/cpu/*.c src/data/*.c src/io/*.c)
+CLI_SRC  := $(wildcard src/cli/*.c)
+CU_SRC   := $(wildcard src/backend/cuda/*.cu)
+CUC_SRC  := $(wildcard src/backend/cuda/*.c)
+TEST_SRC := $(wildcard tests/test_*.c)
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
+TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+
+ifeq ($(CUDA),1)
+CFLAGS   += -DHR_CUDA=1 -I$(CUDA_HOME)/include
+NVFLAGS  ?= -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+            -Iinclude -Isrc -DHR_CUDA=1 -Xcompiler -fPIC
+LIB_OBJ  += $(CU_SRC:%.cu=$(BUILD)/%.o) $(CUC_SRC:%.c=$(BUILD)/%.o)
+LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
+# cuDNN is loaded at run time (dlopen), so a machine without it still runs
+# everything but cuDNN convolutions, and the build needs no cuDNN headers.
+endif
+
+# Objects depend on the flags they were built with, so switching CUDA=0/1 or
+# SAN rebuilds what it must.
+FLAGS_STAMP := $(BUILD)/.flags-$(shell echo '$(CC) $(CFLAGS) $(NVFLAGS) $(CUDA)' | md5sum | cut -c1-12)
+$(FLAGS_STAMP):
+	@mkdir -p $(@D)
+	@rm -f $(BUILD)/.flags-*
+	@touch $@
+
+all: $(BUILD)/headroom $(BUILD)/libheadroom.a $(TESTS)
+
+$(BUILD)/libheadroom.a: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	ar rcs $@ $^
+
+$(BUILD)/headroom: $(CLI_OBJ) $(BUILD)/libheadroom.a
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libheadroom.a $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libheadroom.a tests/check.h $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libheadroom.a $(LDLIBS)
+
+$(BUILD)/%.o: %.c $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+$(BUILD)/%.o: %.cu $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVFLAGS) -c -o $@ $<
+
+test: all
+	bash tests/run.sh $(BUILD)
+
+clean:
+	rm -rf $(BUILD)
+
+.PHONY: all test clean
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

@@ -1,0 +1,222 @@
+/* headroom.h — the one public header of headroom: build a model, plan every
+ * byte of its training step before it runs, then allocate once and train.
+ *
+ * A whole use, start to finish:
+ *
+ *     hr_model_t *m = hr_model_new("mlp");
+ *     int x = hr_input(m, "x", 1, (int64_t[]){784});
+ *     x = hr_linear(m, NULL, x, 784, 256, true);     // layer "0": 0.weight, 0.bias
+ *     x = hr_relu(m, NULL, x);                       // layer "1"
+ *     x = hr_linear(m, NULL, x, 256, 10, true);      // layer "2"
+ *     hr_loss_cross_entropy(m, x, 10);
+ *
+ *     hr_config_t cfg = hr_config_default();
+ *     cfg.batch = 128; cfg.optim.kind = HR_OPTIM_ADAM; cfg.optim.lr = 1e-3f;
+ *     hr_session_t *s = hr_compile(m, &cfg);          // plans; allocates nothing big
+ *     if (!s) { fprintf(stderr, "%s\n", hr_last_error()); return 1; }
+ *     hr_report_print(s, stdout);                     // bytes per category, peak
+ *     if (hr_session_alloc(s) != HR_OK) { ... }       // the arena, once
+ *     float loss;
+ *     hr_train_step(s, images, labels, &loss);         // forward, backward, update
+ *     hr_session_free(s); hr_model_free(m);
+ *
+ * Every call that can fail returns a status (or NULL / -1) and leaves a message
+ * in hr_last_error(): what failed, where (layer, tensor, file:line) and what to
+ * do about it. Nothing here aborts on bad input.
+ *
+ * Layers are named like PyTorch's nn.Sequential: the Nth layer is "N" unless a
+ * name is given, so parameters are "0.weight", "0.bias", ... and a checkpoint
+ * loads into the same PyTorch model with load_state_dict. */
+#ifndef HEADROOM_H
+#define HEADROOM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+    HR_OK = 0,
+    HR_ERR_INVALID_ARG,  /* a bad argument: batch 0, a negative size, NULL */
+    HR_ERR_SHAPE,        /* shapes that do not fit together */
+    HR_ERR_PARSE,        /* a model file that is not well-formed */
+    HR_ERR_IO,           /* a file that cannot be opened, read or written */
+    HR_ERR_FORMAT,       /* a data or checkpoint file that is corrupt or of another kind */
+    HR_ERR_OOM,          /* host memory ran out */
+    HR_ERR_DEVICE_OOM,   /* the plan does not fit the device (or an allocation failed there) */
+    HR_ERR_NUMERIC,      /* a NaN or inf loss */
+    HR_ERR_UNSUPPORTED,  /* a valid request this build cannot do (e.g. CUDA without a GPU) */
+    HR_ERR_DEVICE,       /* a CUDA / cuBLAS / cuDNN call failed */
+    HR_ERR_INTERNAL,
+} hr_status;
+
+const char *hr_status_name(hr_status st);
+const char *hr_last_error(void); /* message of the last failure on this thread */
+
+/* ---- building a model ------------------------------------------------------ */
+typedef struct hr_model hr_model_t;
+
+hr_model_t *hr_model_new(const char *name);
+void hr_model_free(hr_model_t *m);
+/* Where the next layers come from, for error messages ("mnist.model:7"). */
+void hr_model_set_source(hr_model_t *m, const char *file, int line);
+
+/* Every builder returns the id of its output tensor, or -1 with hr_last_error
+ * set. `name` may be NULL: then the layer is named by its index. Shapes exclude
+ * the batch dimension: an image input is (C, H, W). */
+int hr_input(hr_model_t *m, const char *name, int ndim, const int64_t *dims);
+int hr_linear(hr_model_t *m, const char *name, int x, int64_t in_features, int64_t out_features, bool bias);
+int hr_conv2d(hr_model_t *m, const char *name, int x, int64_t in_ch, int64_t out_ch, int kernel, int stride,
+              int padding, bool bias);
+int hr_relu(hr_model_t *m, const char *name, int x);
+int hr_maxpool2d(hr_model_t *m, const char *name, int x, int kernel, int stride);
+int hr_avgpool2d(hr_model_t *m, const char *name, int x, int kernel, int stride);
+int hr_global_avgpool(hr_model_t *m, const char *name, int x); /* (C,H,W) -> (C,1,1), AdaptiveAvgPool2d(1) */
+int hr_batchnorm(hr_model_t *m, const char *name, int x, int64_t features, float eps, float momentum);
+int hr_dropout(hr_model_t *m, const char *name, int x, float p);
+int hr_flatten(hr_model_t *m, const char *name, int x);
+int hr_reshape(hr_model_t *m, const char *name, int x, int ndim, const int64_t *dims);
+int hr_add(hr_model_t *m, const char *name, int a, int b);
+int hr_concat(hr_model_t *m, const char *name, int n, const int *xs); /* along channels (dim 1) */
+int hr_softmax(hr_model_t *m, const char *name, int x);
+int hr_log_softmax(hr_model_t *m, const char *name, int x);
+/* Losses end the model: labels (int32, one per sample) or targets are added as
+ * inputs. The loss is a mean over the batch, as PyTorch's default. */
+int hr_loss_cross_entropy(hr_model_t *m, int logits, int64_t num_classes);
+int hr_loss_mse(hr_model_t *m, int pred);
+/* A frozen parameter gets no gradient and no optimizer state. */
+hr_status hr_model_freeze(hr_model_t *m, const char *param_name);
+
+/* Shape of a tensor (without batch), for tools and tests. */
+int hr_tensor_ndim(const hr_model_t *m, int t);
+int64_t hr_tensor_dim(const hr_model_t *m, int t, int i);
+int hr_model_output(const hr_model_t *m); /* the tensor before the loss */
+
+/* ---- compiling: the step program and its plan ------------------------------ */
+typedef enum { HR_MODE_TRAIN = 0, HR_MODE_INFER } hr_mode;
+typedef enum { HR_OPTIM_SGD = 0, HR_OPTIM_ADAM, HR_OPTIM_ADAMW } hr_optim_kind;
+typedef enum { HR_DEVICE_CPU = 0, HR_DEVICE_CUDA, HR_DEVICE_AUTO } hr_device;
+
+typedef struct {
+    hr_optim_kind kind;
+    float lr;
+    float momentum, dampening; /* SGD */
+    bool nesterov;             /* SGD */
+    float beta1, beta2, eps;   /* Adam, AdamW */
+    float weight_decay;        /* SGD/Adam: L2 added to the gradient; AdamW: decoupled */
+    float clip_norm;           /* > 0: clip by global gradient norm, as clip_grad_norm_ */
+} hr_optim_t;
+
+typedef struct {
+    int64_t batch;
+    hr_mode mode;
+    hr_optim_t optim;
+    hr_device device;
+    uint64_t seed;       /* initial weights and dropout masks */
+    bool allow_tf32;     /* CUDA: TF32 matrix products (off, as in PyTorch) */
+    bool keep_grads;     /* gradients outlive the update (hr_grad_read, accumulation); costs memory */
+    size_t device_budget; /* > 0: plan must fit this many bytes, whatever the device has */
+} hr_config_t;
+
+hr_config_t hr_config_default(void); /* batch 64, train, Adam(1e-3, 0.9, 0.999, 1e-8), CPU, seed 0 */
+
+typedef struct hr_session hr_session_t;
+
+/* Builds the step program (forward, backward, update) and plans it. Allocates
+ * only bookkeeping, whatever the batch: a plan for 10^7 samples is fine. */
+hr_session_t *hr_compile(const hr_model_t *m, const hr_config_t *cfg);
+void hr_session_free(hr_session_t *s);
+
+/* ---- the plan's report ----------------------------------------------------- */
+typedef enum {
+    HR_CAT_PARAMS = 0,
+    HR_CAT_GRADS,
+    HR_CAT_OPTSTATE,
+    HR_CAT_SAVED,      /* forward results kept for the backward pass */
+    HR_CAT_TRANSIENT,  /* everything else that lives and dies within the step */
+    HR_CAT_WORKSPACE,  /* kernels' scratch: im2col, cuDNN workspace */
+    HR_CAT_INPUTS,     /* the batch and its labels */
+    HR_CAT_COUNT
+} hr_category;
+const char *hr_category_name(hr_category c);
+
+typedef struct {
+    const char *name;  /* tensor name, e.g. "3.out" */
+    const char *layer; /* layer name, e.g. "3" (Conv2d) */
+    size_t bytes;
+} hr_top_tensor;
+
+typedef struct {
+    size_t category_bytes[HR_CAT_COUNT]; /* sum of the sizes of the tensors of each category */
+    size_t category_at_peak[HR_CAT_COUNT]; /* what each category holds at the peak moment */
+    size_t arena_bytes;      /* the device (or host) arena: the predicted peak of planned memory */
+    size_t lower_bound;      /* largest sum of live bytes at any point of the schedule */
+    size_t pinned_bytes;     /* pinned host staging buffers (CUDA) */
+    size_t overhead_bytes;   /* runtime overhead measured on the device (context, handles); 0 before alloc */
+    int peak_step;           /* schedule index at which the live bytes are largest */
+    const char *peak_op;     /* the op running there */
+    int n_tensors, n_steps;
+    int n_top;
+    hr_top_tensor top[8];    /* largest tensors alive at the peak */
+} hr_report_t;
+
+const hr_report_t *hr_session_report(const hr_session_t *s);
+void hr_report_print(const hr_session_t *s, FILE *f);
+void hr_report_json(const hr_session_t *s, FILE *f);
+/* Largest batch in [1, hi] whose plan fits `budget` bytes (planned arena plus
+ * `overhead`); 0 if none does. Plans only; allocates nothing on any device. */
+int64_t hr_largest_batch(const hr_model_t *m, const hr_config_t *cfg, size_t budget, size_t overhead, int64_t hi);
+/* "1.50 GiB" */
+const char *hr_format_bytes(size_t n, char *buf, size_t len);
+/* "8GiB", "512MB", "1e9" -> bytes; false if malformed */
+bool hr_parse_bytes(const char *s, size_t *out);
+
+/* ---- running --------------------------------------------------------------- */
+/* Allocates the arena(s) once and initialises the parameters (PyTorch's default
+ * init, from cfg.seed). On a device that lacks the room, returns
+ * HR_ERR_DEVICE_OOM having allocated nothing, with the category table, what is
+ * free and the largest batch that fits in the message. */
+hr_status hr_session_alloc(hr_session_t *s);
+/* One training step on a full batch: x is (batch, input shape) float32, labels
+ * int32 (cross-entropy) or targets float32 (MSE). loss may be NULL. */
+hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, float *loss);
+/* Inference: out receives (batch, output shape) of the layer before the loss. */
+hr_status hr_forward(hr_session_t *s, const float *x, float *out);
+/* The loss and outputs of the last train step or forward, copied to the host. */
+hr_status hr_read_output(hr_session_t *s, float *out);
+int64_t hr_step_count(const hr_session_t *s);
+hr_status hr_set_step_count(hr_session_t *s, int64_t t);
+
+/* Named state: parameters ("0.weight"), buffers ("1.running_mean"),
+ * optimizer state ("0.weight.exp_avg", "0.weight.exp_avg_sq", "0.weight.momentum_buffer"). */
+int hr_state_count(const hr_session_t *s);
+const char *hr_state_name(const hr_session_t *s, int i);
+int hr_state_ndim(const hr_session_t *s, int i);
+int64_t hr_state_dim(const hr_session_t *s, int i, int d);
+bool hr_state_is_param(const hr_session_t *s, int i); /* parameter or buffer, not optimizer state */
+int hr_state_find(const hr_session_t *s, const char *name);
+hr_status hr_state_read(hr_session_t *s, int i, float *dst);
+hr_status hr_state_write(hr_session_t *s, int i, const float *src);
+/* Gradients of the last train step, by parameter name. */
+hr_status hr_grad_read(hr_session_t *s, const char *param_name, float *dst);
+
+/* Device statistics in PyTorch's terms (CUDA; on the CPU: the host arena). */
+typedef struct {
+    size_t allocated, reserved, peak_allocated;
+    size_t device_free, device_total;
+    int64_t device_allocs; /* calls to the device allocator since the session began */
+} hr_mem_stats_t;
+hr_status hr_mem_stats(hr_session_t *s, hr_mem_stats_t *out);
+
+/* Testing: make the Nth allocation (of any memory kind) from now fail; 0 turns
+ * it off. Returns how many allocations were made since the last call. */
+int64_t hr_fault_fail_at(int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,157 @@
+/* cpu_elementwise.c — ReLU, Dropout, Add, Copy, Concat and (Log)Softmax on
+ * the CPU, forward and backward; outputs honour the node's accum flags. */
+#include "backend/cpu/cpu.h"
+
+#include <math.h>
+#include <string.h>
+
+static int64_t numel(const hr_graph *g, int t) { return hr_shape_numel(&T_(t).shape); }
+
+void hr_cpu_relu(const hr_graph *g, const hr_node *n, void *const *ptr) {
+    const float *x = P_(n->in[0]);
+    float *y = P_(n->out[0]);
+    int64_t N = numel(g, n->in[0]);
+#pragma omp parallel for schedule(static) if (N > 65536)
+    for (int64_t i = 0; i < N; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+/* in {y, dy}, out {dx}: y > 0 is where x was > 0 */
+void hr_cpu_relu_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
+    const float *y = P_(n->in[0]), *dy = P_(n->in[1]);
+    float *dx = P_(n->out[0]);
+    int64_t N = numel(g, n->in[0]);
+    bool acc = n->accum[0];
+#pragma omp parallel for schedule(static) if (N > 65536)
+    for (int64_t i = 0; i < N; i++) {
+        float v = y[i] > 0.0f ? dy[i] : 0.0f;
+        dx[i] = acc ? dx[i] + v : v;
+    }
+}
+
+/* in {x}, out {y, mask}: keep with probability 1-p, scaled by 1/(1-p). */
+void hr_cpu_dropout(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si) {
+    const float *x = P_(n->in[0]);
+    float *y = P_(n->out[0]);
+    int64_t N = numel(g, n->in[0]);
+    if (!n->a.train || n->a.p == 0.0f) {
+        if (y != x) memcpy(y, x, sizeof(float) * (size_t)N);
+        if (n->a.train) memset(ptr[n->out[1]], 1, (size_t)N);
+        return;
+    }
+    uint8_t *mask = ptr[n->out[1]];
+    float p = n->a.p, scale = 1.0f / (1.0f - p);
+    uint64_t stream = hr_dropout_stream(n->a.seed, si->t + 1);
+#pragma omp parallel for schedule(static) if (N > 65536)
+    for (int64_t i = 0; i < N; i++) {
+        uint8_t keep = hr_rng_uniform(si->seed, stream, (uint64_t)i) >= p;
+        mask[i] = keep;
+        y[i] = keep ? x[i] * scale : 0.0f;
+    }
+}
+
+/* in {mask, dy}, out {dx} */
+void hr_cpu_dropout_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
+    const uint8_t *mask = ptr[n->in[0]];
+    const float *dy = P_(n->in[1]);
+    float *dx = P_(n->out[0]);
+    int64_t N = numel(g, n->in[1]);
+    float scale = 1.0f / (1.0f - n->a.p);
+    bool acc = n->accum[0];
+    for (int64_t i = 0; i < N; i++) {
+        float v = mask[i] ? dy[i] * scale : 0.0f;
+        dx[i] = acc ? dx[i] + v : v;
+    }
+}
+
+void hr_cpu_add(const hr_graph *g, const hr_node *n, void *const *ptr) {
+    const float *a = P_(n->in[0]), *b = P_(n->in[1]);
+    float *y = P_(n->out[0]);
+    int64_t N = numel(g, n->out[0]);
+    for (int64_t i = 0; i < N; i++) y[i] = a[i] + b[i];
+}
+
+/* Reshape (forward) and Copy (gradients): a no-op when the planner made the
+ * output a view of the input. */
+void hr_cpu_copy(const hr_graph *g, const hr_node *n, void *const *ptr) {
+    const float *x = P_(n->in[0]);
+    float *y = P_(n->out[0]);
+    int64_t N = numel(g, n->out[0]);
+    if (n->accum[0]) {
+        for (int64_t i = 0; i < N; i++) y[i] += x[i];
+    } else if (x != y) {
+        memcpy(y, x, sizeof(float) * (size_t)N);
+    }
+}
+
+/* Inner size of one sample-channel block: H*W for images, 1 for vectors. */
+static int64_t inner(const hr_shape *s) {
+    int64_t r = 1;
+    for (int i = 2; i < s->ndim; i++) r *= s->d[i];
+    return r;
+}
+
+void hr_cpu_concat(const hr_graph *g, const hr_node *n, void *const *ptr) {
+    const hr_shape *ys = &T_(n->out[0]).shape;
+    int64_t N = ys->d[0], CY = ys->d[1], hw = inner(ys);
+    float *y = P_(n->out[0]);
+    int64_t off = 0;
+    for (int k = 0; k < n->nin; k++) {
+        const float *x = P_(n->in[k]);
+        int64_t C = T_(n->in[k]).shape.d[1];
+        for (int64_t i = 0; i < N; i++)
+            memcpy(y + (i * CY + off) * hw, x + i * C * hw, sizeof(float) * (size_t)(C * hw));
+        off += C;
+    }
+}
+
+/* in {dy}, out {dx}: the channels [offset, offset + C) of dy */
+void hr_cpu_concat_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
+    const hr_shape *ys = &T_(n->in[0]).shape;
+    int64_t N = ys->d[0], CY = ys->d[1], hw = inner(ys), C = T_(n->out[0]).shape.d[1];
+    const float *dy = P_(n->in[0]);
+    float *dx = P_(n->out[0]);
+    for (int64_t i = 0; i < N; i++) {
+        const float *src = dy + (i * CY + n->a.offset) * hw;
+        float *dst = dx + i * C * hw;
+        if (n->accum[0])
+            for (int64_t j = 0; j < C * hw; j++) dst[j] += src[j];
+        else
+            memcpy(dst, src, sizeof(float) * (size_t)(C * hw));
+    }
+}
+
+void hr_cpu_softmax(const hr_graph *g, const hr_node *n, void *const *ptr, bool lg) {
+    const hr_shape *s = &T_(n->in[0]).shape;
+    int64_t N = s->d[0], C = s->d[1];
+    const float *x = P_(n->in[0]);
+    float *y = P_(n->out[0]);
+    for (int64_t i = 0; i < N; i++) {
+        const float *xi = x + i * C;
+        float *yi = y + i * C;
+        float mx = xi[0];
+        for (int64_t j = 1; j < C; j++) mx = xi[j] > mx ? xi[j] : mx;
+        double sum = 0;
+        for (int64_t j = 0; j < C; j++) sum += exp((double)(xi[j] - mx));
+        double lse = lg ? (double)mx + log(sum) : 0;
+        for (int64_t j = 0; j < C; j++)
+            yi[j] = lg ? (float)((double)xi[j] - lse) : (float)(exp((double)(xi[j] - mx)) / sum);
+    }
+}
+
+/* in {y, dy}, out {dx}. softmax: dx = y (dy - sum(dy y)); log: dx = dy - exp(y) sum(dy) */
+void hr_cpu_softmax_bwd(const hr_graph *g, const hr_node *n, void *const *ptr, bool lg) {
+    const hr_shape *s = &T_(n->in[0]).shape;
+    int64_t N = s->d[0], C = s->d[1];
+    const float *y = P_(n->in[0]), *dy = P_(n->in[1]);
+    float *dx = P_(n->out[0]);
+    for (int64_t i = 0; i < N; i++) {
+        const float *yi = y + i * C, *gi = dy + i * C;
+        float *di = dx + i * C;
+        double dot = 0;
+        for (int64_t j = 0; j < C; j++) dot += lg ? (double)gi[j] : (double)gi[j] * yi[j];
+        for (int64_t j = 0; j < C; j++) {
+            float v = lg ? (float)(gi[j] - expf(yi[j]) * dot) : (float)(yi[j] * (gi[j] - dot));
+            di[j] = n->accum[0] ? di[j] + v : v;
+        }
+    }
+}

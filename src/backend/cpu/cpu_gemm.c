@@ -1,0 +1,193 @@
+/* cpu_gemm.c — Linear and Conv2d on the CPU: matrix products by OpenBLAS,
+ * convolution as im2col + GEMM with its columns in the planned workspace. */
+#include "backend/cpu/cpu.h"
+
+#include <cblas.h>
+#include <string.h>
+
+/* y (N,out) = x (N,in) W^T + b */
+void hr_cpu_linear(const hr_graph *g, const hr_node *n, void *const *ptr) {
+    int N = (int)T_(n->in[0]).shape.d[0], in = (int)n->a.in_f, out = (int)n->a.out_f;
+    const float *x = P_(n->in[0]), *W = P_(n->in[1]);
+    float *y = P_(n->out[0]);
+    float beta = 0.0f;
+    if (n->nin > 2 && n->in[2] >= 0) {
+        const float *b = P_(n->in[2]);
+        for (int i = 0; i < N; i++) memcpy(y + (size_t)i * out, b, sizeof(float) * (size_t)out);
+        beta = 1.0f;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out, in, 1.0f, x, in, W, in, beta, y, out);
+}
+
+/* in {x, W, dy}, out {dx = dy W, dW = dy^T x, db = sum dy} */
+void hr_cpu_linear_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
+    int N = (int)T_(n->in[0]).shape.d[0], in = (int)n->a.in_f, out = (int)n->a.out_f;
+    const float *x = P_(n->in[0]), *W = P_(n->in[1]), *dy = P_(n->in[2]);
+    if (n->out[0] >= 0)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out, 1.0f, dy, out, W, in,
+                    n->accum[0] ? 1.0f : 0.0f, P_(n->out[0]), in);
+    if (n->out[1] >= 0)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N, 1.0f, dy, out, x, in,
+                    n->accum[1] ? 1.0f : 0.0f, P_(n->out[1]), in);
+    if (n->out[2] >= 0) {
+        float *db = P_(n->out[2]);
+        if (!n->accum[2]) memset(db, 0, sizeof(float) * (size_t)out);
+        for (int i = 0; i < N; i++) {
+            const float *r = dy + (size_t)i * out;
+            for (int j = 0; j < out; j++) db[j] += r[j];
+        }
+    }
+}
+
+/* ---- Conv2d ---------------------------------------------------------------- */
+typedef struct {
+    int N, C, H, W, K, kh, kw, sh, sw, ph, pw, OH, OW;
+    int ckk, ohw;
+} conv_dims;
+
+static conv_dims dims_of(const hr_graph *g, const hr_node *n) {
+    const hr_shape *x = &T_(n->in[0]).shape, *w = &T_(n->in[1]).shape;
+    conv_dims d;
+    d.N = (int)x->d[0], d.C = (int)x->d[1], d.H = (int)x->d[2], d.W = (int)x->d[3];
+    d.K = (int)w->d[0], d.kh = n->a.kh, d.kw = n->a.kw, d.sh = n->a.sh, d.sw = n->a.sw, d.ph = n->a.ph, d.pw = n->a.pw;
+    d.OH = (d.H + 2 * d.ph - d.kh) / d.sh + 1;
+    d.OW = (d.W + 2 * d.pw - d.kw) / d.sw + 1;
+    d.ckk = d.C * d.kh * d.kw;
+    d.ohw = d.OH * d.OW;
+    return d;
+}
+
+/* Samples run in parallel, one column buffer per thread; the backward pass
+ * also needs one dW partial per thread, summed at the end. */
+size_t hr_cpu_conv_workspace(const hr_cpu *c, const hr_graph *g, const hr_node *n) {
+    conv_dims d = dims_of(g, n);
+    int th = c->nthreads < d.N ? c->nthreads : d.N;
+    size_t col = (size_t)d.ckk * (size_t)d.ohw;
+    size_t part = n->op == HR_OP_CONV2D_BWD ? (size_t)d.K * (size_t)d.ckk + (size_t)d.K : 0;
+    return sizeof(float) * (size_t)th * (col + part);
+}
+
+static void im2col(const conv_dims *d, const float *x, float *col) {
+    for (int c = 0; c < d->C; c++)
+        for (int ki = 0; ki < d->kh; ki++)
+            for (int kj = 0; kj < d->kw; kj++) {
+                float *row = col + ((size_t)(c * d->kh + ki) * d->kw + kj) * d->ohw;
+                for (int oh = 0; oh < d->OH; oh++) {
+                    int ih = oh * d->sh - d->ph + ki;
+                    float *r = row + (size_t)oh * d->OW;
+                    if (ih < 0 || ih >= d->H) {
+                        memset(r, 0, sizeof(float) * (size_t)d->OW);
+                        continue;
+                    }
+                    const float *xr = x + ((size_t)c * d->H + ih) * d->W;
+                    for (int ow = 0; ow < d->OW; ow++) {
+                        int iw = ow * d->sw - d->pw + kj;
+                        r[ow] = iw >= 0 && iw < d->W ? xr[iw] : 0.0f;
+                    }
+                }
+            }
+}
+
+static void col2im_add(const conv_dims *d, const float *col, float *dx) {
+    for (int c = 0; c < d->C; c++)
+        for (int ki = 0; ki < d->kh; ki++)
+            for (int kj = 0; kj < d->kw; kj++) {
+                const float *row = col + ((size_t)(c * d->kh + ki) * d->kw + kj) * d->ohw;
+                for (int oh = 0; oh < d->OH; oh++) {
+                    int ih = oh * d->sh - d->ph + ki;
+                    if (ih < 0 || ih >= d->H) continue;
+                    float *xr = dx + ((size_t)c * d->H + ih) * d->W;
+                    const float *r = row + (size_t)oh * d->OW;
+                    for (int ow = 0; ow < d->OW; ow++) {
+                        int iw = ow * d->sw - d->pw + kj;
+                        if (iw >= 0 && iw < d->W) xr[iw] += r[ow];
+                    }
+                }
+            }
+}
+
+static int threads_for(const hr_cpu *c, int N) { return c->nthreads < N ? c->nthreads : N; }
+
+void hr_cpu_conv2d(const hr_cpu *cp, const hr_graph *g, const hr_node *n, void *const *ptr) {
+    conv_dims d = dims_of(g, n);
+    const float *x = P_(n->in[0]), *Wt = P_(n->in[1]), *b = n->nin > 2 && n->in[2] >= 0 ? P_(n->in[2]) : NULL;
+    float *y = P_(n->out[0]), *ws = P_(n->ws);
+    int th = threads_for(cp, d.N);
+    size_t col_n = (size_t)d.ckk * d.ohw;
+    bool direct = d.kh == 1 && d.kw == 1 && d.sh == 1 && d.sw == 1 && d.ph == 0 && d.pw == 0;
+#pragma omp parallel for num_threads(th) schedule(static)
+    for (int i = 0; i < d.N; i++) {
+        int me = 0;
+#ifdef _OPENMP
+        extern int omp_get_thread_num(void);
+        me = omp_get_thread_num();
+#endif
+        const float *xi = x + (size_t)i * d.C * d.H * d.W;
+        float *col = ws + (size_t)me * col_n;
+        if (direct)
+            col = (float *)xi;
+        else
+            im2col(&d, xi, col);
+        float *yi = y + (size_t)i * d.K * d.ohw;
+        float beta = 0.0f;
+        if (b) {
+            for (int k = 0; k < d.K; k++)
+                for (int j = 0; j < d.ohw; j++) yi[(size_t)k * d.ohw + j] = b[k];
+            beta = 1.0f;
+        }
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.K, d.ohw, d.ckk, 1.0f, Wt, d.ckk, col, d.ohw, beta, yi,
+                    d.ohw);
+    }
+}
+
+/* in {x, W, dy}, out {dx, dW, db}; workspace: per thread a column buffer and
+ * a (dW, db) partial sum. */
+void hr_cpu_conv2d_bwd(const hr_cpu *cp, const hr_graph *g, const hr_node *n, void *const *ptr) {
+    conv_dims d = dims_of(g, n);
+    const float *x = P_(n->in[0]), *Wt = P_(n->in[1]), *dy = P_(n->in[2]);
+    float *dx = n->out[0] >= 0 ? P_(n->out[0]) : NULL, *dW = n->out[1] >= 0 ? P_(n->out[1]) : NULL;
+    float *db = n->out[2] >= 0 ? P_(n->out[2]) : NULL;
+    float *ws = P_(n->ws);
+    int th = threads_for(cp, d.N);
+    size_t col_n = (size_t)d.ckk * d.ohw, part_n = (size_t)d.K * d.ckk + d.K;
+    float *parts = ws + (size_t)th * col_n;
+    memset(parts, 0, sizeof(float) * part_n * (size_t)th);
+    if (dx && !n->accum[0]) memset(dx, 0, sizeof(float) * (size_t)d.N * d.C * d.H * d.W);
+#pragma omp parallel for num_threads(th) schedule(static)
+    for (int i = 0; i < d.N; i++) {
+        int me = 0;
+#ifdef _OPENMP
+        extern int omp_get_thread_num(void);
+        me = omp_get_thread_num();
+#endif
+        float *col = ws + (size_t)me * col_n, *pw = parts + (size_t)me * part_n;
+        const float *dyi = dy + (size_t)i * d.K * d.ohw;
+        if (dW) {
+            im2col(&d, x + (size_t)i * d.C * d.H * d.W, col);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.K, d.ckk, d.ohw, 1.0f, dyi, d.ohw, col, d.ohw, 1.0f,
+                        pw, d.ckk);
+        }
+        if (db)
+            for (int k = 0; k < d.K; k++) {
+                float s = 0;
+                for (int j = 0; j < d.ohw; j++) s += dyi[(size_t)k * d.ohw + j];
+                pw[(size_t)d.K * d.ckk + k] += s;
+            }
+        if (dx) {
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.ckk, d.ohw, d.K, 1.0f, Wt, d.ckk, dyi, d.ohw, 0.0f,
+                        col, d.ohw);
+            col2im_add(&d, col, dx + (size_t)i * d.C * d.H * d.W);
+        }
+    }
+    if (dW || db)
+        for (size_t j = 0; j < part_n; j++) {
+            float s = 0;
+            for (int t = 0; t < th; t++) s += parts[(size_t)t * part_n + j];
+            if (j < (size_t)d.K * d.ckk) {
+                if (dW) dW[j] = (n->accum[1] ? dW[j] : 0.0f) + s;
+            } else if (db) {
+                size_t k = j - (size_t)d.K * d.ckk;
+                db[k] = (n->accum[2] ? db[k] : 0.0f) + s;
+            }
+        }
+}

@@ -1,0 +1,90 @@
+/* cpu_pool.c — MaxPool2d and AvgPool2d (no padding) on the CPU; the max
+ * pool's backward finds the argmax again in its saved input. */
+#include "backend/cpu/cpu.h"
+
+#include <string.h>
+
+typedef struct {
+    int64_t NC, H, W, OH, OW;
+    int kh, kw, sh, sw;
+} pool_dims;
+
+static pool_dims dims_of(const hr_graph *g, const hr_node *n, int x, int y) {
+    const hr_shape *xs = &T_(x).shape, *ys = &T_(y).shape;
+    return (pool_dims){xs->d[0] * xs->d[1], xs->d[2], xs->d[3], ys->d[2], ys->d[3], n->a.kh, n->a.kw, n->a.sh, n->a.sw};
+}
+
+/* Index of the window's first maximum, as PyTorch picks it. */
+static int64_t argmax(const pool_dims *d, const float *x, int64_t oh, int64_t ow) {
+    int64_t best = oh * d->sh * d->W + ow * d->sw;
+    float bv = x[best];
+    for (int i = 0; i < d->kh; i++)
+        for (int j = 0; j < d->kw; j++) {
+            int64_t k = (oh * d->sh + i) * d->W + ow * d->sw + j;
+            if (x[k] > bv || (x[k] != x[k] && bv == bv)) bv = x[k], best = k; /* NaN wins, as in PyTorch */
+        }
+    return best;
+}
+
+void hr_cpu_maxpool(const hr_graph *g, const hr_node *n, void *const *ptr) {
+    pool_dims d = dims_of(g, n, n->in[0], n->out[0]);
+    const float *x = P_(n->in[0]);
+    float *y = P_(n->out[0]);
+#pragma omp parallel for schedule(static) if (d.NC > 64)
+    for (int64_t c = 0; c < d.NC; c++) {
+        const float *xc = x + c * d.H * d.W;
+        float *yc = y + c * d.OH * d.OW;
+        for (int64_t oh = 0; oh < d.OH; oh++)
+            for (int64_t ow = 0; ow < d.OW; ow++) yc[oh * d.OW + ow] = xc[argmax(&d, xc, oh, ow)];
+    }
+}
+
+/* in {x, dy}, out {dx} */
+void hr_cpu_maxpool_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
+    pool_dims d = dims_of(g, n, n->in[0], n->in[1]);
+    const float *x = P_(n->in[0]), *dy = P_(n->in[1]);
+    float *dx = P_(n->out[0]);
+    if (!n->accum[0]) memset(dx, 0, sizeof(float) * (size_t)(d.NC * d.H * d.W));
+#pragma omp parallel for schedule(static) if (d.NC > 64)
+    for (int64_t c = 0; c < d.NC; c++) {
+        const float *xc = x + c * d.H * d.W, *gc = dy + c * d.OH * d.OW;
+        float *dc = dx + c * d.H * d.W;
+        for (int64_t oh = 0; oh < d.OH; oh++)
+            for (int64_t ow = 0; ow < d.OW; ow++) dc[argmax(&d, xc, oh, ow)] += gc[oh * d.OW + ow];
+    }
+}
+
+void hr_cpu_avgpool(const hr_graph *g, const hr_node *n, void *const *ptr) {
+    pool_dims d = dims_of(g, n, n->in[0], n->out[0]);
+    const float *x = P_(n->in[0]);
+    float *y = P_(n->out[0]);
+    float inv = 1.0f / (float)(d.kh * d.kw);
+    for (int64_t c = 0; c < d.NC; c++) {
+        const float *xc = x + c * d.H * d.W;
+        for (int64_t oh = 0; oh < d.OH; oh++)
+            for (int64_t ow = 0; ow < d.OW; ow++) {
+                float s = 0;
+                for (int i = 0; i < d.kh; i++)
+                    for (int j = 0; j < d.kw; j++) s += xc[(oh * d.sh + i) * d.W + ow * d.sw + j];
+                y[c * d.OH * d.OW + oh * d.OW + ow] = s * inv;
+            }
+    }
+}
+
+/* in {dy}, out {dx} */
+void hr_cpu_avgpool_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
+    pool_dims d = dims_of(g, n, n->out[0], n->in[0]);
+    const float *dy = P_(n->in[0]);
+    float *dx = P_(n->out[0]);
+    float inv = 1.0f / (float)(d.kh * d.kw);
+    if (!n->accum[0]) memset(dx, 0, sizeof(float) * (size_t)(d.NC * d.H * d.W));
+    for (int64_t c = 0; c < d.NC; c++) {
+        float *dc = dx + c * d.H * d.W;
+        for (int64_t oh = 0; oh < d.OH; oh++)
+            for (int64_t ow = 0; ow < d.OW; ow++) {
+                float v = dy[c * d.OH * d.OW + oh * d.OW + ow] * inv;
+                for (int i = 0; i < d.kh; i++)
+                    for (int j = 0; j < d.kw; j++) dc[(oh * d.sh + i) * d.W + ow * d.sw + j] += v;
+            }
+    }
+}

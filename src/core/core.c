@@ -1,0 +1,177 @@
+/* core.c — dtypes, shapes, checked size arithmetic, the thread's last error,
+ * and the allocation functions with their fault injection. */
+#include "core.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- dtypes ---------------------------------------------------------------- */
+size_t hr_dtype_size(hr_dtype t) {
+    switch (t) {
+    case HR_F32: case HR_I32: return 4;
+    case HR_F16: case HR_BF16: return 2;
+    case HR_U8: return 1;
+    default: return 0;
+    }
+}
+
+const char *hr_dtype_name(hr_dtype t) {
+    static const char *names[] = {"F32", "F16", "BF16", "I32", "U8"};
+    return (unsigned)t < HR_DTYPE_COUNT ? names[t] : "?";
+}
+
+/* ---- shapes ---------------------------------------------------------------- */
+hr_shape hr_shape_make(int ndim, const int64_t *d) {
+    hr_shape s = {0};
+    s.ndim = ndim;
+    for (int i = 0; i < ndim && i < HR_MAX_DIMS; i++) s.d[i] = d[i];
+    return s;
+}
+
+int64_t hr_shape_numel(const hr_shape *s) {
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++)
+        if (!hr_mul_ok(n, s->d[i], &n)) return -1;
+    return n;
+}
+
+bool hr_shape_eq(const hr_shape *a, const hr_shape *b) {
+    if (a->ndim != b->ndim) return false;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->d[i] != b->d[i]) return false;
+    return true;
+}
+
+const char *hr_shape_str(const hr_shape *s, char *buf, size_t n) {
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, n - k, "[");
+    for (int i = 0; i < s->ndim && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)s->d[i]);
+    if (k < n) snprintf(buf + k, n - k, "]");
+    return buf;
+}
+
+bool hr_mul_ok(int64_t a, int64_t b, int64_t *out) {
+    if (a < 0 || b < 0) return false;
+    return !__builtin_mul_overflow(a, b, out);
+}
+
+bool hr_add_ok(int64_t a, int64_t b, int64_t *out) { return !__builtin_add_overflow(a, b, out); }
+
+size_t hr_align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+
+/* ---- errors ---------------------------------------------------------------- */
+static _Thread_local char err_msg[4096];
+static _Thread_local hr_status err_status;
+
+hr_status hr_error_set(hr_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err_msg, sizeof err_msg, fmt, ap);
+    va_end(ap);
+    err_status = st;
+    return st;
+}
+
+hr_status hr_error_prefix(const char *fmt, ...) {
+    char pre[512], old[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(pre, sizeof pre, fmt, ap);
+    va_end(ap);
+    snprintf(old, sizeof old, "%s", err_msg);
+    snprintf(err_msg, sizeof err_msg, "%s: %s", pre, old);
+    return err_status;
+}
+
+void hr_error_clear(void) {
+    err_msg[0] = 0;
+    err_status = HR_OK;
+}
+
+const char *hr_last_error(void) { return err_msg[0] ? err_msg : "no error"; }
+
+const char *hr_status_name(hr_status st) {
+    switch (st) {
+    case HR_OK: return "ok";
+    case HR_ERR_INVALID_ARG: return "invalid argument";
+    case HR_ERR_SHAPE: return "shape error";
+    case HR_ERR_PARSE: return "parse error";
+    case HR_ERR_IO: return "I/O error";
+    case HR_ERR_FORMAT: return "format error";
+    case HR_ERR_OOM: return "out of host memory";
+    case HR_ERR_DEVICE_OOM: return "out of device memory";
+    case HR_ERR_NUMERIC: return "numeric error";
+    case HR_ERR_UNSUPPORTED: return "unsupported";
+    case HR_ERR_DEVICE: return "device error";
+    case HR_ERR_INTERNAL: return "internal error";
+    }
+    return "unknown status";
+}
+
+/* ---- allocation with fault injection ------------------------------------- */
+/* Counting is global (not per thread): the loader thread's allocations are
+ * made to fail too. A plain counter is enough since tests inject faults from
+ * one thread while nothing else allocates. */
+static int64_t fault_count, fault_at;
+
+int64_t hr_fault_fail_at(int64_t n) {
+    int64_t made = fault_count;
+    fault_count = 0;
+    fault_at = n;
+    return made;
+}
+
+bool hr_fault_should_fail(hr_memkind kind) {
+    (void)kind;
+    int64_t k = __atomic_add_fetch(&fault_count, 1, __ATOMIC_RELAXED);
+    return fault_at > 0 && k == fault_at;
+}
+
+static const char *memkind_name(hr_memkind k) {
+    static const char *n[] = {"host", "host arena", "device", "pinned host"};
+    return (unsigned)k < HR_MEMKIND_COUNT ? n[k] : "?";
+}
+
+static void *oom(hr_memkind k, size_t n) {
+    hr_error_set(HR_ERR_OOM, "could not allocate %zu bytes of %s memory; free some memory or plan a smaller batch",
+                 n, memkind_name(k));
+    return NULL;
+}
+
+void *hr_malloc(size_t n) {
+    if (hr_fault_should_fail(HR_MEM_HOST)) return oom(HR_MEM_HOST, n);
+    void *p = malloc(n ? n : 1);
+    return p ? p : oom(HR_MEM_HOST, n);
+}
+
+void *hr_calloc(size_t count, size_t size) {
+    if (hr_fault_should_fail(HR_MEM_HOST)) return oom(HR_MEM_HOST, count * size);
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    return p ? p : oom(HR_MEM_HOST, count * size);
+}
+
+void *hr_realloc(void *p, size_t n) {
+    if (hr_fault_should_fail(HR_MEM_HOST)) return oom(HR_MEM_HOST, n);
+    void *q = realloc(p, n ? n : 1);
+    return q ? q : oom(HR_MEM_HOST, n);
+}
+
+void hr_free(void *p) { free(p); }
+
+char *hr_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = hr_malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+void *hr_arena_host_alloc(size_t n) {
+    if (hr_fault_should_fail(HR_MEM_ARENA_HOST)) return oom(HR_MEM_ARENA_HOST, n);
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? hr_align_up(n, 64) : 64) != 0) return oom(HR_MEM_ARENA_HOST, n);
+    return p;
+}
+
+void hr_arena_host_free(void *p) { free(p); }

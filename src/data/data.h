@@ -1,0 +1,100 @@
+/* data.h — training data for headroom: IDX files (MNIST, Fashion-MNIST), synthetic
+ * data, and the double-buffered batch loader that feeds a training loop. */
+#ifndef HR_DATA_H
+#define HR_DATA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "headroom.h"
+
+typedef struct hr_dataset {
+    int64_t n;            /* samples */
+    int c, h, w;          /* per-sample shape; an MLP flattens it */
+    float *images;        /* n*c*h*w, already normalised: (pixel/255 - mean)/std */
+    int32_t *labels;      /* n, each in [0, nclasses) */
+    int nclasses;
+} hr_dataset;
+
+/* IDX files, gzip'd or raw (zlib's gzread reads both). Checks the magic
+ * (0x00000803 images, 0x00000801 labels), that the dimensions are sane, that
+ * image and label counts agree, that neither file is truncated, and that every
+ * label is in [0, nclasses). Memory grows only as bytes actually arrive, so a
+ * corrupt header that claims 10^9 images gives a truncation error, not an OOM.
+ * On failure *out is zeroed and nothing is leaked. */
+hr_status hr_idx_load(const char *images_path, const char *labels_path, int nclasses, float mean, float std,
+                      hr_dataset *out);
+/* Fashion-MNIST (or MNIST) from a folder holding train-images-idx3-ubyte(.gz),
+ * train-labels-idx1-ubyte(.gz), t10k-images-idx3-ubyte(.gz) and
+ * t10k-labels-idx1-ubyte(.gz); dir NULL means HR_FASHION_DIR. Normalises with
+ * Fashion-MNIST's mean 0.2860 and std 0.3530. */
+#define HR_FASHION_DIR "/usr/share/datasets/fashion-mnist"
+hr_status hr_fashion_load(const char *dir, hr_dataset *train, hr_dataset *test);
+/* Inputs drawn from N(0,1) (like torch.randn) and uniform labels; the same
+ * seed gives the same bytes on every machine. */
+hr_status hr_synthetic_make(int64_t n, int c, int h, int w, int nclasses, uint64_t seed, hr_dataset *out);
+void hr_dataset_free(hr_dataset *d); /* safe on a zeroed struct; leaves it zeroed */
+
+/* The batch loader: a background thread gathers the next batch (by a shuffled
+ * permutation, into a contiguous buffer) while the caller trains on the
+ * current one. The permutation is a pure function of (seed, epoch), so a
+ * resumed run re-creates it: there is no hidden RNG state to checkpoint.
+ * drop_last is PyTorch's: without it the last batch may be short. The loader
+ * reads d's arrays as they are: d must outlive it and stay unchanged. */
+typedef struct hr_loader hr_loader;
+/* NULL + error for batch <= 0, batch > n with drop_last, OOM, or when the
+ * thread cannot be started. Allocates everything it will ever need here. */
+hr_loader *hr_loader_new(const hr_dataset *d, int64_t batch, bool shuffle, bool drop_last, uint64_t seed);
+/* Starts (or restarts, abandoning the current one) an epoch; first_batch > 0
+ * skips that many batches, for resuming mid-epoch. */
+hr_status hr_loader_start_epoch(hr_loader *l, int64_t epoch, int64_t first_batch);
+int64_t hr_loader_batches_per_epoch(const hr_loader *l);
+/* Blocks until the next batch is ready. HR_OK with *n > 0, or HR_OK with
+ * *n == 0 at the end of the epoch. The pointers stay valid until the next call
+ * of hr_loader_next or hr_loader_start_epoch. */
+hr_status hr_loader_next(hr_loader *l, const float **x, const int32_t **labels, int64_t *n);
+void hr_loader_free(hr_loader *l); /* joins the thread; NULL is fine */
+
+/* ---- the generator shared by synthetic.c and loader.c ---------------------- */
+/* xoshiro256** seeded through splitmix64: fast, well tested, and fully
+ * specified here, so the same seed gives the same data and order anywhere. */
+typedef struct {
+    uint64_t s[4];
+} hr_rng;
+
+static inline uint64_t hr_splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static inline hr_rng hr_rng_seed(uint64_t seed) {
+    hr_rng r;
+    for (int i = 0; i < 4; i++) r.s[i] = hr_splitmix64(&seed);
+    return r;
+}
+
+static inline uint64_t hr_rng_next(hr_rng *r) {
+    uint64_t *s = r->s;
+    uint64_t x = s[1] * 5, result = ((x << 7) | (x >> 57)) * 9, t = s[1] << 17;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
+    s[3] = (s[3] << 45) | (s[3] >> 19);
+    return result;
+}
+
+/* Uniform in [0, bound) without modulo bias: a biased shuffle would favour
+ * some orders, a biased label draw some classes. */
+static inline uint64_t hr_rng_below(hr_rng *r, uint64_t bound) {
+    uint64_t threshold = -bound % bound; /* 2^64 mod bound */
+    for (;;) {
+        uint64_t x = hr_rng_next(r);
+        if (x >= threshold) return x % bound;
+    }
+}
+
+#endif

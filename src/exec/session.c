@@ -1,0 +1,295 @@
+/* session.c — compile, allocate, run: the story of a training step, top to
+ * bottom, and the named-state access that checkpoints use. */
+#include "exec/session.h"
+
+#include <math.h>
+#include <string.h>
+
+hr_config_t hr_config_default(void) {
+    hr_config_t c;
+    memset(&c, 0, sizeof c);
+    c.batch = 64;
+    c.mode = HR_MODE_TRAIN;
+    c.optim.kind = HR_OPTIM_ADAM;
+    c.optim.lr = 1e-3f;
+    c.optim.beta1 = 0.9f;
+    c.optim.beta2 = 0.999f;
+    c.optim.eps = 1e-8f;
+    c.device = HR_DEVICE_CPU;
+    return c;
+}
+
+static hr_backend *backend_for(const hr_config_t *cfg) {
+    if (cfg->device == HR_DEVICE_CUDA) return hr_backend_cuda_new(cfg);
+    if (cfg->device == HR_DEVICE_AUTO && hr_backend_cuda_available()) return hr_backend_cuda_new(cfg);
+    return hr_backend_cpu_new(cfg);
+}
+
+static bool is_state(const hr_tensor *t) {
+    return (t->kind == HR_T_PARAM || t->kind == HR_T_BUFFER || t->kind == HR_T_OPTSTATE) && t->last >= 0;
+}
+
+hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be) {
+    hr_session_t *s = hr_calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->be = be;
+    if (!(s->model_name = hr_strdup(m && m->name ? m->name : "model"))) goto fail;
+    if (hr_program_build(m, cfg, be, &s->prog) != HR_OK) goto fail;
+    if (hr_plan_make(&s->prog, &s->plan) != HR_OK) goto fail;
+    /* Named state in PyTorch's order: parameters and buffers as the layers
+     * made them, then optimizer state. */
+    hr_graph *g = &s->prog.g;
+    if (!(s->state = hr_malloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1)))) goto fail;
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < g->nt; i++)
+            if (is_state(&g->t[i]) && (g->t[i].kind == HR_T_OPTSTATE) == (pass == 1)) s->state[s->nstate++] = i;
+    return s;
+fail:
+    hr_session_free(s);
+    return NULL;
+}
+
+hr_session_t *hr_compile(const hr_model_t *m, const hr_config_t *cfg) {
+    if (!cfg) return hr_error_set(HR_ERR_INVALID_ARG, "compile: cfg is NULL"), NULL;
+    hr_backend *be = backend_for(cfg);
+    if (!be) return NULL;
+    hr_session_t *s = hr_compile_on(m, cfg, be);
+    if (!s) be->free(be);
+    return s;
+}
+
+void hr_session_free(hr_session_t *s) {
+    if (!s) return;
+    if (s->be) {
+        if (s->arena) s->be->arena_free(s->be, s->arena);
+        s->be->free(s->be);
+    }
+    hr_free(s->ptr);
+    hr_free(s->state);
+    hr_plan_free(&s->plan);
+    hr_program_free(&s->prog);
+    hr_free(s->model_name);
+    hr_free(s);
+}
+
+const hr_report_t *hr_session_report(const hr_session_t *s) { return &s->plan.report; }
+
+/* ---- allocation and initial values ------------------------------------------ */
+/* Uniform [0,1) from a counter: the generator the golden tests share with
+ * PyTorch's side (scripts/hr_rng.py). */
+float hr_rng_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
+    uint64_t x = hr_splitmix64((seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL + i));
+    return (float)(x >> 40) * (1.0f / 16777216.0f);
+}
+
+/* PyTorch's default init for Linear and Conv2d: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+ * for weight and bias; BatchNorm: weight 1, bias 0, running var 1. */
+static void init_param(const hr_graph *g, const hr_tensor *t, int index, uint64_t seed, float *v) {
+    int64_t n = hr_shape_numel(&t->shape);
+    const hr_layer *l = &g->l[t->layer];
+    const char *suffix = strrchr(t->name, '.');
+    suffix = suffix ? suffix + 1 : t->name;
+    bool bn = strncmp(l->type, "BatchNorm", 9) == 0;
+    if (bn) {
+        float c = strcmp(suffix, "weight") == 0 || strcmp(suffix, "running_var") == 0 ? 1.0f : 0.0f;
+        for (int64_t i = 0; i < n; i++) v[i] = c;
+        return;
+    }
+    int64_t fan_in = 1;
+    const hr_tensor *w = t;
+    if (strcmp(suffix, "bias") == 0) /* the weight is the tensor made just before */
+        w = t - 1;
+    for (int d = 1; d < w->shape.ndim; d++) fan_in *= w->shape.d[d];
+    float bound = 1.0f / sqrtf((float)fan_in);
+    for (int64_t i = 0; i < n; i++) v[i] = bound * (2.0f * hr_rng_uniform(seed, 1000 + (uint64_t)index, (uint64_t)i) - 1.0f);
+}
+
+static hr_status upload_initial_state(hr_session_t *s) {
+    hr_graph *g = &s->prog.g;
+    size_t maxn = 0;
+    for (int k = 0; k < s->nstate; k++) {
+        size_t n = (size_t)hr_shape_numel(&g->t[s->state[k]].shape);
+        if (n > maxn) maxn = n;
+    }
+    float *buf = hr_malloc(sizeof(float) * (maxn ? maxn : 1));
+    if (!buf) return hr_error_prefix("initialising parameters");
+    int index = 0;
+    hr_status st = HR_OK;
+    for (int k = 0; k < s->nstate && !st; k++) {
+        hr_tensor *t = &g->t[s->state[k]];
+        int64_t n = hr_shape_numel(&t->shape);
+        if (t->kind == HR_T_OPTSTATE)
+            memset(buf, 0, sizeof(float) * (size_t)n);
+        else
+            init_param(g, t, t->kind == HR_T_PARAM ? index : -1, s->prog.cfg.seed, buf);
+        if (t->kind == HR_T_PARAM) index++;
+        st = s->be->upload(s->be, s->ptr[s->state[k]], buf, sizeof(float) * (size_t)n);
+    }
+    hr_free(buf);
+    return st;
+}
+
+hr_status hr_session_alloc(hr_session_t *s) {
+    if (!s) return hr_error_set(HR_ERR_INVALID_ARG, "alloc: session is NULL");
+    if (s->arena) return HR_OK;
+    hr_graph *g = &s->prog.g;
+    size_t need = s->plan.arena_bytes;
+    if (s->prog.cfg.device_budget && need + s->overhead > s->prog.cfg.device_budget)
+        return hr_error_set(HR_ERR_DEVICE_OOM, "the plan needs %zu bytes but the budget is %zu bytes", need,
+                            s->prog.cfg.device_budget);
+    if (!(s->ptr = hr_calloc((size_t)(g->nt ? g->nt : 1), sizeof(void *)))) return hr_error_prefix("alloc");
+    hr_status st = s->be->arena_alloc(s->be, need, &s->arena);
+    if (st != HR_OK) {
+        hr_free(s->ptr);
+        s->ptr = NULL;
+        s->arena = NULL;
+        return st;
+    }
+    for (int i = 0; i < g->nt; i++)
+        if (s->plan.root[i] >= 0) s->ptr[i] = (char *)s->arena + g->t[i].offset;
+    if ((st = upload_initial_state(s)) != HR_OK) {
+        s->be->arena_free(s->be, s->arena);
+        s->arena = NULL;
+        hr_free(s->ptr);
+        s->ptr = NULL;
+    }
+    return st;
+}
+
+/* ---- running ------------------------------------------------------------------ */
+static hr_status run_range(hr_session_t *s, int from, int to) {
+    hr_graph *g = &s->prog.g;
+    hr_step_info si = {s->t, s->prog.cfg.optim.lr, s->prog.cfg.seed, s->prog.cfg.optim, s->prog.sqnorm};
+    for (int k = from; k < to; k++) {
+        if (k == s->prog.n_bwd_end) si.t = s->t + 1; /* the update is step t+1 */
+        hr_status st = s->be->run(s->be, g, &g->n[k], s->ptr, &si);
+        if (st != HR_OK) {
+            const hr_node *n = &g->n[k];
+            return hr_error_prefix("step %lld, node %d (%s%s%s)", (long long)s->t + 1, k, hr_op_name(n->op),
+                                   n->layer >= 0 ? ", layer " : "", n->layer >= 0 ? g->l[n->layer].name : "");
+        }
+    }
+    return HR_OK;
+}
+
+static hr_status upload_batch(hr_session_t *s, const float *x, const void *labels) {
+    hr_graph *g = &s->prog.g;
+    const hr_tensor *in = &g->t[s->prog.input];
+    hr_status st = s->be->upload(s->be, s->ptr[s->prog.input], x, (size_t)hr_shape_numel(&in->shape) * sizeof(float));
+    if (st || s->prog.label < 0 || !s->ptr[s->prog.label]) return st;
+    const hr_tensor *lt = &g->t[s->prog.label];
+    if (lt->dtype == HR_I32) {
+        const int32_t *lab = labels;
+        int64_t n = hr_shape_numel(&lt->shape), C = g->t[s->prog.output].shape.d[1];
+        for (int64_t i = 0; i < n; i++)
+            if (lab[i] < 0 || lab[i] >= C)
+                return hr_error_set(HR_ERR_INVALID_ARG, "label %d of sample %lld is outside [0, %lld)", lab[i],
+                                    (long long)i, (long long)C);
+    }
+    return s->be->upload(s->be, s->ptr[s->prog.label], labels,
+                         (size_t)hr_shape_numel(&lt->shape) * hr_dtype_size(lt->dtype));
+}
+
+hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, float *loss) {
+    if (!s || !x || !labels) return hr_error_set(HR_ERR_INVALID_ARG, "train_step: NULL argument");
+    if (!s->arena) return hr_error_set(HR_ERR_INVALID_ARG, "train_step: call hr_session_alloc first");
+    if (s->prog.cfg.mode != HR_MODE_TRAIN)
+        return hr_error_set(HR_ERR_INVALID_ARG, "train_step: this session was compiled for inference");
+    hr_status st = upload_batch(s, x, labels);
+    if (!st) st = run_range(s, 0, s->prog.g.nn);
+    if (st) return st;
+    s->t++;
+    if (loss) {
+        st = s->be->download(s->be, loss, s->ptr[s->prog.loss], sizeof(float));
+        if (!st) st = s->be->sync(s->be);
+    }
+    return st;
+}
+
+hr_status hr_forward(hr_session_t *s, const float *x, float *out) {
+    if (!s || !x) return hr_error_set(HR_ERR_INVALID_ARG, "forward: NULL argument");
+    if (!s->arena) return hr_error_set(HR_ERR_INVALID_ARG, "forward: call hr_session_alloc first");
+    if (s->prog.cfg.mode != HR_MODE_INFER)
+        return hr_error_set(HR_ERR_INVALID_ARG, "forward: compile with mode HR_MODE_INFER for inference");
+    hr_status st = upload_batch(s, x, NULL);
+    if (!st) st = run_range(s, 0, s->prog.n_fwd);
+    if (!st && out) st = hr_read_output(s, out);
+    return st;
+}
+
+hr_status hr_read_output(hr_session_t *s, float *out) {
+    const hr_tensor *t = &s->prog.g.t[s->prog.output];
+    if (!s->ptr || !s->ptr[s->prog.output]) return hr_error_set(HR_ERR_INVALID_ARG, "read_output: nothing has run");
+    hr_status st = s->be->download(s->be, out, s->ptr[s->prog.output], (size_t)hr_shape_numel(&t->shape) * sizeof(float));
+    return st ? st : s->be->sync(s->be);
+}
+
+int64_t hr_step_count(const hr_session_t *s) { return s->t; }
+hr_status hr_set_step_count(hr_session_t *s, int64_t t) {
+    if (t < 0) return hr_error_set(HR_ERR_INVALID_ARG, "step count %lld is negative", (long long)t);
+    s->t = t;
+    return HR_OK;
+}
+
+/* ---- named state --------------------------------------------------------------- */
+static const hr_tensor *state_t(const hr_session_t *s, int i) { return &s->prog.g.t[s->state[i]]; }
+int hr_state_count(const hr_session_t *s) { return s->nstate; }
+const char *hr_state_name(const hr_session_t *s, int i) { return i >= 0 && i < s->nstate ? state_t(s, i)->name : NULL; }
+int hr_state_ndim(const hr_session_t *s, int i) { return i >= 0 && i < s->nstate ? state_t(s, i)->shape.ndim : -1; }
+int64_t hr_state_dim(const hr_session_t *s, int i, int d) {
+    if (i < 0 || i >= s->nstate || d < 0 || d >= state_t(s, i)->shape.ndim) return -1;
+    return state_t(s, i)->shape.d[d];
+}
+bool hr_state_is_param(const hr_session_t *s, int i) {
+    return i >= 0 && i < s->nstate && state_t(s, i)->kind != HR_T_OPTSTATE;
+}
+int hr_state_find(const hr_session_t *s, const char *name) {
+    for (int i = 0; i < s->nstate; i++)
+        if (strcmp(state_t(s, i)->name, name) == 0) return i;
+    return -1;
+}
+
+static hr_status state_check(hr_session_t *s, int i, const void *buf) {
+    if (i < 0 || i >= s->nstate || !buf) return hr_error_set(HR_ERR_INVALID_ARG, "state index %d out of range", i);
+    if (!s->arena) return hr_error_set(HR_ERR_INVALID_ARG, "state: call hr_session_alloc first");
+    return HR_OK;
+}
+
+hr_status hr_state_read(hr_session_t *s, int i, float *dst) {
+    hr_status st = state_check(s, i, dst);
+    if (st) return st;
+    size_t n = (size_t)hr_shape_numel(&state_t(s, i)->shape) * sizeof(float);
+    st = s->be->download(s->be, dst, s->ptr[s->state[i]], n);
+    return st ? st : s->be->sync(s->be);
+}
+
+hr_status hr_state_write(hr_session_t *s, int i, const float *src) {
+    hr_status st = state_check(s, i, src);
+    if (st) return st;
+    size_t n = (size_t)hr_shape_numel(&state_t(s, i)->shape) * sizeof(float);
+    st = s->be->upload(s->be, s->ptr[s->state[i]], src, n);
+    return st ? st : s->be->sync(s->be);
+}
+
+hr_status hr_grad_read(hr_session_t *s, const char *param, float *dst) {
+    hr_graph *g = &s->prog.g;
+    if (!s->prog.cfg.keep_grads)
+        return hr_error_set(HR_ERR_INVALID_ARG, "grad_read: gradients die at their update; compile with keep_grads");
+    for (int i = 0; i < g->nt; i++)
+        if (g->t[i].kind == HR_T_PARAM && strcmp(g->t[i].name, param) == 0) {
+            int gt = g->t[i].grad;
+            if (gt < 0 || !s->ptr || !s->ptr[gt])
+                return hr_error_set(HR_ERR_INVALID_ARG, "grad_read: parameter %s has no gradient (frozen?)", param);
+            hr_status st = s->be->download(s->be, dst, s->ptr[gt], (size_t)hr_shape_numel(&g->t[gt].shape) * sizeof(float));
+            return st ? st : s->be->sync(s->be);
+        }
+    return hr_error_set(HR_ERR_INVALID_ARG, "grad_read: no parameter named '%s'", param);
+}
+
+hr_status hr_mem_stats(hr_session_t *s, hr_mem_stats_t *out) {
+    memset(out, 0, sizeof *out);
+    out->allocated = out->reserved = out->peak_allocated = s->arena ? s->plan.arena_bytes : 0;
+    if (s->be->mem_info) s->be->mem_info(s->be, &out->device_free, &out->device_total);
+    if (s->be->alloc_count) out->device_allocs = s->be->alloc_count(s->be);
+    return HR_OK;
+}

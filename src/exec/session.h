@@ -1,0 +1,25 @@
+/* session.h — a compiled model: its step program, its plan, the backend that
+ * runs it and, once allocated, the arena. */
+#ifndef HR_SESSION_H
+#define HR_SESSION_H
+
+#include "backend/backend.h"
+#include "graph/program.h"
+#include "plan/plan.h"
+
+struct hr_session {
+    char *model_name;
+    hr_program prog;
+    hr_plan plan;
+    hr_backend *be;
+    void *arena;      /* backend memory, NULL before hr_session_alloc */
+    void **ptr;       /* per tensor: its data in the arena, NULL if unplaced */
+    int64_t t;        /* optimizer steps taken */
+    int *state;       /* tensor ids of named state: params, buffers, optimizer state */
+    int nstate;
+    size_t overhead;  /* measured runtime overhead of the backend */
+};
+
+hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be);
+
+#endif

@@ -1,0 +1,200 @@
+/* compile.c — turns a model into the step program: the forward nodes for the
+ * batch, the backward nodes that autodiff needs, and the optimizer updates. */
+#include "graph/program.h"
+#include "ops/ops.h"
+
+#include <string.h>
+
+#define HR_MAX_BATCH (1LL << 40)
+
+void hr_program_free(hr_program *p) {
+    hr_graph_free(&p->g);
+    memset(p, 0, sizeof *p);
+}
+
+/* Gives every batched tensor its batch dimension; checks the bytes fit int64. */
+static hr_status add_batch(hr_program *p, int64_t batch) {
+    for (int i = 0; i < p->g.nt; i++) {
+        hr_tensor *t = &p->g.t[i];
+        if (t->batched) {
+            if (t->shape.ndim >= HR_MAX_DIMS) return hr_error_set(HR_ERR_INTERNAL, "tensor %s has too many dims", t->name);
+            memmove(&t->shape.d[1], &t->shape.d[0], sizeof(int64_t) * (size_t)t->shape.ndim);
+            t->shape.d[0] = batch;
+            t->shape.ndim++;
+        }
+        int64_t n = hr_shape_numel(&t->shape), b;
+        if (n < 0 || !hr_mul_ok(n, (int64_t)hr_dtype_size(t->dtype), &b) || b > (INT64_MAX >> 2))
+            return hr_error_set(HR_ERR_INVALID_ARG,
+                                "batch %lld makes tensor %s larger than 2^61 bytes; plan a smaller batch",
+                                (long long)batch, t->name);
+    }
+    return HR_OK;
+}
+
+static hr_status build_backward(hr_program *p) {
+    hr_graph *g = &p->g;
+    int cap = 2 * g->nt + 16;
+    hr_autodiff ad = {g, hr_malloc(sizeof(int) * (size_t)cap), hr_calloc((size_t)cap, 1), hr_calloc((size_t)cap, 1)};
+    hr_status st = HR_OK;
+    if (!ad.grad || !ad.needs_grad || !ad.written) {
+        st = HR_ERR_OOM;
+        goto done;
+    }
+    for (int i = 0; i < cap; i++) ad.grad[i] = -1;
+    /* A gradient must reach a tensor when a trainable parameter is on its path. */
+    for (int i = 0; i < g->nt; i++) ad.needs_grad[i] = g->t[i].kind == HR_T_PARAM && g->t[i].requires_grad;
+    for (int s = 0; s < p->n_fwd; s++) {
+        const hr_node *n = &g->n[s];
+        bool any = false;
+        for (int i = 0; i < n->nin; i++) any |= ad.needs_grad[n->in[i]];
+        if (n->op == HR_OP_BATCHNORM) any = ad.needs_grad[n->in[0]] || ad.needs_grad[n->in[1]] || ad.needs_grad[n->in[2]];
+        if (n->op == HR_OP_DROPOUT) any = ad.needs_grad[n->in[0]];
+        if (any) ad.needs_grad[n->out[0]] = true;
+    }
+    for (int s = p->n_fwd - 1; s >= 0; s--) {
+        hr_node n = g->n[s]; /* copy: emitting may move g->n */
+        if (!ad.needs_grad[n.out[0]] || !hr_ops[n.op].backward) continue;
+        if ((st = hr_ops[n.op].backward(&ad, &n)) != HR_OK) goto done;
+    }
+done:
+    hr_free(ad.grad);
+    hr_free(ad.needs_grad);
+    hr_free(ad.written);
+    if (st == HR_ERR_OOM) hr_error_prefix("building the backward pass");
+    return st;
+}
+
+static int add_state(hr_graph *g, int param, const char *suffix) {
+    char nm[300];
+    snprintf(nm, sizeof nm, "%s.%s", g->t[param].name, suffix);
+    int t = hr_graph_add_tensor(g, nm, HR_F32, g->t[param].shape, false, HR_T_OPTSTATE, g->t[param].layer);
+    if (t >= 0) g->t[t].source = param;
+    return t;
+}
+
+static hr_status build_update(hr_program *p) {
+    hr_graph *g = &p->g;
+    const hr_optim_t *o = &p->cfg.optim;
+    int nt0 = g->nt;
+    if (o->clip_norm > 0) {
+        p->sqnorm = hr_graph_add_tensor(g, "grad_sqnorm", HR_F32, hr_shape_make(1, (int64_t[]){1}), false, HR_T_ACT, -1);
+        if (p->sqnorm < 0) return HR_ERR_OOM;
+        bool first = true;
+        for (int i = 0; i < nt0; i++) {
+            if (g->t[i].kind != HR_T_PARAM || g->t[i].grad < 0) continue;
+            hr_node n = hr_node_make(HR_OP_GRAD_SQNORM, g->t[i].layer);
+            n.in[0] = g->t[i].grad;
+            n.nin = 1;
+            n.out[0] = p->sqnorm;
+            n.nout = 1;
+            n.accum[0] = !first;
+            first = false;
+            if (hr_graph_add_node(g, &n) < 0) return HR_ERR_OOM;
+        }
+        if (first) p->sqnorm = -1;
+    }
+    int index = 0;
+    for (int i = 0; i < nt0; i++) {
+        if (g->t[i].kind != HR_T_PARAM) continue;
+        int k = index++;
+        if (g->t[i].grad < 0) continue;
+        hr_node n = hr_node_make(o->kind == HR_OPTIM_SGD ? HR_OP_SGD : HR_OP_ADAM, g->t[i].layer);
+        n.a.index = k;
+        n.in[0] = i;
+        n.in[1] = g->t[i].grad;
+        n.nin = 4;
+        if (o->kind == HR_OPTIM_SGD) {
+            if (o->momentum != 0 && (n.in[2] = add_state(g, i, "momentum_buffer")) < 0) return HR_ERR_OOM;
+        } else {
+            if ((n.in[2] = add_state(g, i, "exp_avg")) < 0) return HR_ERR_OOM;
+            if ((n.in[3] = add_state(g, i, "exp_avg_sq")) < 0) return HR_ERR_OOM;
+        }
+        if (p->sqnorm >= 0) {
+            n.in[4] = p->sqnorm;
+            n.nin = 5;
+        }
+        if (hr_graph_add_node(g, &n) < 0) return HR_ERR_OOM;
+    }
+    return HR_OK;
+}
+
+static hr_status check_config(const hr_model_t *m, const hr_config_t *cfg) {
+    if (!m) return hr_error_set(HR_ERR_INVALID_ARG, "compile: the model is NULL");
+    if (m->broken)
+        return hr_error_set(HR_ERR_INVALID_ARG, "compile: model '%s' failed to build; fix the first error it reported",
+                            m->name);
+    if (m->input < 0) return hr_error_set(HR_ERR_INVALID_ARG, "compile: model '%s' has no input", m->name);
+    if (m->loss < 0)
+        return hr_error_set(HR_ERR_INVALID_ARG, "compile: model '%s' has no loss; end it with a loss line", m->name);
+    if (cfg->batch <= 0)
+        return hr_error_set(HR_ERR_INVALID_ARG, "batch size must be at least 1, got %lld", (long long)cfg->batch);
+    if (cfg->batch > HR_MAX_BATCH)
+        return hr_error_set(HR_ERR_INVALID_ARG, "batch size %lld is beyond headroom's limit of 2^40 samples",
+                            (long long)cfg->batch);
+    const hr_optim_t *o = &cfg->optim;
+    if (cfg->mode == HR_MODE_TRAIN) {
+        if (!(o->lr >= 0) || !(o->eps > 0 || o->kind == HR_OPTIM_SGD) || !(o->weight_decay >= 0) ||
+            !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->momentum >= 0) ||
+            (o->nesterov && (o->momentum <= 0 || o->dampening != 0)))
+            return hr_error_set(HR_ERR_INVALID_ARG,
+                                "optimizer settings out of range: lr=%g betas=(%g, %g) eps=%g weight_decay=%g momentum=%g "
+                                "(nesterov needs momentum > 0 and dampening 0)",
+                                o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->momentum);
+    }
+    return HR_OK;
+}
+
+hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be, hr_program *p) {
+    memset(p, 0, sizeof *p);
+    hr_status st = check_config(m, cfg);
+    if (st) return st;
+    p->cfg = *cfg;
+    p->sqnorm = -1;
+    if ((st = hr_graph_copy(&p->g, &m->g)) != HR_OK) return hr_error_set(st, "compile: out of host memory copying the graph");
+    p->input = m->input;
+    p->label = m->label;
+    p->loss = m->loss;
+    p->output = m->output;
+    if ((st = add_batch(p, cfg->batch)) != HR_OK) goto fail;
+    bool train = cfg->mode == HR_MODE_TRAIN;
+    /* Inference drops the loss and keeps no statistics or masks. */
+    for (int s = 0; s < p->g.nn; s++) {
+        hr_node *n = &p->g.n[s];
+        if (n->op == HR_OP_BATCHNORM || n->op == HR_OP_DROPOUT) {
+            n->a.train = train;
+            if (!train) n->nout = 1, n->out[1] = n->out[2] = -1;
+        }
+    }
+    if (!train) {
+        p->g.nn--; /* the loss node is last */
+        p->loss = p->label = -1;
+    }
+    p->n_fwd = p->g.nn;
+    if (train) {
+        if ((st = build_backward(p)) != HR_OK) goto fail;
+        p->n_bwd_end = p->g.nn;
+        if ((st = build_update(p)) != HR_OK) goto fail;
+    } else {
+        p->n_bwd_end = p->g.nn;
+    }
+    /* Workspace: one tensor per node that asks for scratch. */
+    for (int s = 0; s < p->g.nn; s++) {
+        size_t ws = be && be->workspace_size ? be->workspace_size(be, &p->g, &p->g.n[s]) : 0;
+        if (!ws) continue;
+        char nm[300];
+        snprintf(nm, sizeof nm, "%s.workspace", hr_op_name(p->g.n[s].op));
+        int layer = p->g.n[s].layer;
+        if (layer >= 0) snprintf(nm, sizeof nm, "%s.%s.workspace", p->g.l[layer].name, hr_op_name(p->g.n[s].op));
+        int t = hr_graph_add_tensor(&p->g, nm, HR_U8, hr_shape_make(1, (int64_t[]){(int64_t)ws}), false, HR_T_WORKSPACE, layer);
+        if (t < 0) {
+            st = HR_ERR_OOM;
+            goto fail;
+        }
+        p->g.n[s].ws = t;
+    }
+    return HR_OK;
+fail:
+    if (st == HR_ERR_OOM) hr_error_prefix("compile");
+    hr_program_free(p);
+    return st;
+}

@@ -1,0 +1,233 @@
+/* graph.c — growing arrays of tensors, nodes and layers, shared by the model
+ * (forward graph) and the compiled step program. */
+#include "graph/graph.h"
+
+#include <string.h>
+
+static const char *op_names[HR_OP_COUNT] = {
+    [HR_OP_LINEAR] = "Linear", [HR_OP_CONV2D] = "Conv2d", [HR_OP_RELU] = "ReLU",
+    [HR_OP_MAXPOOL] = "MaxPool2d", [HR_OP_AVGPOOL] = "AvgPool2d", [HR_OP_BATCHNORM] = "BatchNorm",
+    [HR_OP_DROPOUT] = "Dropout", [HR_OP_RESHAPE] = "Reshape", [HR_OP_ADD] = "Add",
+    [HR_OP_CONCAT] = "Concat", [HR_OP_SOFTMAX] = "Softmax", [HR_OP_LOGSOFTMAX] = "LogSoftmax",
+    [HR_OP_CROSS_ENTROPY] = "CrossEntropyLoss", [HR_OP_MSE] = "MSELoss",
+    [HR_OP_LINEAR_BWD] = "Linear.backward", [HR_OP_CONV2D_BWD] = "Conv2d.backward",
+    [HR_OP_RELU_BWD] = "ReLU.backward", [HR_OP_MAXPOOL_BWD] = "MaxPool2d.backward",
+    [HR_OP_AVGPOOL_BWD] = "AvgPool2d.backward", [HR_OP_BATCHNORM_BWD] = "BatchNorm.backward",
+    [HR_OP_DROPOUT_BWD] = "Dropout.backward", [HR_OP_COPY] = "Copy", [HR_OP_CONCAT_BWD] = "Concat.backward",
+    [HR_OP_SOFTMAX_BWD] = "Softmax.backward", [HR_OP_LOGSOFTMAX_BWD] = "LogSoftmax.backward",
+    [HR_OP_CROSS_ENTROPY_BWD] = "CrossEntropyLoss.backward", [HR_OP_MSE_BWD] = "MSELoss.backward",
+    [HR_OP_GRAD_SQNORM] = "GradNorm", [HR_OP_SGD] = "SGD.update", [HR_OP_ADAM] = "Adam.update",
+};
+
+const char *hr_op_name(hr_op op) { return (unsigned)op < HR_OP_COUNT && op_names[op] ? op_names[op] : "?"; }
+
+void hr_graph_free(hr_graph *g) {
+    for (int i = 0; i < g->nt; i++) hr_free(g->t[i].name);
+    for (int i = 0; i < g->nl; i++) {
+        hr_free(g->l[i].name);
+        hr_free(g->l[i].file);
+    }
+    hr_free(g->t);
+    hr_free(g->n);
+    hr_free(g->l);
+    memset(g, 0, sizeof *g);
+}
+
+static bool grow(void **p, int *cap, int need, size_t elem) {
+    if (need <= *cap) return true;
+    int nc = *cap ? *cap * 2 : 16;
+    while (nc < need) nc *= 2;
+    void *q = hr_realloc(*p, (size_t)nc * elem);
+    if (!q) return false;
+    *p = q;
+    *cap = nc;
+    return true;
+}
+
+int hr_graph_add_tensor(hr_graph *g, const char *name, hr_dtype dt, hr_shape shape, bool batched,
+                        hr_tensor_kind kind, int layer) {
+    if (!grow((void **)&g->t, &g->capt, g->nt + 1, sizeof *g->t)) return -1;
+    char *nm = hr_strdup(name);
+    if (!nm) return -1;
+    hr_tensor *t = &g->t[g->nt];
+    memset(t, 0, sizeof *t);
+    t->name = nm;
+    t->dtype = dt;
+    t->shape = shape;
+    t->batched = batched;
+    t->kind = kind;
+    t->layer = layer;
+    t->grad = -1;
+    t->source = -1;
+    t->alias = -1;
+    return g->nt++;
+}
+
+int hr_graph_add_node(hr_graph *g, const hr_node *n) {
+    if (!grow((void **)&g->n, &g->capn, g->nn + 1, sizeof *g->n)) return -1;
+    g->n[g->nn] = *n;
+    return g->nn++;
+}
+
+hr_node hr_node_make(hr_op op, int layer) {
+    hr_node n;
+    memset(&n, 0, sizeof n);
+    n.op = op;
+    n.layer = layer;
+    n.ws = -1;
+    for (int i = 0; i < HR_NODE_MAX_IO; i++) n.in[i] = n.out[i] = -1;
+    return n;
+}
+
+hr_status hr_graph_copy(hr_graph *dst, const hr_graph *src) {
+    memset(dst, 0, sizeof *dst);
+    for (int i = 0; i < src->nt; i++) {
+        const hr_tensor *s = &src->t[i];
+        int k = hr_graph_add_tensor(dst, s->name, s->dtype, s->shape, s->batched, s->kind, s->layer);
+        if (k < 0) goto fail;
+        char *nm = dst->t[k].name;
+        dst->t[k] = *s;
+        dst->t[k].name = nm;
+    }
+    for (int i = 0; i < src->nn; i++)
+        if (hr_graph_add_node(dst, &src->n[i]) < 0) goto fail;
+    for (int i = 0; i < src->nl; i++) {
+        if (!grow((void **)&dst->l, &dst->capl, dst->nl + 1, sizeof *dst->l)) goto fail;
+        hr_layer *l = &dst->l[dst->nl];
+        *l = src->l[i];
+        l->name = NULL;
+        l->file = NULL;
+        dst->nl++;
+        if (!(l->name = hr_strdup(src->l[i].name))) goto fail;
+        if (src->l[i].file && !(l->file = hr_strdup(src->l[i].file))) goto fail;
+    }
+    return HR_OK;
+fail:
+    hr_graph_free(dst);
+    return HR_ERR_OOM;
+}
+
+/* ---- the model --------------------------------------------------------------- */
+hr_model_t *hr_model_new(const char *name) {
+    hr_model_t *m = hr_calloc(1, sizeof *m);
+    if (!m) return NULL;
+    if (!(m->name = hr_strdup(name ? name : "model"))) {
+        hr_free(m);
+        return NULL;
+    }
+    m->input = m->label = m->output = m->loss = -1;
+    return m;
+}
+
+void hr_model_free(hr_model_t *m) {
+    if (!m) return;
+    hr_graph_free(&m->g);
+    hr_free(m->name);
+    hr_free(m->src_file);
+    hr_free(m);
+}
+
+void hr_model_set_source(hr_model_t *m, const char *file, int line) {
+    if (!m) return;
+    char *f = file ? hr_strdup(file) : NULL;
+    hr_free(m->src_file);
+    m->src_file = f;
+    m->src_line = line;
+}
+
+int hr_model_begin_layer(hr_model_t *m, const char *name, const char *type) {
+    hr_graph *g = &m->g;
+    char buf[32];
+    if (!name) {
+        snprintf(buf, sizeof buf, "%d", g->nl);
+        name = buf;
+    }
+    for (int i = 0; i < g->nl; i++)
+        if (strcmp(g->l[i].name, name) == 0) {
+            hr_error_set(HR_ERR_INVALID_ARG, "%s%s%d%slayer name '%s' is used twice; give each layer its own name",
+                         m->src_file ? m->src_file : "", m->src_file ? ":" : "", m->src_line, m->src_file ? ": " : "",
+                         name);
+            m->broken = true;
+            return -1;
+        }
+    if (!grow((void **)&g->l, &g->capl, g->nl + 1, sizeof *g->l)) return -1;
+    hr_layer *l = &g->l[g->nl];
+    memset(l, 0, sizeof *l);
+    l->type = type;
+    l->line = m->src_line;
+    l->out = -1;
+    if (!(l->name = hr_strdup(name))) return -1;
+    if (m->src_file && !(l->file = hr_strdup(m->src_file))) {
+        hr_free(l->name);
+        return -1;
+    }
+    return g->nl++;
+}
+
+const char *hr_layer_where(const hr_model_t *m, int layer, char *buf, size_t n) {
+    if (layer < 0 || layer >= m->g.nl) {
+        snprintf(buf, n, "model '%s'", m->name);
+        return buf;
+    }
+    const hr_layer *l = &m->g.l[layer];
+    if (l->file)
+        snprintf(buf, n, "%s:%d: layer %s (%s)", l->file, l->line, l->name, l->type);
+    else
+        snprintf(buf, n, "layer %s (%s)", l->name, l->type);
+    return buf;
+}
+
+bool hr_model_check_tensor(hr_model_t *m, int t, const char *what) {
+    if (!m) {
+        hr_error_set(HR_ERR_INVALID_ARG, "%s: the model is NULL", what);
+        return false;
+    }
+    if (m->broken) {
+        hr_error_set(HR_ERR_INVALID_ARG, "%s: an earlier layer of this model failed to build; fix that first", what);
+        return false;
+    }
+    if (m->loss >= 0) {
+        m->broken = true;
+        hr_error_set(HR_ERR_INVALID_ARG, "%s: the model already ends in a loss; layers go before the loss line", what);
+        return false;
+    }
+    if (t < 0 || t >= m->g.nt || (m->g.t[t].kind != HR_T_ACT && m->g.t[t].kind != HR_T_INPUT)) {
+        m->broken = true;
+        hr_error_set(HR_ERR_INVALID_ARG, "%s: input tensor %d is not an output of this model (is there an input line?)",
+                     what, t);
+        return false;
+    }
+    return true;
+}
+
+int hr_model_add_param(hr_model_t *m, int layer, const char *suffix, int ndim, const int64_t *dims, hr_tensor_kind kind) {
+    char nm[256];
+    snprintf(nm, sizeof nm, "%s.%s", m->g.l[layer].name, suffix);
+    int t = hr_graph_add_tensor(&m->g, nm, HR_F32, hr_shape_make(ndim, dims), false, kind, layer);
+    if (t >= 0 && kind == HR_T_PARAM) m->g.t[t].requires_grad = true;
+    return t;
+}
+
+int hr_model_add_act(hr_model_t *m, int layer, const char *suffix, hr_shape per_sample) {
+    char nm[256];
+    snprintf(nm, sizeof nm, "%s.%s", m->g.l[layer].name, suffix);
+    int t = hr_graph_add_tensor(&m->g, nm, HR_F32, per_sample, true, HR_T_ACT, layer);
+    if (t >= 0 && strcmp(suffix, "out") == 0) m->g.l[layer].out = t;
+    return t;
+}
+
+int hr_tensor_ndim(const hr_model_t *m, int t) { return m && t >= 0 && t < m->g.nt ? m->g.t[t].shape.ndim : -1; }
+int64_t hr_tensor_dim(const hr_model_t *m, int t, int i) {
+    if (!m || t < 0 || t >= m->g.nt || i < 0 || i >= m->g.t[t].shape.ndim) return -1;
+    return m->g.t[t].shape.d[i];
+}
+int hr_model_output(const hr_model_t *m) { return m ? m->output : -1; }
+
+hr_status hr_model_freeze(hr_model_t *m, const char *param_name) {
+    for (int i = 0; i < m->g.nt; i++)
+        if (m->g.t[i].kind == HR_T_PARAM && strcmp(m->g.t[i].name, param_name) == 0) {
+            m->g.t[i].requires_grad = false;
+            return HR_OK;
+        }
+    return hr_error_set(HR_ERR_INVALID_ARG, "freeze: no parameter named '%s' in model '%s'", param_name, m->name);
+}

@@ -1,0 +1,122 @@
+/* graph.h — tensors, nodes and layers: the forward graph a model builds and
+ * the step program (forward, backward, update) that compile makes from it. */
+#ifndef HR_GRAPH_H
+#define HR_GRAPH_H
+
+#include "core/core.h"
+
+#define HR_NODE_MAX_IO 8
+
+/* What a tensor is to the step; the planner's categories follow from it. */
+typedef enum {
+    HR_T_ACT = 0,   /* produced by a forward op */
+    HR_T_PARAM,     /* trainable (or frozen) parameter */
+    HR_T_BUFFER,    /* persistent state that is not trained: BatchNorm running stats */
+    HR_T_INPUT,     /* the batch */
+    HR_T_LABEL,     /* labels or regression targets */
+    HR_T_GRAD,      /* gradient of a parameter */
+    HR_T_ACT_GRAD,  /* gradient of an activation */
+    HR_T_OPTSTATE,  /* optimizer state (Adam moments, momentum) */
+    HR_T_WORKSPACE, /* one node's scratch */
+} hr_tensor_kind;
+
+typedef enum {
+    /* forward */
+    HR_OP_LINEAR = 0, HR_OP_CONV2D, HR_OP_RELU, HR_OP_MAXPOOL, HR_OP_AVGPOOL, HR_OP_BATCHNORM,
+    HR_OP_DROPOUT, HR_OP_RESHAPE, HR_OP_ADD, HR_OP_CONCAT, HR_OP_SOFTMAX, HR_OP_LOGSOFTMAX,
+    HR_OP_CROSS_ENTROPY, HR_OP_MSE,
+    /* backward */
+    HR_OP_LINEAR_BWD, HR_OP_CONV2D_BWD, HR_OP_RELU_BWD, HR_OP_MAXPOOL_BWD, HR_OP_AVGPOOL_BWD,
+    HR_OP_BATCHNORM_BWD, HR_OP_DROPOUT_BWD, HR_OP_COPY, HR_OP_CONCAT_BWD, HR_OP_SOFTMAX_BWD,
+    HR_OP_LOGSOFTMAX_BWD, HR_OP_CROSS_ENTROPY_BWD, HR_OP_MSE_BWD,
+    /* update */
+    HR_OP_GRAD_SQNORM, /* adds sum(g^2) into a scalar: one node per gradient, for clipping */
+    HR_OP_SGD, HR_OP_ADAM,
+    HR_OP_COUNT
+} hr_op;
+
+const char *hr_op_name(hr_op op);
+
+/* Attributes of every op, in one small struct (fields unused by an op stay 0). */
+typedef struct {
+    int64_t in_f, out_f;          /* Linear; Conv2d channels */
+    int kh, kw, sh, sw, ph, pw;   /* Conv2d, pools */
+    float eps, momentum, p;       /* BatchNorm, Dropout */
+    int64_t nclasses;             /* CrossEntropy */
+    bool bias;
+    bool train;                   /* BatchNorm/Dropout: batch statistics / masking */
+    uint64_t seed;                /* Dropout */
+    int64_t offset;               /* Concat backward: channel offset of this input */
+    int index;                    /* optimizer: parameter index (for its RNG stream, reports) */
+} hr_attr;
+
+typedef struct {
+    char *name;
+    hr_dtype dtype;
+    hr_shape shape;     /* in a model: without the batch when `batched` */
+    bool batched;       /* the first dimension is the batch */
+    hr_tensor_kind kind;
+    int layer;          /* layer that made it, -1 for none */
+    bool requires_grad; /* a parameter that is not frozen */
+    int grad;           /* its gradient tensor, -1 */
+    int source;         /* for grads and optimizer state: the tensor they belong to */
+    /* filled by the planner */
+    hr_category cat;
+    int first, last;    /* lifetime: schedule indices */
+    int alias;          /* shares the storage of this tensor (in place, views), -1 */
+    size_t bytes;       /* aligned size */
+    size_t offset;      /* in its arena */
+} hr_tensor;
+
+typedef struct {
+    hr_op op;
+    int nin, nout;
+    int in[HR_NODE_MAX_IO];
+    int out[HR_NODE_MAX_IO];     /* -1: output not needed (e.g. dx of the first layer) */
+    bool accum[HR_NODE_MAX_IO];  /* output i adds into what is there */
+    int ws;                      /* workspace tensor, -1 */
+    int layer;
+    hr_attr a;
+} hr_node;
+
+typedef struct {
+    char *name;       /* "3" or the user's name */
+    const char *type; /* "Conv2d" */
+    char *file;       /* model file, may be NULL */
+    int line;
+    int out;          /* output tensor */
+} hr_layer;
+
+typedef struct {
+    hr_tensor *t; int nt, capt;
+    hr_node *n;   int nn, capn;
+    hr_layer *l;  int nl, capl;
+} hr_graph;
+
+void hr_graph_free(hr_graph *g);
+/* Both return the new index or -1 (OOM). The name is copied. */
+int hr_graph_add_tensor(hr_graph *g, const char *name, hr_dtype dt, hr_shape shape, bool batched,
+                        hr_tensor_kind kind, int layer);
+int hr_graph_add_node(hr_graph *g, const hr_node *n);
+hr_status hr_graph_copy(hr_graph *dst, const hr_graph *src);
+hr_node hr_node_make(hr_op op, int layer);
+
+struct hr_model {
+    char *name;
+    hr_graph g;
+    char *src_file; /* where the next layer comes from, for messages */
+    int src_line;
+    int input, label, output, loss;
+    int nparams;    /* layers with parameters get them in this order (state_dict order) */
+    bool broken;    /* a builder failed: compile refuses */
+};
+
+/* Helpers for the builders in src/ops/. */
+int hr_model_begin_layer(hr_model_t *m, const char *name, const char *type); /* layer index or -1 */
+/* "layer 3 (Conv2d, model.txt:7)" for messages */
+const char *hr_layer_where(const hr_model_t *m, int layer, char *buf, size_t n);
+bool hr_model_check_tensor(hr_model_t *m, int t, const char *what);
+int hr_model_add_param(hr_model_t *m, int layer, const char *suffix, int ndim, const int64_t *dims, hr_tensor_kind kind);
+int hr_model_add_act(hr_model_t *m, int layer, const char *suffix, hr_shape per_sample);
+
+#endif

@@ -1,0 +1,282 @@
+/* checkpoint.c — saves a session's named state (parameters, buffers, optimizer
+ * state) as one safetensors file that PyTorch loads, and loads it back, checked. */
+#include "io/io.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define OPTIM_PREFIX "optim."
+#define NBT_SUFFIX ".num_batches_tracked"
+#define MEAN_SUFFIX ".running_mean"
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+/* The name a state tensor has in the file. */
+static char *file_name(const hr_session_t *s, int i) {
+    const char *name = hr_state_name(s, i);
+    bool param = hr_state_is_param(s, i);
+    char *out = hr_malloc(strlen(name) + sizeof OPTIM_PREFIX);
+    if (out) sprintf(out, "%s%s", param ? "" : OPTIM_PREFIX, name);
+    return out;
+}
+
+static void state_dims(const hr_session_t *s, int i, int *ndim, int64_t *dims) {
+    *ndim = hr_state_ndim(s, i);
+    if (*ndim > HR_ST_MAX_DIMS) *ndim = HR_ST_MAX_DIMS;
+    for (int d = 0; d < *ndim; d++) dims[d] = hr_state_dim(s, i, d);
+}
+
+void hr_checkpoint_fingerprint(const hr_session_t *s, char *buf, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a, 64 bits */
+    int count = 0;
+    long long values = 0;
+    for (int i = 0; i < hr_state_count(s); i++) {
+        if (!hr_state_is_param(s, i)) continue;
+        char part[64];
+        int ndim;
+        int64_t dims[HR_ST_MAX_DIMS];
+        state_dims(s, i, &ndim, dims);
+        long long numel = 1;
+        for (const char *c = hr_state_name(s, i); *c; c++) h = (h ^ (unsigned char)*c) * 0x100000001b3ull;
+        for (int d = 0; d < ndim; d++) {
+            int k = snprintf(part, sizeof part, "%c%lld", d ? ',' : ':', (long long)dims[d]);
+            for (int j = 0; j < k; j++) h = (h ^ (unsigned char)part[j]) * 0x100000001b3ull;
+            numel *= dims[d];
+        }
+        h = (h ^ ';') * 0x100000001b3ull;
+        count++;
+        values += numel;
+    }
+    snprintf(buf, n, "%d tensors, %lld values, fnv1a64 %016llx", count, values, (unsigned long long)h);
+}
+
+/* ---- saving ------------------------------------------------------------------ */
+typedef struct {
+    hr_session_t *s;
+    int n_state;
+} save_ctx;
+
+static hr_status fill_state(void *ctx, int i, void *dst) {
+    save_ctx *c = ctx;
+    return hr_state_read(c->s, i, dst); /* only state entries have no data pointer */
+}
+
+/* Is there a state tensor with this exact name? */
+static bool has_state(const hr_session_t *s, const char *name) { return hr_state_find(s, name) >= 0; }
+
+hr_status hr_checkpoint_save(hr_session_t *s, const char *path, const hr_ckpt_meta *meta) {
+    int n = hr_state_count(s), extra = 0;
+    /* PyTorch's BatchNorm keeps num_batches_tracked; write it (as the step
+     * count) so load_state_dict(strict=True) finds every key it expects. */
+    for (int i = 0; i < n; i++) {
+        const char *name = hr_state_name(s, i);
+        if (hr_state_is_param(s, i) && ends_with(name, MEAN_SUFFIX)) extra++;
+    }
+    hr_st_entry *t = hr_calloc((size_t)(n + extra + 1), sizeof *t);
+    char **names = hr_calloc((size_t)(n + extra + 1), sizeof *names);
+    int64_t *dims = hr_calloc((size_t)(n + 1) * HR_ST_MAX_DIMS, sizeof *dims);
+    hr_status st = HR_OK;
+    int m = 0;
+    int64_t step = hr_step_count(s);
+    if (!t || !names || !dims) { st = HR_ERR_OOM; goto done; }
+    for (int i = 0; i < n; i++, m++) {
+        if (!(names[m] = file_name(s, i))) { st = HR_ERR_OOM; goto done; }
+        t[m].name = names[m];
+        t[m].dtype = "F32";
+        t[m].dims = dims + (size_t)i * HR_ST_MAX_DIMS;
+        state_dims(s, i, &t[m].ndim, dims + (size_t)i * HR_ST_MAX_DIMS);
+    }
+    for (int i = 0; i < n; i++) {
+        const char *name = hr_state_name(s, i);
+        if (!hr_state_is_param(s, i) || !ends_with(name, MEAN_SUFFIX)) continue;
+        size_t stem = strlen(name) - strlen(MEAN_SUFFIX);
+        if (!(names[m] = hr_malloc(stem + sizeof NBT_SUFFIX))) { st = HR_ERR_OOM; goto done; }
+        sprintf(names[m], "%.*s%s", (int)stem, name, NBT_SUFFIX);
+        if (has_state(s, names[m])) { hr_free(names[m]); names[m] = NULL; continue; }
+        t[m] = (hr_st_entry){names[m], "I64", 0, NULL, &step};
+        m++;
+    }
+    char fp[96], epoch[24], batch[24], steps[24], seed[24];
+    hr_checkpoint_fingerprint(s, fp, sizeof fp);
+    snprintf(epoch, sizeof epoch, "%lld", (long long)(meta ? meta->epoch : 0));
+    snprintf(batch, sizeof batch, "%lld", (long long)(meta ? meta->batch : 0));
+    snprintf(steps, sizeof steps, "%lld", (long long)step);
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)(meta ? meta->seed : 0));
+    const char *keys[] = {"format", "headroom.model", "headroom.epoch", "headroom.batch",
+                          "headroom.step", "headroom.seed", "headroom.fingerprint"};
+    const char *values[] = {"pt", meta ? meta->model : "", epoch, batch, steps, seed, fp};
+    save_ctx ctx = {s, n};
+    st = hr_safetensors_write(path, t, m, keys, values, 7, fill_state, &ctx);
+    if (st != HR_OK) hr_error_prefix("saving checkpoint %s", path);
+done:
+    if (names)
+        for (int i = 0; i < n + extra; i++) hr_free(names[i]);
+    hr_free(names);
+    hr_free(t);
+    hr_free(dims);
+    return st;
+}
+
+/* ---- loading ------------------------------------------------------------------ */
+static hr_status meta_int(const hr_safetensors_t *f, const char *key, int64_t *out) {
+    const char *v = hr_safetensors_meta(f, key);
+    if (!v) return hr_error_set(HR_ERR_FORMAT, "checkpoint %s has no metadata '%s'; it is damaged",
+                                hr_safetensors_path(f), key);
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno)
+        return hr_error_set(HR_ERR_FORMAT, "checkpoint %s: metadata %s = '%s' is not an integer; it is damaged",
+                            hr_safetensors_path(f), key, v);
+    *out = x;
+    return HR_OK;
+}
+
+/* Says how the file and the session differ, for the fingerprint message. */
+static void first_difference(const hr_session_t *s, const hr_safetensors_t *f, char *buf, size_t n) {
+    char a[120], b[120];
+    snprintf(buf, n, "their parameters differ");
+    for (int i = 0; i < hr_state_count(s); i++) {
+        if (!hr_state_is_param(s, i)) continue;
+        const char *name = hr_state_name(s, i);
+        int ndim;
+        int64_t dims[HR_ST_MAX_DIMS];
+        state_dims(s, i, &ndim, dims);
+        const hr_st_tensor *t = hr_safetensors_find(f, name);
+        hr_shape here = hr_shape_make(ndim < HR_MAX_DIMS ? ndim : HR_MAX_DIMS, dims);
+        if (!t) {
+            snprintf(buf, n, "this model has '%s' %s, the checkpoint has not", name, hr_shape_str(&here, a, sizeof a));
+            return;
+        }
+        bool same = t->ndim == ndim;
+        for (int d = 0; same && d < ndim; d++) same = t->dims[d] == dims[d];
+        if (!same) {
+            hr_shape there = hr_shape_make(t->ndim < HR_MAX_DIMS ? t->ndim : HR_MAX_DIMS, t->dims);
+            snprintf(buf, n, "'%s' is %s in the checkpoint, %s here", name, hr_shape_str(&there, a, sizeof a),
+                     hr_shape_str(&here, b, sizeof b));
+            return;
+        }
+    }
+    for (int i = 0; i < hr_safetensors_count(f); i++) {
+        const char *name = hr_safetensors_at(f, i)->name;
+        if (strncmp(name, OPTIM_PREFIX, strlen(OPTIM_PREFIX)) && !ends_with(name, NBT_SUFFIX) && !has_state(s, name)) {
+            snprintf(buf, n, "the checkpoint has '%s', this model has not", name);
+            return;
+        }
+    }
+}
+
+/* Is this file tensor one that the session has no use for? */
+static bool unexpected(const hr_session_t *s, const char *name) {
+    if (ends_with(name, NBT_SUFFIX)) return false; /* PyTorch's BatchNorm counter */
+    if (!strncmp(name, OPTIM_PREFIX, strlen(OPTIM_PREFIX))) {
+        int i = hr_state_find(s, name + strlen(OPTIM_PREFIX));
+        return i < 0 || hr_state_is_param(s, i);
+    }
+    int i = hr_state_find(s, name);
+    return i < 0 || !hr_state_is_param(s, i);
+}
+
+static hr_status check_file(hr_session_t *s, hr_safetensors_t *f, bool ours, bool *load_optim, int64_t *biggest,
+                            const char *model) {
+    const char *path = hr_safetensors_path(f);
+    int n = hr_state_count(s), optim_found = 0;
+    for (int i = 0; i < n; i++) {
+        if (hr_state_is_param(s, i)) continue;
+        char *name = file_name(s, i);
+        if (!name) return HR_ERR_OOM;
+        optim_found += hr_safetensors_find(f, name) != NULL;
+        hr_free(name);
+    }
+    /* Our checkpoints carry all of the optimizer state; plain weights may carry none. */
+    *load_optim = ours || optim_found > 0;
+    for (int i = 0; i < n; i++) {
+        if (!hr_state_is_param(s, i) && !*load_optim) continue;
+        int ndim;
+        int64_t dims[HR_ST_MAX_DIMS], numel = 1;
+        state_dims(s, i, &ndim, dims);
+        for (int d = 0; d < ndim; d++) numel *= dims[d];
+        if (numel > *biggest) *biggest = numel;
+        char *name = file_name(s, i);
+        if (!name) return HR_ERR_OOM;
+        const hr_st_tensor *t = hr_safetensors_expect(f, name, NULL, ndim, dims);
+        hr_free(name);
+        if (!t) {
+            if (!hr_state_is_param(s, i))
+                return hr_error_prefix("optimizer state of checkpoint %s does not match this session's optimizer "
+                                       "(was it saved with another one?)", path);
+            return hr_error_prefix("cannot load %s into model '%s'", path, model);
+        }
+    }
+    for (int i = 0; i < hr_safetensors_count(f); i++) {
+        const char *name = hr_safetensors_at(f, i)->name;
+        if (unexpected(s, name))
+            return hr_error_set(HR_ERR_FORMAT, "%s holds tensor '%s' that model '%s' does not have; it was written "
+                                "for another model", path, name, model);
+    }
+    return HR_OK;
+}
+
+static hr_status read_meta(hr_safetensors_t *f, hr_ckpt_meta *out) {
+    hr_ckpt_meta m = {0};
+    const char *v;
+    hr_status st;
+    if ((st = meta_int(f, "headroom.epoch", &m.epoch)) != HR_OK) return st;
+    if ((st = meta_int(f, "headroom.batch", &m.batch)) != HR_OK) return st;
+    if ((st = meta_int(f, "headroom.step", &m.step)) != HR_OK) return st;
+    if ((v = hr_safetensors_meta(f, "headroom.seed"))) m.seed = strtoull(v, NULL, 10);
+    if ((v = hr_safetensors_meta(f, "headroom.model"))) snprintf(m.model, sizeof m.model, "%s", v);
+    if ((v = hr_safetensors_meta(f, "headroom.fingerprint"))) snprintf(m.fingerprint, sizeof m.fingerprint, "%s", v);
+    *out = m;
+    return HR_OK;
+}
+
+hr_status hr_checkpoint_load(hr_session_t *s, const char *path, hr_ckpt_meta *meta) {
+    char model[128];
+    snprintf(model, sizeof model, "%s", meta && meta->model[0] ? meta->model : "(this session)");
+    hr_safetensors_t *f = hr_safetensors_open(path);
+    if (!f) return hr_error_prefix("loading checkpoint");
+    hr_ckpt_meta got = {0};
+    float *buf = NULL;
+    hr_status st = HR_OK;
+    const char *file_fp = hr_safetensors_meta(f, "headroom.fingerprint");
+    bool ours = file_fp != NULL, load_optim = false;
+    if (ours) {
+        if ((st = read_meta(f, &got)) != HR_OK) goto done;
+        char fp[96], diff[320];
+        hr_checkpoint_fingerprint(s, fp, sizeof fp);
+        if (strcmp(fp, file_fp) != 0) {
+            first_difference(s, f, diff, sizeof diff);
+            st = hr_error_set(HR_ERR_FORMAT, "checkpoint %s was written for model '%s' (%s) but this is model '%s' "
+                              "(%s): %s. Load it with the model file it was trained with, or train afresh",
+                              path, got.model, file_fp, model, fp, diff);
+            goto done;
+        }
+    }
+    int64_t biggest = 1;
+    if ((st = check_file(s, f, ours, &load_optim, &biggest, model)) != HR_OK) goto done;
+    if (!(buf = hr_malloc((size_t)biggest * sizeof(float)))) { st = HR_ERR_OOM; goto done; }
+    /* Everything was checked: from here on only I/O or the device can fail. */
+    for (int i = 0; i < hr_state_count(s) && st == HR_OK; i++) {
+        if (!hr_state_is_param(s, i) && !load_optim) continue;
+        char *name = file_name(s, i);
+        if (!name) { st = HR_ERR_OOM; break; }
+        const hr_st_tensor *t = hr_safetensors_find(f, name);
+        hr_free(name);
+        st = hr_safetensors_read_f32(f, t, buf);
+        if (st == HR_OK) st = hr_state_write(s, i, buf);
+        if (st != HR_OK)
+            hr_error_prefix("loading %s stopped at tensor '%s', leaving the session's state partly loaded; "
+                            "load again before training", path, hr_state_name(s, i));
+    }
+    if (st == HR_OK && ours) st = hr_set_step_count(s, got.step);
+    if (st == HR_OK && meta) *meta = got;
+done:
+    hr_free(buf);
+    hr_safetensors_free(f);
+    return st;
+}

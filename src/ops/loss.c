@@ -1,0 +1,73 @@
+/* loss.c — CrossEntropyLoss and MSELoss: the model's last node, its labels or
+ * targets input, and the backward node that starts the backward pass. */
+#include "ops/ops.h"
+
+/* CrossEntropyLoss: in {logits (N,C), labels (N) int32}, out {loss (1)}, mean.
+ * backward: in {logits, labels}, out {dlogits} = (softmax - onehot) / N. */
+int hr_loss_cross_entropy(hr_model_t *m, int logits, int64_t nclasses) {
+    if (!hr_model_check_tensor(m, logits, "CrossEntropyLoss")) return -1;
+    int L = hr_model_begin_layer(m, "loss", "CrossEntropyLoss");
+    if (L < 0) return -1;
+    const hr_tensor *x = &m->g.t[logits];
+    char a[64];
+    if (x->shape.ndim != 1)
+        return hr_build_fail(m, L, HR_ERR_SHAPE, "CrossEntropyLoss takes logits (batch, classes) but gets per-sample shape %s; "
+                             "add Flatten() and a Linear layer", hr_shape_str(&x->shape, a, sizeof a));
+    if (nclasses <= 0) nclasses = x->shape.d[0];
+    if (x->shape.d[0] != nclasses)
+        return hr_build_fail(m, L, HR_ERR_SHAPE, "%lld classes expected but the logits have %lld", (long long)nclasses,
+                             (long long)x->shape.d[0]);
+    int lab = hr_graph_add_tensor(&m->g, "labels", HR_I32, hr_shape_make(0, NULL), true, HR_T_LABEL, -1);
+    if (lab < 0) return -1;
+    hr_node n = hr_node_make(HR_OP_CROSS_ENTROPY, L);
+    n.a.nclasses = nclasses;
+    n.in[0] = logits;
+    n.in[1] = lab;
+    n.nin = 2;
+    n.out[0] = hr_graph_add_tensor(&m->g, "loss", HR_F32, hr_shape_make(1, (int64_t[]){1}), false, HR_T_ACT, L);
+    n.nout = 1;
+    if (n.out[0] < 0) return -1;
+    m->label = lab;
+    m->output = logits;
+    if (hr_graph_add_node(&m->g, &n) < 0) return -1;
+    m->loss = n.out[0];
+    m->g.l[L].out = m->loss;
+    return m->loss;
+}
+
+/* MSELoss: in {pred, target (same shape)}, out {loss (1)}, mean over all
+ * elements; backward: in {pred, target}, out {dpred} = 2 (pred - target) / numel. */
+int hr_loss_mse(hr_model_t *m, int pred) {
+    if (!hr_model_check_tensor(m, pred, "MSELoss")) return -1;
+    int L = hr_model_begin_layer(m, "loss", "MSELoss");
+    if (L < 0) return -1;
+    int tgt = hr_graph_add_tensor(&m->g, "targets", HR_F32, m->g.t[pred].shape, true, HR_T_LABEL, -1);
+    if (tgt < 0) return -1;
+    hr_node n = hr_node_make(HR_OP_MSE, L);
+    n.in[0] = pred;
+    n.in[1] = tgt;
+    n.nin = 2;
+    n.out[0] = hr_graph_add_tensor(&m->g, "loss", HR_F32, hr_shape_make(1, (int64_t[]){1}), false, HR_T_ACT, L);
+    n.nout = 1;
+    if (n.out[0] < 0) return -1;
+    m->label = tgt;
+    m->output = pred;
+    if (hr_graph_add_node(&m->g, &n) < 0) return -1;
+    m->loss = n.out[0];
+    m->g.l[L].out = m->loss;
+    return m->loss;
+}
+
+hr_status hr_loss_backward(hr_autodiff *ad, const hr_node *f) {
+    bool acc;
+    hr_node n = hr_node_make(f->op == HR_OP_CROSS_ENTROPY ? HR_OP_CROSS_ENTROPY_BWD : HR_OP_MSE_BWD, f->layer);
+    n.a = f->a;
+    n.out[0] = hr_ad_grad_out(ad, f->in[0], &acc);
+    if (n.out[0] == -2) return HR_ERR_OOM;
+    if (n.out[0] < 0) return HR_OK;
+    n.nout = 1;
+    n.in[0] = f->in[0];
+    n.in[1] = f->in[1];
+    n.nin = 2;
+    return hr_ad_emit(ad, &n) < 0 ? HR_ERR_OOM : HR_OK;
+}

@@ -1,0 +1,150 @@
+/* report.c — the plan for people (a category table) and for programs (JSON),
+ * byte formatting, and the planner's search for the largest batch that fits. */
+#include "exec/session.h"
+
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *hr_category_name(hr_category c) {
+    static const char *n[HR_CAT_COUNT] = {"parameters", "gradients", "optimizer state", "saved activations",
+                                          "transients", "workspace", "inputs"};
+    return (unsigned)c < HR_CAT_COUNT ? n[c] : "?";
+}
+
+const char *hr_format_bytes(size_t n, char *buf, size_t len) {
+    static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    double v = (double)n;
+    int k = 0;
+    while (v >= 1024 && k < 6) v /= 1024, k++;
+    if (k == 0)
+        snprintf(buf, len, "%zu B", n);
+    else
+        snprintf(buf, len, "%.2f %s", v, u[k]);
+    return buf;
+}
+
+bool hr_parse_bytes(const char *s, size_t *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !(v >= 0)) return false;
+    while (isspace((unsigned char)*end)) end++;
+    double mul = 1;
+    static const struct { const char *u; double m; } units[] = {
+        {"", 1}, {"B", 1}, {"K", 1e3}, {"KB", 1e3}, {"KiB", 1024.0}, {"M", 1e6}, {"MB", 1e6},
+        {"MiB", 1048576.0}, {"G", 1e9}, {"GB", 1e9}, {"GiB", 1073741824.0}, {"T", 1e12}, {"TB", 1e12},
+        {"TiB", 1099511627776.0}};
+    bool found = false;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strcasecmp(end, units[i].u) == 0 && (strchr(units[i].u, 'i') == NULL || strcmp(end, units[i].u) == 0 ||
+                                                 strcasecmp(end, units[i].u) == 0)) {
+            mul = units[i].m;
+            found = true;
+            break;
+        }
+    if (!found || v * mul > 1.8e19) return false;
+    *out = (size_t)(v * mul);
+    return true;
+}
+
+void hr_report_print(const hr_session_t *s, FILE *f) {
+    const hr_report_t *r = &s->plan.report;
+    const hr_config_t *c = &s->prog.cfg;
+    char a[32], b[32];
+    fprintf(f, "plan: %s, batch %lld, %s, %s on %s — %d tensors, %d steps\n", s->model_name, (long long)c->batch,
+            c->mode == HR_MODE_TRAIN ? "train" : "inference",
+            c->mode == HR_MODE_TRAIN ? (c->optim.kind == HR_OPTIM_SGD ? "SGD" : c->optim.kind == HR_OPTIM_ADAM ? "Adam" : "AdamW")
+                                     : "no optimizer",
+            s->be->name, r->n_tensors, r->n_steps);
+    fprintf(f, "  %-18s %12s %14s\n", "category", "total", "live at peak");
+    for (int k = 0; k < HR_CAT_COUNT; k++)
+        fprintf(f, "  %-18s %12s %14s\n", hr_category_name((hr_category)k), hr_format_bytes(r->category_bytes[k], a, sizeof a),
+                hr_format_bytes(r->category_at_peak[k], b, sizeof b));
+    fprintf(f, "  %-18s %12s   (lower bound %s, %.3fx)\n", "arena (peak)", hr_format_bytes(r->arena_bytes, a, sizeof a),
+            hr_format_bytes(r->lower_bound, b, sizeof b), r->lower_bound ? (double)r->arena_bytes / (double)r->lower_bound : 1.0);
+    if (s->overhead) fprintf(f, "  %-18s %12s   (measured: context, library handles)\n", "runtime overhead",
+                             hr_format_bytes(s->overhead, a, sizeof a));
+    fprintf(f, "  peak at step %d of %d: %s\n", r->peak_step, r->n_steps, r->peak_op);
+    for (int i = 0; i < r->n_top; i++)
+        fprintf(f, "    %-32s %-24s %12s\n", r->top[i].name, r->top[i].layer, hr_format_bytes(r->top[i].bytes, a, sizeof a));
+}
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', f);
+        if ((unsigned char)*s < 0x20) fprintf(f, "\\u%04x", *s);
+        else fputc(*s, f);
+    }
+    fputc('"', f);
+}
+
+void hr_report_json(const hr_session_t *s, FILE *f) {
+    const hr_report_t *r = &s->plan.report;
+    fprintf(f, "{\"model\": ");
+    json_str(f, s->model_name);
+    fprintf(f, ", \"batch\": %lld, \"mode\": \"%s\", \"device\": \"%s\", \"categories\": {", (long long)s->prog.cfg.batch,
+            s->prog.cfg.mode == HR_MODE_TRAIN ? "train" : "infer", s->be->name);
+    for (int k = 0; k < HR_CAT_COUNT; k++)
+        fprintf(f, "%s\"%s\": %zu", k ? ", " : "", hr_category_name((hr_category)k), r->category_bytes[k]);
+    fprintf(f, "}, \"at_peak\": {");
+    for (int k = 0; k < HR_CAT_COUNT; k++)
+        fprintf(f, "%s\"%s\": %zu", k ? ", " : "", hr_category_name((hr_category)k), r->category_at_peak[k]);
+    fprintf(f, "}, \"arena_bytes\": %zu, \"lower_bound\": %zu, \"overhead_bytes\": %zu, \"peak_step\": %d, \"steps\": %d, "
+               "\"peak_op\": ",
+            r->arena_bytes, r->lower_bound, s->overhead, r->peak_step, r->n_steps);
+    json_str(f, r->peak_op);
+    fprintf(f, ", \"top\": [");
+    for (int i = 0; i < r->n_top; i++) {
+        fprintf(f, "%s{\"name\": ", i ? ", " : "");
+        json_str(f, r->top[i].name);
+        fprintf(f, ", \"layer\": ");
+        json_str(f, r->top[i].layer);
+        fprintf(f, ", \"bytes\": %zu}", r->top[i].bytes);
+    }
+    fprintf(f, "]}\n");
+}
+
+/* Plans only (on the CPU backend's shapes), so no device is touched. The peak
+ * grows with the batch, so a binary search over plans finds the largest fit. */
+static int plan_fits(const hr_model_t *m, const hr_config_t *cfg, int64_t batch, size_t budget, size_t overhead,
+                     hr_backend *be) {
+    hr_config_t c = *cfg;
+    c.batch = batch;
+    hr_program p;
+    if (hr_program_build(m, &c, be, &p) != HR_OK) return -1;
+    hr_plan pl;
+    int fits = -1;
+    if (hr_plan_make(&p, &pl) == HR_OK) {
+        fits = pl.arena_bytes + overhead <= budget;
+        hr_plan_free(&pl);
+    }
+    hr_program_free(&p);
+    return fits;
+}
+
+int64_t hr_largest_batch_on(const hr_model_t *m, const hr_config_t *cfg, size_t budget, size_t overhead, int64_t hi,
+                            hr_backend *be) {
+    int64_t lo = 0;
+    if (hi < 1) return 0;
+    int f = plan_fits(m, cfg, hi, budget, overhead, be);
+    if (f < 0 && hi > 1) f = 0; /* too large to even plan: search below */
+    if (f == 1) return hi;
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        int r = plan_fits(m, cfg, mid, budget, overhead, be);
+        if (r == 1)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+int64_t hr_largest_batch(const hr_model_t *m, const hr_config_t *cfg, size_t budget, size_t overhead, int64_t hi) {
+    hr_backend *be = hr_backend_cpu_new(cfg);
+    if (!be) return -1;
+    int64_t r = hr_largest_batch_on(m, cfg, budget, overhead, hi, be);
+    be->free(be);
+    return r;
+}
