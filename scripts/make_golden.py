@@ -262,12 +262,38 @@ def err_report(r32, r64):
     return rows
 
 
+def compare_dirs(new_dir, ref_dir, names):
+    """Print, per tensor, how the files in new_dir differ from those in ref_dir
+    (e.g. the same generator under another torch version): 'exact' or
+    max|a-b| / max|b|."""
+    worst = 0.0
+    for name in names:
+        _, a = read_safetensors(os.path.join(new_dir, name + ".safetensors"))
+        _, b = read_safetensors(os.path.join(ref_dir, name + ".safetensors"))
+        print("== compare %s: %s vs %s" % (name, new_dir, ref_dir))
+        for k in b:
+            if k not in a or a[k].shape != b[k].shape:
+                print("  %-28s MISSING or shape differs" % k)
+                worst = float("inf")
+                continue
+            if np.array_equal(a[k], b[k]):
+                print("  %-28s exact" % k)
+                continue
+            x, y = a[k].astype(np.float64), b[k].astype(np.float64)
+            e = np.abs(x - y).max() / (np.abs(y).max() or 1.0)
+            worst = max(worst, e) if not (k.startswith(OPT_PREFIXES) and not k.endswith("loss")) else worst
+            print("  %-28s nmax %.2e" % (k, e))
+    print("worst nmax outside the optimizer parameters: %.2e" % worst)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=list(BATCH) + ["all"], default="all")
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "..", "tests", "golden"))
     ap.add_argument("--no-f64", action="store_true", help="skip the float64 error report")
+    ap.add_argument("--compare", metavar="DIR",
+                    help="after writing, compare the new files with those in DIR (e.g. tests/golden)")
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -299,6 +325,8 @@ def main():
             for k, n, metric, e in err_report(r32, r64):
                 print("  %-28s %9d %-18s %10.2e" % (k, n, metric, e))
         sys.stdout.flush()
+    if args.compare:
+        compare_dirs(args.out, args.compare, names)
 
 
 if __name__ == "__main__":

@@ -422,5 +422,223 @@ int main(void) {
 #ifdef TEST_IO_NO_CHECKPOINTS
 void test_checkpoints(void) { printf("note: checkpoints not tested in this build\n"); }
 #else
-/* CHECKPOINT TESTS */
+/* ---- checkpoints ------------------------------------------------------------- */
+/* input 1x6x6 -> Conv2d(1, 2, 3, padding=1) -> BatchNorm2d(2) -> ReLU -> Flatten -> Linear(72, classes) */
+static hr_model_t *small_model(const char *name, int64_t classes) {
+    hr_model_t *m = hr_model_new(name);
+    int x = hr_input(m, "x", 3, (int64_t[]){1, 6, 6});
+    x = hr_conv2d(m, NULL, x, 1, 2, 3, 1, 1, true);
+    x = hr_batchnorm(m, NULL, x, 2, 1e-5f, 0.1f);
+    x = hr_relu(m, NULL, x);
+    x = hr_flatten(m, NULL, x);
+    x = hr_linear(m, NULL, x, 72, classes, true);
+    if (hr_loss_cross_entropy(m, x, classes) < 0) {
+        printf("small model: %s\n", hr_last_error());
+        hr_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+static hr_session_t *small_session(hr_model_t *m, hr_optim_kind kind, uint64_t seed) {
+    hr_config_t cfg = hr_config_default();
+    cfg.batch = 4;
+    cfg.seed = seed;
+    cfg.optim.kind = kind;
+    cfg.optim.momentum = kind == HR_OPTIM_SGD ? 0.9f : cfg.optim.momentum;
+    hr_session_t *s = m ? hr_compile(m, &cfg) : NULL;
+    if (s && hr_session_alloc(s) != HR_OK) { hr_session_free(s); s = NULL; }
+    if (!s) printf("small session: %s\n", hr_last_error());
+    return s;
+}
+
+static float batch_x[4 * 36];
+static int32_t batch_y[4] = {0, 2, 1, 2};
+
+typedef struct {
+    int n;
+    char *names[64];
+    float *data[64];
+    int64_t numel[64];
+} snapshot;
+
+static void snap(hr_session_t *s, snapshot *sn) {
+    sn->n = hr_state_count(s) < 64 ? hr_state_count(s) : 64;
+    for (int i = 0; i < sn->n; i++) {
+        sn->numel[i] = 1;
+        for (int d = 0; d < hr_state_ndim(s, i); d++) sn->numel[i] *= hr_state_dim(s, i, d);
+        sn->names[i] = strdup(hr_state_name(s, i));
+        sn->data[i] = calloc((size_t)sn->numel[i], sizeof(float));
+        hr_state_read(s, i, sn->data[i]);
+    }
+}
+
+static bool same_state(hr_session_t *s, const snapshot *sn, bool params_only) {
+    bool ok = hr_state_count(s) == sn->n;
+    for (int i = 0; ok && i < sn->n; i++) {
+        if (params_only && !hr_state_is_param(s, i)) continue;
+        float *v = calloc((size_t)sn->numel[i], sizeof(float));
+        hr_state_read(s, i, v);
+        ok = !strcmp(sn->names[i], hr_state_name(s, i)) && !memcmp(v, sn->data[i], (size_t)sn->numel[i] * sizeof(float));
+        free(v);
+    }
+    return ok;
+}
+
+static void snap_free(snapshot *sn) {
+    for (int i = 0; i < sn->n; i++) free(sn->names[i]), free(sn->data[i]);
+}
+
+/* PyTorch's own nn.Sequential must take the checkpoint with load_state_dict(strict=True). */
+static const char *py_torch_load =
+    "import json, struct, sys, torch, torch.nn as nn\n"
+    "b = open(sys.argv[1], 'rb').read(); n = struct.unpack('<Q', b[:8])[0]\n"
+    "hdr = json.loads(b[8:8 + n]); meta = hdr.pop('__metadata__'); data = b[8 + n:]\n"
+    "fmt = {'F32': ('f', torch.float32), 'I64': ('q', torch.int64)}\n"
+    "sd = {}\n"
+    "for k, v in hdr.items():\n"
+    "    if k.startswith('optim.'): continue\n"
+    "    s, e = v['data_offsets']; c, dt = fmt[v['dtype']]\n"
+    "    vals = struct.unpack('<%d%s' % ((e - s) // struct.calcsize(c), c), data[s:e])\n"
+    "    sd[k] = torch.tensor(vals, dtype=dt).reshape(v['shape'])\n"
+    "m = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.BatchNorm2d(2), nn.ReLU(), nn.Flatten(), nn.Linear(72, 3))\n"
+    "m.load_state_dict(sd, strict=True)\n"
+    "assert int(sd['1.num_batches_tracked']) == int(meta['headroom.step'])\n"
+    "print('LOADED', meta['headroom.model'], meta['headroom.epoch'])\n";
+
+static void test_ckpt_pytorch(const char *path) {
+    if (system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+        printf("note: no PyTorch at /usr/bin/python3; skipping load_state_dict of a checkpoint\n");
+        return;
+    }
+    const char *script = tmp_path("load.py"), *out = tmp_path("load.out");
+    char cmd[1024];
+    write_file(script, py_torch_load, strlen(py_torch_load));
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 %s %s > %s 2>&1", script, path, out);
+    int rc = system(cmd);
+    size_t n;
+    char *txt = read_file(out, &n);
+    CHECK(rc == 0 && txt && strstr(txt, "LOADED small 3"), "PyTorch load_state_dict: %s", txt ? txt : "(no output)");
+    free(txt);
+}
+
+void test_checkpoints(void) {
+    for (int i = 0; i < 4 * 36; i++) batch_x[i] = (float)((i * 37) % 17) / 8.0f - 1.0f;
+    hr_model_t *m = small_model("small", 3);
+    hr_session_t *s = small_session(m, HR_OPTIM_ADAM, 1);
+    if (!s) { CHECK(0, "cannot build the checkpoint test's session"); hr_model_free(m); return; }
+    float loss;
+    for (int i = 0; i < 2; i++) CHECK(hr_train_step(s, batch_x, batch_y, &loss) == HR_OK, "train: %s", hr_last_error());
+    snapshot before;
+    snap(s, &before);
+    const char *path = tmp_path("ckpt.safetensors");
+    hr_ckpt_meta meta = {.model = "small", .epoch = 3, .batch = 7, .seed = 1};
+    CHECK(hr_checkpoint_save(s, path, &meta) == HR_OK, "save: %s", hr_last_error());
+
+    /* What the file holds, as any safetensors reader sees it. */
+    hr_safetensors_t *f = hr_safetensors_open(path);
+    CHECK(f != NULL, "checkpoint opens: %s", hr_last_error());
+    if (f) {
+        CHECK(hr_safetensors_expect(f, "0.weight", "F32", 4, (int64_t[]){2, 1, 3, 3}) != NULL, "0.weight: %s", hr_last_error());
+        CHECK(hr_safetensors_expect(f, "1.running_var", "F32", 1, (int64_t[]){2}) != NULL, "buffer: %s", hr_last_error());
+        CHECK(hr_safetensors_expect(f, "optim.4.weight.exp_avg_sq", "F32", 2, (int64_t[]){3, 72}) != NULL,
+              "optimizer state under optim.: %s", hr_last_error());
+        const hr_st_tensor *t = hr_safetensors_expect(f, "1.num_batches_tracked", "I64", 0, NULL);
+        int64_t nbt = -1;
+        CHECK(t && hr_safetensors_read(f, t, &nbt) == HR_OK && nbt == 2, "num_batches_tracked = steps: %lld", (long long)nbt);
+        const char *v = hr_safetensors_meta(f, "headroom.batch");
+        CHECK(v && !strcmp(v, "7"), "batch in metadata");
+        hr_safetensors_free(f);
+    }
+    test_ckpt_pytorch(path);
+
+    /* Load into a fresh session of the same model: same state, step, meta; same next step. */
+    hr_session_t *s2 = small_session(m, HR_OPTIM_ADAM, 2);
+    hr_ckpt_meta got;
+    memset(&got, 0, sizeof got);
+    CHECK(s2 && !same_state(s2, &before, true), "a different seed gives different weights");
+    CHECK(s2 && hr_checkpoint_load(s2, path, &got) == HR_OK, "load: %s", hr_last_error());
+    CHECK(s2 && same_state(s2, &before, false), "every state tensor restored");
+    CHECK(s2 && hr_step_count(s2) == 2, "step count restored");
+    CHECK(!strcmp(got.model, "small") && got.epoch == 3 && got.batch == 7 && got.step == 2 && got.seed == 1,
+          "meta read back: %s %lld %lld %lld", got.model, (long long)got.epoch, (long long)got.batch, (long long)got.step);
+    float l1 = 0, l2 = -1;
+    CHECK(hr_train_step(s, batch_x, batch_y, &l1) == HR_OK && s2 && hr_train_step(s2, batch_x, batch_y, &l2) == HR_OK,
+          "train after load: %s", hr_last_error());
+    CHECK(l1 == l2, "resumed session takes the same step: %.9g vs %.9g", l1, l2);
+
+    /* Another model: refused before anything changes, naming both and the difference. */
+    hr_model_t *m4 = small_model("other", 4);
+    hr_session_t *s4 = small_session(m4, HR_OPTIM_ADAM, 1);
+    if (s4) {
+        snapshot other;
+        snap(s4, &other);
+        hr_ckpt_meta who = {.model = "other"};
+        CHECK(hr_checkpoint_load(s4, path, &who) == HR_ERR_FORMAT, "other model refused");
+        const char *msg = hr_last_error();
+        CHECK(strstr(msg, "was written for model 'small'") && strstr(msg, "but this is model 'other'") &&
+                  strstr(msg, "'4.weight' is [3, 72] in the checkpoint, [4, 72] here") && strstr(msg, path),
+              "mismatch message: %s", msg);
+        CHECK(same_state(s4, &other, false) && hr_step_count(s4) == 0, "refused load changed nothing");
+        snap_free(&other);
+    }
+    hr_session_free(s4);
+    hr_model_free(m4);
+
+    /* Same model, other optimizer: the optimizer state does not fit. */
+    hr_session_t *sgd = small_session(m, HR_OPTIM_SGD, 1);
+    CHECK(sgd && hr_checkpoint_load(sgd, path, NULL) == HR_ERR_FORMAT && strstr(hr_last_error(), "optimizer"),
+          "SGD session refuses Adam state: %s", hr_last_error());
+
+    /* Plain weights (as PyTorch's save_file writes them): parameters and buffers only. */
+    hr_st_entry w[64];
+    int64_t dims[64][4];
+    int nw = 0;
+    for (int i = 0; i < hr_state_count(s2) && nw < 63; i++) {
+        if (!hr_state_is_param(s2, i)) continue;
+        for (int d = 0; d < hr_state_ndim(s2, i); d++) dims[nw][d] = hr_state_dim(s2, i, d);
+        w[nw] = (hr_st_entry){before.names[i], "F32", hr_state_ndim(s2, i), dims[nw], before.data[i]};
+        nw++;
+    }
+    const char *wpath = tmp_path("weights.safetensors");
+    CHECK(hr_safetensors_write(wpath, w, nw, NULL, NULL, 0, NULL, NULL) == HR_OK, "write weights: %s", hr_last_error());
+    hr_session_t *s3 = small_session(m, HR_OPTIM_ADAM, 3);
+    CHECK(s3 && hr_checkpoint_load(s3, wpath, NULL) == HR_OK, "load plain weights: %s", hr_last_error());
+    CHECK(s3 && same_state(s3, &before, true) && hr_step_count(s3) == 0, "weights loaded, step untouched");
+    w[nw] = (hr_st_entry){"fc.weight", "F32", 1, dims[0], before.data[0]};
+    CHECK(hr_safetensors_write(wpath, w, nw + 1, NULL, NULL, 0, NULL, NULL) == HR_OK, "write weights");
+    CHECK(s3 && hr_checkpoint_load(s3, wpath, NULL) == HR_ERR_FORMAT && strstr(hr_last_error(), "'fc.weight'"),
+          "an unknown tensor is refused: %s", hr_last_error());
+
+    /* Every allocation of save and load fails in turn. */
+    size_t n0, n1;
+    char *good = read_file(path, &n0);
+    int k;
+    for (k = 1; k < 10000; k++) {
+        hr_fault_fail_at(k);
+        hr_status st = hr_checkpoint_save(s2, path, &meta);
+        hr_fault_fail_at(0);
+        if (st == HR_OK) break;
+        CHECK(st == HR_ERR_OOM, "save alloc %d: %s", k, hr_last_error());
+        char *now = read_file(path, &n1);
+        CHECK(now && n1 == n0 && !memcmp(now, good, n0), "save alloc %d: previous checkpoint intact", k);
+        free(now);
+    }
+    CHECK(k > 3 && k < 10000, "save fault loop ended at %d", k);
+    for (k = 1; k < 10000; k++) {
+        hr_fault_fail_at(k);
+        hr_status st = hr_checkpoint_load(s3, path, &got);
+        hr_fault_fail_at(0);
+        if (st == HR_OK) break;
+        CHECK(st == HR_ERR_OOM, "load alloc %d: %s", k, hr_last_error());
+    }
+    CHECK(k > 10 && k < 10000, "load fault loop ended at %d", k);
+    free(good);
+    snap_free(&before);
+    hr_session_free(s3);
+    hr_session_free(sgd);
+    hr_session_free(s2);
+    hr_session_free(s);
+    hr_model_free(m);
+}
 #endif

@@ -44,7 +44,7 @@ bool hr_backend_cuda_available(void);
 
 /* The counter-based generator shared by init, dropout and the golden tests:
  * splitmix64 of a stream-keyed counter (see docs/golden.md). */
-static inline uint64_t hr_splitmix64(uint64_t x) {
+static inline uint64_t hr_mix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ULL;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;

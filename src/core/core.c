@@ -81,7 +81,14 @@ hr_status hr_error_prefix(const char *fmt, ...) {
     vsnprintf(pre, sizeof pre, fmt, ap);
     va_end(ap);
     snprintf(old, sizeof old, "%s", err_msg);
-    snprintf(err_msg, sizeof err_msg, "%s: %s", pre, old);
+    size_t k = strlen(pre);
+    if (k > sizeof err_msg - 3) k = sizeof err_msg - 3;
+    memcpy(err_msg, pre, k);
+    memcpy(err_msg + k, ": ", 2);
+    size_t rest = sizeof err_msg - k - 3, ol = strlen(old);
+    if (ol > rest) ol = rest;
+    memcpy(err_msg + k + 2, old, ol);
+    err_msg[k + 2 + ol] = 0;
     return err_status;
 }
 

@@ -14,7 +14,7 @@
 struct hr_loader {
     const hr_dataset *d;
     int64_t batch, nbatches, sample; /* sample: floats per sample */
-    bool shuffle, drop_last;
+    bool shuffle;
     uint64_t seed;
     int64_t *perm; /* this epoch's order; rewritten only while the worker is idle */
 
@@ -113,7 +113,6 @@ hr_loader *hr_loader_new(const hr_dataset *d, int64_t batch, bool shuffle, bool 
     l->d = d;
     l->batch = batch;
     l->shuffle = shuffle;
-    l->drop_last = drop_last;
     l->seed = seed;
     l->sample = (int64_t)d->c * d->h * d->w;
     l->nbatches = drop_last ? d->n / batch : (d->n + batch - 1) / batch;

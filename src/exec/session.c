@@ -78,7 +78,7 @@ const hr_report_t *hr_session_report(const hr_session_t *s) { return &s->plan.re
 /* Uniform [0,1) from a counter: the generator the golden tests share with
  * PyTorch's side (scripts/hr_rng.py). */
 float hr_rng_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
-    uint64_t x = hr_splitmix64((seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL + i));
+    uint64_t x = hr_mix64((seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL + i));
     return (float)(x >> 40) * (1.0f / 16777216.0f);
 }
 

@@ -231,3 +231,4 @@ hr_status hr_model_freeze(hr_model_t *m, const char *param_name) {
         }
     return hr_error_set(HR_ERR_INVALID_ARG, "freeze: no parameter named '%s' in model '%s'", param_name, m->name);
 }
+int hr_model_input(const hr_model_t *m) { return m ? m->input : -1; }

@@ -181,21 +181,24 @@ static bool unexpected(const hr_session_t *s, const char *name) {
     return i < 0 || !hr_state_is_param(s, i);
 }
 
-static hr_status check_file(hr_session_t *s, hr_safetensors_t *f, bool ours, bool *load_optim, int64_t *biggest,
-                            const char *model) {
+/* Finds every state tensor in the file (found[i], NULL where the file need
+ * not have it) and checks dtypes, shapes and that nothing is left over. */
+static hr_status check_file(hr_session_t *s, hr_safetensors_t *f, bool ours, const hr_st_tensor **found,
+                            int64_t *biggest, const char *model) {
     const char *path = hr_safetensors_path(f);
     int n = hr_state_count(s), optim_found = 0;
     for (int i = 0; i < n; i++) {
-        if (hr_state_is_param(s, i)) continue;
         char *name = file_name(s, i);
         if (!name) return HR_ERR_OOM;
-        optim_found += hr_safetensors_find(f, name) != NULL;
+        found[i] = hr_safetensors_find(f, name);
         hr_free(name);
+        optim_found += !hr_state_is_param(s, i) && found[i];
     }
     /* Our checkpoints carry all of the optimizer state; plain weights may carry none. */
-    *load_optim = ours || optim_found > 0;
+    bool load_optim = ours || optim_found > 0;
     for (int i = 0; i < n; i++) {
-        if (!hr_state_is_param(s, i) && !*load_optim) continue;
+        bool param = hr_state_is_param(s, i);
+        if (!param && !load_optim) continue;
         int ndim;
         int64_t dims[HR_ST_MAX_DIMS], numel = 1;
         state_dims(s, i, &ndim, dims);
@@ -203,14 +206,12 @@ static hr_status check_file(hr_session_t *s, hr_safetensors_t *f, bool ours, boo
         if (numel > *biggest) *biggest = numel;
         char *name = file_name(s, i);
         if (!name) return HR_ERR_OOM;
-        const hr_st_tensor *t = hr_safetensors_expect(f, name, NULL, ndim, dims);
+        found[i] = hr_safetensors_expect(f, name, NULL, ndim, dims);
         hr_free(name);
-        if (!t) {
-            if (!hr_state_is_param(s, i))
-                return hr_error_prefix("optimizer state of checkpoint %s does not match this session's optimizer "
-                                       "(was it saved with another one?)", path);
-            return hr_error_prefix("cannot load %s into model '%s'", path, model);
-        }
+        if (!found[i] && !param)
+            return hr_error_prefix("optimizer state in checkpoint %s does not match this session's optimizer "
+                                   "(was it saved with another one?)", path);
+        if (!found[i]) return hr_error_prefix("cannot load %s into model '%s'", path, model);
     }
     for (int i = 0; i < hr_safetensors_count(f); i++) {
         const char *name = hr_safetensors_at(f, i)->name;
@@ -242,9 +243,10 @@ hr_status hr_checkpoint_load(hr_session_t *s, const char *path, hr_ckpt_meta *me
     if (!f) return hr_error_prefix("loading checkpoint");
     hr_ckpt_meta got = {0};
     float *buf = NULL;
+    const hr_st_tensor **found = NULL;
     hr_status st = HR_OK;
     const char *file_fp = hr_safetensors_meta(f, "headroom.fingerprint");
-    bool ours = file_fp != NULL, load_optim = false;
+    bool ours = file_fp != NULL;
     if (ours) {
         if ((st = read_meta(f, &got)) != HR_OK) goto done;
         char fp[96], diff[320];
@@ -258,16 +260,13 @@ hr_status hr_checkpoint_load(hr_session_t *s, const char *path, hr_ckpt_meta *me
         }
     }
     int64_t biggest = 1;
-    if ((st = check_file(s, f, ours, &load_optim, &biggest, model)) != HR_OK) goto done;
+    if (!(found = hr_calloc((size_t)hr_state_count(s) + 1, sizeof *found))) { st = HR_ERR_OOM; goto done; }
+    if ((st = check_file(s, f, ours, found, &biggest, model)) != HR_OK) goto done;
     if (!(buf = hr_malloc((size_t)biggest * sizeof(float)))) { st = HR_ERR_OOM; goto done; }
-    /* Everything was checked: from here on only I/O or the device can fail. */
+    /* Everything was checked and allocated: only I/O or the device can fail now. */
     for (int i = 0; i < hr_state_count(s) && st == HR_OK; i++) {
-        if (!hr_state_is_param(s, i) && !load_optim) continue;
-        char *name = file_name(s, i);
-        if (!name) { st = HR_ERR_OOM; break; }
-        const hr_st_tensor *t = hr_safetensors_find(f, name);
-        hr_free(name);
-        st = hr_safetensors_read_f32(f, t, buf);
+        if (!found[i]) continue;
+        st = hr_safetensors_read_f32(f, found[i], buf);
         if (st == HR_OK) st = hr_state_write(s, i, buf);
         if (st != HR_OK)
             hr_error_prefix("loading %s stopped at tensor '%s', leaving the session's state partly loaded; "
@@ -276,6 +275,7 @@ hr_status hr_checkpoint_load(hr_session_t *s, const char *path, hr_ckpt_meta *me
     if (st == HR_OK && ours) st = hr_set_step_count(s, got.step);
     if (st == HR_OK && meta) *meta = got;
 done:
+    hr_free(found);
     hr_free(buf);
     hr_safetensors_free(f);
     return st;

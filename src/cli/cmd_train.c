@@ -1,0 +1,345 @@
+/* cmd_train.c — `headroom train` and `headroom eval`: data, the plan's
+ * summary, the training loop with its progress line, test accuracy, and
+ * checkpoints that a crash or a NaN never half-writes. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "data/data.h"
+#include "io/io.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The model's input as (c, h, w) and its number of classes. */
+static int model_io(hr_model_t *m, int *c, int *h, int *w, int *classes) {
+    int in = hr_model_input(m), out = hr_model_output(m);
+    int nd = hr_tensor_ndim(m, in);
+    *c = *h = *w = 1;
+    if (nd == 3) *c = (int)hr_tensor_dim(m, in, 0), *h = (int)hr_tensor_dim(m, in, 1), *w = (int)hr_tensor_dim(m, in, 2);
+    else if (nd == 2) *h = (int)hr_tensor_dim(m, in, 0), *w = (int)hr_tensor_dim(m, in, 1);
+    else *w = (int)hr_tensor_dim(m, in, 0);
+    *classes = hr_tensor_ndim(m, out) == 1 ? (int)hr_tensor_dim(m, out, 0) : 0;
+    return 0;
+}
+
+static hr_status load_data(const hr_cli_opts *o, hr_model_t *m, hr_dataset *train, hr_dataset *test) {
+    int c, h, w, classes;
+    model_io(m, &c, &h, &w, &classes);
+    if (classes <= 0)
+        return hr_error_set(HR_ERR_INVALID_ARG, "%s: training needs a classifier ending in (batch, classes) and "
+                            "CrossEntropyLoss", o->model);
+    hr_status st;
+    if (!strcmp(o->data, "synthetic")) {
+        st = hr_synthetic_make(o->samples, c, h, w, classes, o->seed + 1, train);
+        if (!st) st = hr_synthetic_make(o->samples / 4 > 0 ? o->samples / 4 : 1, c, h, w, classes, o->seed + 2, test);
+        return st;
+    }
+    st = hr_fashion_load(!strcmp(o->data, "fashion-mnist") ? NULL : o->data, train, test);
+    if (st) return st;
+    int64_t per = (int64_t)train->c * train->h * train->w, want = (int64_t)c * h * w;
+    if (per != want)
+        return hr_error_set(HR_ERR_SHAPE, "%s: the model's input has %lld values a sample (%dx%dx%d) but the data's "
+                            "samples have %lld (%dx%dx%d); change the model's input line",
+                            o->model, (long long)want, c, h, w, (long long)per, train->c, train->h, train->w);
+    if (train->nclasses > classes)
+        return hr_error_set(HR_ERR_SHAPE, "%s: the data has %d classes but the model outputs %d", o->model,
+                            train->nclasses, classes);
+    return HR_OK;
+}
+
+/* Copies parameters and buffers by name (training session -> evaluation). */
+static hr_status copy_params(hr_session_t *from, hr_session_t *to) {
+    size_t maxn = 0;
+    for (int i = 0; i < hr_state_count(to); i++) {
+        size_t n = 1;
+        for (int d = 0; d < hr_state_ndim(to, i); d++) n *= (size_t)hr_state_dim(to, i, d);
+        if (n > maxn) maxn = n;
+    }
+    float *buf = malloc(sizeof(float) * (maxn ? maxn : 1));
+    if (!buf) return hr_error_set(HR_ERR_OOM, "out of host memory copying parameters");
+    hr_status st = HR_OK;
+    for (int i = 0; i < hr_state_count(to) && !st; i++) {
+        int j = hr_state_find(from, hr_state_name(to, i));
+        if (j < 0) continue;
+        st = hr_state_read(from, j, buf);
+        if (!st) st = hr_state_write(to, i, buf);
+    }
+    free(buf);
+    return st;
+}
+
+/* Accuracy of an inference session on a data set; the last partial batch is
+ * padded, its extra rows ignored. confusion: classes x classes or NULL. */
+static hr_status evaluate(hr_session_t *s, const hr_dataset *d, int64_t eb, int classes, double *acc, int64_t *confusion) {
+    size_t per = (size_t)d->c * d->h * d->w;
+    float *x = calloc((size_t)eb * per, sizeof(float)), *out = malloc(sizeof(float) * (size_t)eb * (size_t)classes);
+    if (!x || !out) {
+        free(x);
+        free(out);
+        return hr_error_set(HR_ERR_OOM, "out of host memory for evaluation");
+    }
+    int64_t right = 0;
+    hr_status st = HR_OK;
+    for (int64_t at = 0; at < d->n && !st; at += eb) {
+        int64_t n = d->n - at < eb ? d->n - at : eb;
+        memcpy(x, d->images + (size_t)at * per, sizeof(float) * per * (size_t)n);
+        if ((st = hr_forward(s, x, out)) != HR_OK) break;
+        for (int64_t i = 0; i < n; i++) {
+            const float *r = out + i * classes;
+            int best = 0;
+            for (int k = 1; k < classes; k++)
+                if (r[k] > r[best]) best = k;
+            int truth = d->labels[at + i];
+            right += best == truth;
+            if (confusion) confusion[truth * classes + best]++;
+        }
+    }
+    *acc = d->n ? (double)right / (double)d->n : 0;
+    free(x);
+    free(out);
+    return st;
+}
+
+static void progress(int64_t epoch, int64_t epochs, int64_t b, int64_t nb, double loss, double rate, double eta) {
+    int width = 24, fill = nb ? (int)(width * b / nb) : width;
+    char bar[32];
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '=' : (i == fill ? '>' : ' ');
+    bar[width] = 0;
+    fprintf(stderr, "\repoch %lld/%lld [%s] %lld/%lld  loss %.4f  %.0f samples/s  ETA %d:%02d ", (long long)epoch,
+            (long long)epochs, bar, (long long)b, (long long)nb, loss, rate, (int)eta / 60, (int)eta % 60);
+    fflush(stderr);
+}
+
+static hr_session_t *compile_or_report(hr_model_t *m, hr_config_t *cfg, int *rc) {
+    hr_session_t *s = hr_compile(m, cfg);
+    if (!s) {
+        *rc = hr_cli_fail(HR_ERR_INVALID_ARG);
+        return NULL;
+    }
+    hr_status st = hr_session_alloc(s);
+    if (st) {
+        *rc = hr_cli_fail(st);
+        if (st == HR_ERR_DEVICE_OOM || st == HR_ERR_OOM) hr_report_print(s, stderr);
+        hr_session_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+static hr_status save(hr_session_t *s, const hr_cli_opts *o, const char *model_name, int64_t epoch, int64_t batch) {
+    if (!o->save) return HR_OK;
+    hr_ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    snprintf(meta.model, sizeof meta.model, "%s", model_name);
+    meta.epoch = epoch;
+    meta.batch = batch;
+    meta.seed = o->seed;
+    return hr_checkpoint_save(s, o->save, &meta);
+}
+
+int hr_cmd_train(const hr_cli_opts *o) {
+    int rc = HR_EXIT_OK;
+    hr_dataset train = {0}, test = {0};
+    hr_session_t *s = NULL, *ev = NULL;
+    hr_loader *ld = NULL;
+    hr_model_t *m = hr_modelfile_load(o->model);
+    if (!m) return hr_cli_fail(HR_ERR_PARSE);
+    hr_status st = load_data(o, m, &train, &test);
+    if (st) {
+        rc = hr_cli_fail(st);
+        goto done;
+    }
+    hr_config_t cfg = hr_cli_config(o);
+    if (cfg.batch > train.n) {
+        fprintf(stderr, "headroom train: --batch %lld is larger than the training set (%lld samples); use at most %lld\n",
+                (long long)cfg.batch, (long long)train.n, (long long)train.n);
+        rc = HR_EXIT_USAGE;
+        goto done;
+    }
+    if (!(s = compile_or_report(m, &cfg, &rc))) goto done;
+    if (!o->quiet) hr_report_print(s, stdout);
+    int c, h, w, classes;
+    model_io(m, &c, &h, &w, &classes);
+    hr_config_t ecfg = cfg;
+    ecfg.mode = HR_MODE_INFER;
+    ecfg.batch = test.n < 1000 ? test.n : 1000;
+    if (!(ev = compile_or_report(m, &ecfg, &rc))) goto done;
+
+    int64_t epoch0 = 0, batch0 = 0;
+    if (o->resume) {
+        hr_ckpt_meta meta;
+        memset(&meta, 0, sizeof meta);
+        snprintf(meta.model, sizeof meta.model, "%s", o->model);
+        if ((st = hr_checkpoint_load(s, o->resume, &meta)) != HR_OK) {
+            rc = hr_cli_fail(st);
+            goto done;
+        }
+        epoch0 = meta.epoch;
+        batch0 = meta.batch;
+        printf("resumed from %s: epoch %lld, batch %lld, step %lld\n", o->resume, (long long)epoch0, (long long)batch0,
+               (long long)hr_step_count(s));
+    }
+    if (!(ld = hr_loader_new(&train, cfg.batch, true, true, o->seed))) {
+        rc = hr_cli_fail(HR_ERR_INVALID_ARG);
+        goto done;
+    }
+    int64_t nb = hr_loader_batches_per_epoch(ld);
+    bool tty = isatty(2) && !o->quiet;
+    const char *last_good = NULL;
+    for (int64_t e = epoch0; e < o->epochs; e++) {
+        if ((st = hr_loader_start_epoch(ld, e, e == epoch0 ? batch0 : 0)) != HR_OK) {
+            rc = hr_cli_fail(st);
+            goto done;
+        }
+        double t0 = now(), sum = 0, last_draw = 0;
+        int64_t b = e == epoch0 ? batch0 : 0, seen = 0;
+        for (;;) {
+            const float *x;
+            const int32_t *y;
+            int64_t n;
+            if ((st = hr_loader_next(ld, &x, &y, &n)) != HR_OK) {
+                rc = hr_cli_fail(st);
+                goto done;
+            }
+            if (n == 0) break;
+            float loss;
+            if ((st = hr_train_step(s, x, y, &loss)) != HR_OK) {
+                rc = hr_cli_fail(st);
+                goto done;
+            }
+            b++;
+            seen += n;
+            if (!isfinite(loss)) {
+                if (tty) fputc('\n', stderr);
+                fprintf(stderr, "headroom train: the loss is %s at step %lld (epoch %lld, batch %lld); stopping. %s%s\n",
+                        isnan(loss) ? "NaN" : "infinite", (long long)hr_step_count(s), (long long)e + 1, (long long)b,
+                        last_good ? "The last good checkpoint is " : "No checkpoint was written in this run",
+                        last_good ? last_good : "");
+                fprintf(stderr, "  try a smaller --lr (now %g) or --clip 1.0\n", (double)cfg.optim.lr);
+                rc = HR_EXIT_NUMERIC;
+                goto done;
+            }
+            sum += loss;
+            double t = now();
+            if (tty && (t - last_draw > 0.2 || b == nb)) {
+                double rate = (double)seen / (t - t0);
+                progress(e + 1, o->epochs, b, nb, sum / (double)(b - (e == epoch0 ? batch0 : 0)), rate,
+                         (double)(nb - b) * (double)cfg.batch / (rate > 0 ? rate : 1));
+                last_draw = t;
+            }
+            if (o->max_steps && hr_step_count(s) >= o->max_steps) {
+                if (tty) fputc('\n', stderr);
+                if ((st = save(s, o, o->model, e, b)) != HR_OK) {
+                    rc = hr_cli_fail(st);
+                    goto done;
+                }
+                printf("stopped after %lld steps (--max-steps) in epoch %lld at batch %lld%s%s\n",
+                       (long long)hr_step_count(s), (long long)e + 1, (long long)b, o->save ? "; saved " : "",
+                       o->save ? o->save : "");
+                goto done;
+            }
+        }
+        double secs = now() - t0, acc = 0;
+        if (tty) fputc('\n', stderr);
+        if ((st = copy_params(s, ev)) != HR_OK || (st = evaluate(ev, &test, ecfg.batch, classes, &acc, NULL)) != HR_OK) {
+            rc = hr_cli_fail(st);
+            goto done;
+        }
+        int64_t steps = b - (e == epoch0 ? batch0 : 0);
+        printf("epoch %lld/%lld  train loss %.4f  test accuracy %.2f%%  %.0f samples/s  %.1f s\n", (long long)e + 1,
+               (long long)o->epochs, steps ? sum / (double)steps : 0.0, 100 * acc, (double)seen / secs, secs);
+        fflush(stdout);
+        if ((st = save(s, o, o->model, e + 1, 0)) != HR_OK) {
+            rc = hr_cli_fail(st);
+            goto done;
+        }
+        last_good = o->save;
+    }
+    if (o->memory_stats) {
+        hr_mem_stats_t ms;
+        char a[32], b2[32], c2[32];
+        hr_mem_stats(s, &ms);
+        printf("memory: allocated %s, reserved %s, peak %s", hr_format_bytes(ms.allocated, a, sizeof a),
+               hr_format_bytes(ms.reserved, b2, sizeof b2), hr_format_bytes(ms.peak_allocated, c2, sizeof c2));
+        if (ms.device_total) printf(", device free %s of %s", hr_format_bytes(ms.device_free, a, sizeof a),
+                                    hr_format_bytes(ms.device_total, b2, sizeof b2));
+        printf(", device allocations %lld\n", (long long)ms.device_allocs);
+        const hr_report_t *r = hr_session_report(s);
+        for (int k = 0; k < HR_CAT_COUNT; k++)
+            printf("  %-18s %s\n", hr_category_name((hr_category)k), hr_format_bytes(r->category_bytes[k], a, sizeof a));
+    }
+done:
+    hr_loader_free(ld);
+    hr_session_free(ev);
+    hr_session_free(s);
+    hr_dataset_free(&train);
+    hr_dataset_free(&test);
+    hr_model_free(m);
+    return rc;
+}
+
+int hr_cmd_eval(const hr_cli_opts *o) {
+    if (!o->weights) {
+        fprintf(stderr, "headroom eval: which weights? add --weights CKPT (a checkpoint written by train --save)\n");
+        return HR_EXIT_USAGE;
+    }
+    int rc = HR_EXIT_OK;
+    hr_dataset train = {0}, test = {0};
+    hr_session_t *ev = NULL;
+    int64_t *conf = NULL;
+    hr_model_t *m = hr_modelfile_load(o->model);
+    if (!m) return hr_cli_fail(HR_ERR_PARSE);
+    hr_status st = load_data(o, m, &train, &test);
+    if (st) {
+        rc = hr_cli_fail(st);
+        goto done;
+    }
+    int c, h, w, classes;
+    model_io(m, &c, &h, &w, &classes);
+    hr_config_t cfg = hr_cli_config(o);
+    cfg.mode = HR_MODE_INFER;
+    cfg.batch = o->batch > 0 ? (o->batch < test.n ? o->batch : test.n) : (test.n < 1000 ? test.n : 1000);
+    if (!(ev = compile_or_report(m, &cfg, &rc))) goto done;
+    hr_ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    snprintf(meta.model, sizeof meta.model, "%s", o->model);
+    if ((st = hr_checkpoint_load(ev, o->weights, &meta)) != HR_OK) {
+        rc = hr_cli_fail(st);
+        goto done;
+    }
+    conf = calloc((size_t)classes * (size_t)classes, sizeof *conf);
+    double acc = 0;
+    if (!conf) {
+        rc = hr_cli_fail(hr_error_set(HR_ERR_OOM, "out of host memory"));
+        goto done;
+    }
+    if ((st = evaluate(ev, &test, cfg.batch, classes, &acc, conf)) != HR_OK) {
+        rc = hr_cli_fail(st);
+        goto done;
+    }
+    printf("test accuracy %.2f%% (%lld samples)\nconfusion matrix (rows: true class, columns: predicted)\n", 100 * acc,
+           (long long)test.n);
+    printf("      ");
+    for (int k = 0; k < classes; k++) printf("%6d", k);
+    printf("\n");
+    for (int i = 0; i < classes; i++) {
+        printf("%6d", i);
+        for (int k = 0; k < classes; k++) printf("%6lld", (long long)conf[i * classes + k]);
+        printf("\n");
+    }
+done:
+    free(conf);
+    hr_session_free(ev);
+    hr_dataset_free(&train);
+    hr_dataset_free(&test);
+    hr_model_free(m);
+    return rc;
+}

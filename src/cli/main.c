@@ -1,0 +1,211 @@
+/* main.c — `headroom plan|train|eval`: parses the command line into options
+ * and hands them to the subcommand. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: headroom <command> MODEL [options]\n"
+            "\n"
+            "commands:\n"
+            "  plan MODEL --batch N [--optim adam|adamw|sgd] [--mode train|infer] [--json]\n"
+            "             [--budget 8GiB] [--device cpu|cuda]\n"
+            "      every byte of one training step, by category, before anything runs;\n"
+            "      with --budget: whether it fits, and the largest batch that does\n"
+            "  train MODEL [--data fashion-mnist|synthetic|DIR] [--epochs E] [--batch N] [--lr LR]\n"
+            "              [--optim adam|adamw|sgd] [--momentum M] [--nesterov] [--weight-decay W]\n"
+            "              [--clip NORM] [--seed S] [--save CKPT] [--resume CKPT]\n"
+            "              [--device auto|cpu|cuda] [--max-steps N] [--samples N] [--memory-stats]\n"
+            "  eval MODEL --weights CKPT [--data fashion-mnist|synthetic|DIR] [--batch N]\n"
+            "\n"
+            "exit status: 0 ok, 1 bad input, 2 bad command line, 3 does not fit, 4 NaN/inf loss\n");
+}
+
+static bool parse_i64(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end || errno) {
+        /* allow 1e6-style sizes */
+        double d = strtod(s, &end);
+        if (end == s || *end || !(d >= -9.2e18 && d <= 9.2e18) || d != (double)(long long)d) return false;
+        v = (long long)d;
+    }
+    *out = v;
+    return true;
+}
+
+static bool parse_f(const char *s, double *out) {
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || *end) return false;
+    *out = v;
+    return true;
+}
+
+int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
+    memset(o, 0, sizeof *o);
+    o->data = "fashion-mnist";
+    o->batch = -1;
+    o->epochs = 10;
+    o->lr = -1;
+    o->optim = HR_OPTIM_ADAM;
+    o->device = HR_DEVICE_AUTO;
+    o->momentum = 0.0;
+    o->samples = 4096;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED()                                                                       \
+    do {                                                                             \
+        if (!v) {                                                                    \
+            fprintf(stderr, "headroom %s: option %s needs a value\n", cmd, a);       \
+            return HR_EXIT_USAGE;                                                    \
+        }                                                                            \
+        i++;                                                                         \
+    } while (0)
+#define BAD(what)                                                                                      \
+    do {                                                                                               \
+        fprintf(stderr, "headroom %s: %s '%s' is not %s\n", cmd, a, v, what);                          \
+        return HR_EXIT_USAGE;                                                                          \
+    } while (0)
+        if (a[0] != '-') {
+            if (o->model) {
+                fprintf(stderr, "headroom %s: unexpected argument '%s' (the model is already %s)\n", cmd, a, o->model);
+                return HR_EXIT_USAGE;
+            }
+            o->model = a;
+        } else if (!strcmp(a, "--batch")) {
+            NEED();
+            if (!parse_i64(v, &o->batch)) BAD("an integer");
+        } else if (!strcmp(a, "--epochs")) {
+            NEED();
+            if (!parse_i64(v, &o->epochs) || o->epochs < 1) BAD("a positive integer");
+        } else if (!strcmp(a, "--max-steps")) {
+            NEED();
+            if (!parse_i64(v, &o->max_steps) || o->max_steps < 1) BAD("a positive integer");
+        } else if (!strcmp(a, "--samples")) {
+            NEED();
+            if (!parse_i64(v, &o->samples) || o->samples < 1) BAD("a positive integer");
+        } else if (!strcmp(a, "--lr")) {
+            NEED();
+            if (!parse_f(v, &o->lr) || !(o->lr >= 0)) BAD("a learning rate >= 0");
+        } else if (!strcmp(a, "--momentum")) {
+            NEED();
+            if (!parse_f(v, &o->momentum) || !(o->momentum >= 0)) BAD("a momentum >= 0");
+        } else if (!strcmp(a, "--weight-decay")) {
+            NEED();
+            if (!parse_f(v, &o->weight_decay) || !(o->weight_decay >= 0)) BAD("a weight decay >= 0");
+        } else if (!strcmp(a, "--clip")) {
+            NEED();
+            if (!parse_f(v, &o->clip) || !(o->clip > 0)) BAD("a norm > 0");
+        } else if (!strcmp(a, "--nesterov")) {
+            o->nesterov = true;
+        } else if (!strcmp(a, "--seed")) {
+            int64_t s;
+            NEED();
+            if (!parse_i64(v, &s) || s < 0) BAD("a seed >= 0");
+            o->seed = (uint64_t)s;
+        } else if (!strcmp(a, "--optim")) {
+            NEED();
+            if (!strcmp(v, "adam")) o->optim = HR_OPTIM_ADAM;
+            else if (!strcmp(v, "adamw")) o->optim = HR_OPTIM_ADAMW;
+            else if (!strcmp(v, "sgd")) o->optim = HR_OPTIM_SGD;
+            else BAD("one of adam, adamw, sgd");
+        } else if (!strcmp(a, "--mode")) {
+            NEED();
+            if (!strcmp(v, "train")) o->mode = HR_MODE_TRAIN;
+            else if (!strcmp(v, "infer")) o->mode = HR_MODE_INFER;
+            else BAD("train or infer");
+        } else if (!strcmp(a, "--device")) {
+            NEED();
+            if (!strcmp(v, "auto")) o->device = HR_DEVICE_AUTO;
+            else if (!strcmp(v, "cpu")) o->device = HR_DEVICE_CPU;
+            else if (!strcmp(v, "cuda")) o->device = HR_DEVICE_CUDA;
+            else BAD("auto, cpu or cuda");
+        } else if (!strcmp(a, "--budget")) {
+            NEED();
+            if (!hr_parse_bytes(v, &o->budget) || o->budget == 0) BAD("a size such as 8GiB, 512MB or 1e9");
+            o->budget_set = true;
+        } else if (!strcmp(a, "--data")) {
+            NEED();
+            o->data = v;
+        } else if (!strcmp(a, "--save")) {
+            NEED();
+            o->save = v;
+        } else if (!strcmp(a, "--resume")) {
+            NEED();
+            o->resume = v;
+        } else if (!strcmp(a, "--weights")) {
+            NEED();
+            o->weights = v;
+        } else if (!strcmp(a, "--json")) {
+            o->json = true;
+        } else if (!strcmp(a, "--memory-stats")) {
+            o->memory_stats = true;
+        } else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+            o->quiet = true;
+        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            exit(0);
+        } else {
+            fprintf(stderr, "headroom %s: unknown option '%s' (see headroom --help)\n", cmd, a);
+            return HR_EXIT_USAGE;
+        }
+    }
+    if (!o->model) {
+        fprintf(stderr, "headroom %s: which model? give a model file, e.g. examples/fashion.model\n", cmd);
+        return HR_EXIT_USAGE;
+    }
+    if (o->batch == 0 || o->batch < -1) {
+        fprintf(stderr, "headroom %s: --batch must be at least 1, got %lld\n", cmd, (long long)o->batch);
+        return HR_EXIT_USAGE;
+    }
+    return HR_EXIT_OK;
+}
+
+hr_config_t hr_cli_config(const hr_cli_opts *o) {
+    hr_config_t c = hr_config_default();
+    c.batch = o->batch > 0 ? o->batch : 64;
+    c.mode = o->mode;
+    c.optim.kind = o->optim;
+    if (o->optim == HR_OPTIM_SGD) c.optim.lr = 0.01f;
+    if (o->lr >= 0) c.optim.lr = (float)o->lr;
+    c.optim.momentum = (float)o->momentum;
+    c.optim.nesterov = o->nesterov;
+    c.optim.weight_decay = (float)(o->weight_decay > 0 ? o->weight_decay : (o->optim == HR_OPTIM_ADAMW ? 0.01 : 0.0));
+    c.optim.clip_norm = (float)o->clip;
+    c.device = o->device;
+    c.seed = o->seed;
+    return c;
+}
+
+int hr_cli_fail(hr_status st) {
+    fprintf(stderr, "headroom: %s\n", hr_last_error());
+    if (st == HR_ERR_DEVICE_OOM) return HR_EXIT_NOFIT;
+    if (st == HR_ERR_NUMERIC) return HR_EXIT_NUMERIC;
+    return HR_EXIT_ERROR;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? HR_EXIT_USAGE : HR_EXIT_OK;
+    }
+    const char *cmd = argv[1];
+    int (*run)(const hr_cli_opts *) = NULL;
+    if (!strcmp(cmd, "plan")) run = hr_cmd_plan;
+    else if (!strcmp(cmd, "train")) run = hr_cmd_train;
+    else if (!strcmp(cmd, "eval")) run = hr_cmd_eval;
+    if (!run) {
+        fprintf(stderr, "headroom: unknown command '%s'; the commands are plan, train, eval\n", cmd);
+        return HR_EXIT_USAGE;
+    }
+    hr_cli_opts o;
+    int rc = hr_cli_parse(argc - 2, argv + 2, &o, cmd);
+    return rc ? rc : run(&o);
+}

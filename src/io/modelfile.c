@@ -1,0 +1,674 @@
+/* modelfile.c — reads model files: one PyTorch-named layer a line, `input`
+ * and `loss` lines, `name = Layer(...)` and references for graphs. */
+#include "io/io.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define MAX_ARGS 16
+#define MAX_FILE (16 << 20)
+
+/* ---- values and calls, as parsed from one line -------------------------------- */
+typedef enum { V_INT, V_FLOAT, V_BOOL, V_NONE, V_NAME, V_STR, V_TUPLE } vkind;
+
+typedef struct {
+    vkind kind;
+    int64_t i;       /* V_INT, V_BOOL */
+    double f;        /* V_FLOAT (and V_INT, converted) */
+    int n;           /* V_TUPLE: how many ints */
+    int64_t tup[4];
+    const char *src; /* the text as written, for messages and names */
+    int len;
+} value;
+
+typedef struct {
+    const char *type;
+    int type_len;
+    int npos, nkw;
+    value pos[MAX_ARGS], kw[MAX_ARGS];
+    const char *kw_name[MAX_ARGS];
+    int kw_len[MAX_ARGS];
+    bool has_from; /* Layer(...)(name): applied to layer name's output, not the previous one */
+    value from;
+} call;
+
+typedef struct {
+    const char *file;
+    int line;
+    const char *p, *end; /* the rest of the current line */
+} lexer;
+
+static hr_status errf(const lexer *lx, hr_status st, const char *fmt, ...) HR_PRINTF(3, 4);
+static hr_status errf(const lexer *lx, hr_status st, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return hr_error_set(st, "%s:%d: %s", lx->file, lx->line, msg);
+}
+
+static void skip_space(lexer *lx) {
+    while (lx->p < lx->end && (*lx->p == ' ' || *lx->p == '\t' || *lx->p == '\r')) lx->p++;
+}
+
+static bool is_ident_start(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || c == '_'; }
+static bool is_ident(char c) { return is_ident_start(c) || (c >= '0' && c <= '9'); }
+
+/* Is the next character c (after spaces)? Consumes it if so. */
+static bool accept(lexer *lx, char c) {
+    skip_space(lx);
+    if (lx->p < lx->end && *lx->p == c) { lx->p++; return true; }
+    return false;
+}
+
+static int ident(lexer *lx) {
+    skip_space(lx);
+    const char *s = lx->p;
+    if (s >= lx->end || !is_ident_start(*s)) return 0;
+    while (lx->p < lx->end && is_ident(*lx->p)) lx->p++;
+    return (int)(lx->p - s);
+}
+
+static bool same(const char *s, int len, const char *word) { return (int)strlen(word) == len && !strncmp(s, word, (size_t)len); }
+
+/* What comes next, quoted for a message: "'xyz'" or "the end of the line". */
+static const char *next_text(const lexer *lx, char *buf, size_t n) {
+    if (lx->p >= lx->end) return "the end of the line";
+    int k = (int)(lx->end - lx->p) < 24 ? (int)(lx->end - lx->p) : 24;
+    snprintf(buf, n, "'%.*s'", k, lx->p);
+    return buf;
+}
+
+static hr_status parse_value(lexer *lx, value *v, bool in_tuple) {
+    char buf[40];
+    skip_space(lx);
+    memset(v, 0, sizeof *v);
+    v->src = lx->p;
+    if (lx->p < lx->end && (*lx->p == '\'' || *lx->p == '"')) {
+        char q = *lx->p++;
+        while (lx->p < lx->end && *lx->p != q) lx->p++;
+        if (lx->p >= lx->end) return errf(lx, HR_ERR_PARSE, "unterminated string %.20s", v->src);
+        lx->p++;
+        v->kind = V_STR;
+    } else if (!in_tuple && accept(lx, '(')) { /* a tuple of ints: kernel_size=(3, 3) */
+        v->kind = V_TUPLE;
+        do {
+            value e;
+            hr_status st = parse_value(lx, &e, true);
+            if (st != HR_OK) return st;
+            if (e.kind != V_INT) return errf(lx, HR_ERR_PARSE, "a tuple may hold only integers, got '%.*s'", e.len, e.src);
+            if (v->n == 4) return errf(lx, HR_ERR_PARSE, "a tuple of more than 4 sizes");
+            v->tup[v->n++] = e.i;
+        } while (accept(lx, ',') && (skip_space(lx), lx->p < lx->end && *lx->p != ')'));
+        if (!accept(lx, ')')) return errf(lx, HR_ERR_PARSE, "expected ')' to close the tuple, found %s", next_text(lx, buf, sizeof buf));
+    } else if (ident(lx)) {
+        int n = (int)(lx->p - v->src);
+        if (same(v->src, n, "True") || same(v->src, n, "true")) v->kind = V_BOOL, v->i = 1;
+        else if (same(v->src, n, "False") || same(v->src, n, "false")) v->kind = V_BOOL;
+        else if (same(v->src, n, "None")) v->kind = V_NONE;
+        else v->kind = V_NAME;
+    } else {
+        const char *s = lx->p;
+        while (lx->p < lx->end && (is_ident(*lx->p) || strchr("+-.", *lx->p))) lx->p++;
+        if (lx->p == s) return errf(lx, HR_ERR_PARSE, "expected a value, found %s", next_text(lx, buf, sizeof buf));
+        char num[64];
+        snprintf(num, sizeof num, "%.*s", (int)(lx->p - s), s);
+        char *e;
+        errno = 0;
+        long long i = strtoll(num, &e, 10);
+        if (!*e && (int)(lx->p - s) < 63) {
+            if (errno) return errf(lx, HR_ERR_PARSE, "integer %s is too large", num);
+            v->kind = V_INT, v->i = i, v->f = (double)i;
+        } else {
+            v->f = strtod(num, &e);
+            if (*e || (int)(lx->p - s) >= 63 || !isfinite(v->f))
+                return errf(lx, HR_ERR_PARSE, "'%s' is not a number", num);
+            v->kind = V_FLOAT;
+        }
+    }
+    v->len = (int)(lx->p - v->src);
+    return HR_OK;
+}
+
+static hr_status parse_args(lexer *lx, call *c);
+
+/* TYPE [ "(" args ")" [ "(" name ")" ] ] — args are positional values, then
+ * name=value. */
+static hr_status parse_call(lexer *lx, call *c) {
+    char buf[40];
+    memset(c, 0, sizeof *c);
+    skip_space(lx);
+    c->type = lx->p;
+    c->type_len = ident(lx);
+    if (c->type_len && same(c->type, c->type_len, "nn") && accept(lx, '.')) { /* nn.Conv2d, as pasted from PyTorch */
+        c->type = lx->p;
+        c->type_len = ident(lx);
+    }
+    if (!c->type_len) return errf(lx, HR_ERR_PARSE, "expected a layer such as Linear(784, 10), found %s", next_text(lx, buf, sizeof buf));
+    if (!accept(lx, '(')) return HR_OK;
+    if (!accept(lx, ')')) {
+        hr_status st = parse_args(lx, c);
+        if (st != HR_OK) return st;
+    }
+    if (accept(lx, '(')) { /* Conv2d(16, 16, 1)(stem) */
+        c->has_from = true;
+        if (parse_value(lx, &c->from, false) != HR_OK) return HR_ERR_PARSE;
+        if (!accept(lx, ')')) return errf(lx, HR_ERR_PARSE, "expected ')' after the name of the layer to apply to, found %s", next_text(lx, buf, sizeof buf));
+    }
+    return HR_OK;
+}
+
+static hr_status parse_args(lexer *lx, call *c) {
+    char buf[40];
+    do {
+        if (c->npos + c->nkw == MAX_ARGS) return errf(lx, HR_ERR_PARSE, "more than %d arguments", MAX_ARGS);
+        lexer save = *lx;
+        int n = ident(lx);
+        if (n && accept(lx, '=')) {
+            skip_space(&save);
+            c->kw_name[c->nkw] = save.p;
+            c->kw_len[c->nkw] = n;
+            for (int k = 0; k < c->nkw; k++)
+                if (c->kw_len[k] == n && !strncmp(c->kw_name[k], save.p, (size_t)n))
+                    return errf(lx, HR_ERR_PARSE, "keyword argument '%.*s' given twice", n, save.p);
+            hr_status st = parse_value(lx, &c->kw[c->nkw++], false);
+            if (st != HR_OK) return st;
+        } else {
+            *lx = save;
+            if (c->nkw) return errf(lx, HR_ERR_PARSE, "a positional argument follows a keyword argument");
+            hr_status st = parse_value(lx, &c->pos[c->npos++], false);
+            if (st != HR_OK) return st;
+        }
+    } while (accept(lx, ',') && (skip_space(lx), lx->p < lx->end && *lx->p != ')'));
+    if (!accept(lx, ')')) return errf(lx, HR_ERR_PARSE, "expected ',' or ')' in the arguments, found %s", next_text(lx, buf, sizeof buf));
+    return HR_OK;
+}
+
+/* ---- layer signatures, with PyTorch's argument names and defaults -------------- */
+typedef enum { P_SIZE, P_NONNEG, P_OPTSIZE, P_FLOAT, P_BOOL, P_PAD, P_INT, P_STR } ptype;
+typedef struct {
+    const char *name;
+    ptype type;
+    const char *def;  /* NULL: required */
+    bool fixed;       /* accepted only with its default value: headroom has no other */
+} param;
+
+typedef enum {
+    L_LINEAR, L_CONV, L_RELU, L_MAXPOOL, L_AVGPOOL, L_ADAPTIVE, L_BN1, L_BN2, L_DROPOUT, L_FLATTEN,
+    L_RESHAPE, L_SOFTMAX, L_LOGSOFTMAX, L_ADD, L_CONCAT, L_CE, L_MSE,
+} kind;
+
+typedef struct {
+    const char *name;
+    kind k;
+    param p[10];
+} spec;
+
+#define REQ(n, t) {n, t, NULL, false}
+#define OPT(n, t, d) {n, t, d, false}
+#define FIX(n, t, d) {n, t, d, true} /* only the default is supported */
+#define BOOL_T "True"
+static const spec layers[] = {
+    {"Linear", L_LINEAR, {REQ("in_features", P_SIZE), REQ("out_features", P_SIZE), OPT("bias", P_BOOL, BOOL_T)}},
+    {"Conv2d", L_CONV, {REQ("in_channels", P_SIZE), REQ("out_channels", P_SIZE), REQ("kernel_size", P_SIZE), OPT("stride", P_SIZE, "1"),
+                        OPT("padding", P_PAD, "0"), FIX("dilation", P_SIZE, "1"), FIX("groups", P_SIZE, "1"),
+                        OPT("bias", P_BOOL, BOOL_T), FIX("padding_mode", P_STR, "'zeros'")}},
+    {"ReLU", L_RELU, {OPT("inplace", P_BOOL, "False")}},
+    {"MaxPool2d", L_MAXPOOL, {REQ("kernel_size", P_SIZE), OPT("stride", P_OPTSIZE, "None"), FIX("padding", P_NONNEG, "0"),
+                              FIX("dilation", P_SIZE, "1"), FIX("return_indices", P_BOOL, "False"),
+                              FIX("ceil_mode", P_BOOL, "False")}},
+    {"AvgPool2d", L_AVGPOOL, {REQ("kernel_size", P_SIZE), OPT("stride", P_OPTSIZE, "None"), FIX("padding", P_NONNEG, "0"),
+                              FIX("ceil_mode", P_BOOL, "False"), OPT("count_include_pad", P_BOOL, BOOL_T),
+                              FIX("divisor_override", P_OPTSIZE, "None")}},
+    {"AdaptiveAvgPool2d", L_ADAPTIVE, {REQ("output_size", P_SIZE)}},
+    {"BatchNorm1d", L_BN1, {REQ("num_features", P_SIZE), OPT("eps", P_FLOAT, "1e-5"), OPT("momentum", P_FLOAT, "0.1"),
+                            FIX("affine", P_BOOL, BOOL_T), FIX("track_running_stats", P_BOOL, BOOL_T)}},
+    {"BatchNorm2d", L_BN2, {REQ("num_features", P_SIZE), OPT("eps", P_FLOAT, "1e-5"), OPT("momentum", P_FLOAT, "0.1"),
+                            FIX("affine", P_BOOL, BOOL_T), FIX("track_running_stats", P_BOOL, BOOL_T)}},
+    {"Dropout", L_DROPOUT, {OPT("p", P_FLOAT, "0.5"), OPT("inplace", P_BOOL, "False")}},
+    {"Flatten", L_FLATTEN, {FIX("start_dim", P_INT, "1"), FIX("end_dim", P_INT, "-1")}},
+    {"Reshape", L_RESHAPE, {{0}}},  /* Reshape(d1, d2, ...): sizes without the batch; one may be -1 */
+    {"Softmax", L_SOFTMAX, {OPT("dim", P_INT, "1")}},
+    {"LogSoftmax", L_LOGSOFTMAX, {OPT("dim", P_INT, "1")}},
+    {"Add", L_ADD, {{0}}},          /* Add(a): previous + a; Add(a, b): a + b */
+    {"Concat", L_CONCAT, {{0}}},    /* Concat(a, b, ...): along channels */
+};
+static const spec losses[] = {
+    {"CrossEntropyLoss", L_CE, {FIX("reduction", P_STR, "'mean'"), FIX("label_smoothing", P_FLOAT, "0.0")}},
+    {"MSELoss", L_MSE, {FIX("reduction", P_STR, "'mean'")}},
+};
+
+static int n_params(const spec *s) {
+    int n = 0;
+    while (n < 10 && s->p[n].name) n++;
+    return n;
+}
+
+static const char *type_desc(ptype t) {
+    switch (t) {
+    case P_SIZE: return "a positive integer";
+    case P_NONNEG: return "an integer >= 0";
+    case P_OPTSIZE: return "a positive integer or None";
+    case P_FLOAT: return "a number";
+    case P_BOOL: return "True or False";
+    case P_PAD: return "an integer >= 0, 'same' or 'valid'";
+    case P_INT: return "an integer";
+    case P_STR: return "a string";
+    }
+    return "?";
+}
+
+/* Checks v against the type; a tuple of equal sizes stands for one size. */
+static hr_status check_type(const lexer *lx, const spec *s, const param *p, value *v) {
+    if (v->kind == V_TUPLE && (p->type == P_SIZE || p->type == P_NONNEG || p->type == P_OPTSIZE || p->type == P_PAD)) {
+        for (int i = 1; i < v->n; i++)
+            if (v->tup[i] != v->tup[0])
+                return errf(lx, HR_ERR_UNSUPPORTED, "%s %s=%.*s: headroom supports only square kernels and equal "
+                            "strides and paddings; write one number", s->name, p->name, v->len, v->src);
+        if (v->n > 2) return errf(lx, HR_ERR_PARSE, "%s %s=%.*s: expected 1 or 2 sizes", s->name, p->name, v->len, v->src);
+        v->kind = V_INT;
+        v->i = v->tup[0];
+        v->f = (double)v->i;
+    }
+    bool ok;
+    switch (p->type) {
+    case P_SIZE: ok = v->kind == V_INT && v->i > 0; break;
+    case P_NONNEG: ok = v->kind == V_INT && v->i >= 0; break;
+    case P_OPTSIZE: ok = v->kind == V_NONE || (v->kind == V_INT && v->i > 0); break;
+    case P_FLOAT: ok = v->kind == V_INT || v->kind == V_FLOAT; break;
+    case P_BOOL: ok = v->kind == V_BOOL; break;
+    case P_PAD: ok = (v->kind == V_INT && v->i >= 0) || v->kind == V_STR; break;
+    case P_INT: ok = v->kind == V_INT; break;
+    case P_STR: ok = v->kind == V_STR; break;
+    default: ok = false;
+    }
+    if (!ok)
+        return errf(lx, HR_ERR_PARSE, "%s argument %s must be %s, got %.*s", s->name, p->name, type_desc(p->type), v->len,
+                    v->src);
+    return HR_OK;
+}
+
+static bool value_eq(const value *a, const value *b) {
+    if (a->kind == V_STR || b->kind == V_STR)
+        return a->kind == b->kind && a->len == b->len && !strncmp(a->src + 1, b->src + 1, (size_t)a->len - 2);
+    if (a->kind == V_NONE || b->kind == V_NONE) return a->kind == b->kind;
+    return a->f == b->f && (a->kind == V_BOOL) == (b->kind == V_BOOL) && a->i == b->i;
+}
+
+/* Matches the call's arguments to the spec's parameters as Python would;
+ * out[i] receives each parameter's value (given or default). */
+static hr_status bind(const lexer *lx, const spec *s, call *c, value *out) {
+    int np = n_params(s);
+    if (c->npos > np)
+        return errf(lx, HR_ERR_PARSE, "%s takes at most %d positional argument%s but %d were given", s->name, np,
+                    np == 1 ? "" : "s", c->npos);
+    bool given[10] = {0};
+    for (int i = 0; i < c->npos; i++) out[i] = c->pos[i], given[i] = true;
+    for (int k = 0; k < c->nkw; k++) {
+        int i = 0;
+        while (i < np && !same(c->kw_name[k], c->kw_len[k], s->p[i].name)) i++;
+        if (i == np) {
+            char known[200] = "";
+            for (int j = 0; j < np; j++) snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", j ? ", " : "", s->p[j].name);
+            return errf(lx, HR_ERR_PARSE, "%s has no argument '%.*s'; its arguments are: %s", s->name, c->kw_len[k],
+                        c->kw_name[k], np ? known : "(none)");
+        }
+        if (given[i]) return errf(lx, HR_ERR_PARSE, "%s got two values for argument '%s'", s->name, s->p[i].name);
+        out[i] = c->kw[k];
+        given[i] = true;
+    }
+    for (int i = 0; i < np; i++) {
+        const param *p = &s->p[i];
+        value def;
+        if (p->def) {
+            lexer dl = {lx->file, lx->line, p->def, p->def + strlen(p->def)};
+            parse_value(&dl, &def, false);
+        }
+        if (!given[i]) {
+            if (!p->def) return errf(lx, HR_ERR_PARSE, "%s is missing its argument '%s' (%s)", s->name, p->name, type_desc(p->type));
+            out[i] = def;
+            continue;
+        }
+        hr_status st = check_type(lx, s, p, &out[i]);
+        if (st != HR_OK) return st;
+        if (p->fixed && !value_eq(&out[i], &def))
+            return errf(lx, HR_ERR_UNSUPPORTED, "%s with %s=%.*s is not supported by headroom (only %s=%s)", s->name,
+                        p->name, out[i].len, out[i].src, p->name, p->def);
+    }
+    return HR_OK;
+}
+
+/* ---- building the model ----------------------------------------------------------- */
+typedef struct {
+    char *name;
+    int tensor, line;
+} named;
+
+typedef struct {
+    hr_model_t *m;
+    lexer lx;
+    int input, prev, loss_line, n_layers;
+    named *names;
+    int n_names, cap_names;
+} builder;
+
+static hr_status add_name(builder *b, const char *name, int tensor) {
+    if (b->n_names == b->cap_names) {
+        int nc = b->cap_names ? 2 * b->cap_names : 16;
+        named *p = hr_realloc(b->names, (size_t)nc * sizeof *p);
+        if (!p) return HR_ERR_OOM;
+        b->names = p;
+        b->cap_names = nc;
+    }
+    if (!(b->names[b->n_names].name = hr_strdup(name))) return HR_ERR_OOM;
+    b->names[b->n_names].tensor = tensor;
+    b->names[b->n_names++].line = b->lx.line;
+    return HR_OK;
+}
+
+static const named *find_name(const builder *b, const char *s, int len) {
+    for (int i = 0; i < b->n_names; i++)
+        if ((int)strlen(b->names[i].name) == len && !strncmp(b->names[i].name, s, (size_t)len)) return &b->names[i];
+    return NULL;
+}
+
+/* A reference to an earlier layer: its name, its index, or `input`. */
+static hr_status resolve(builder *b, const char *layer, const value *v, int *tensor) {
+    const named *n = (v->kind == V_NAME || v->kind == V_INT) ? find_name(b, v->src, v->len) : NULL;
+    if (n) { *tensor = n->tensor; return HR_OK; }
+    char known[300] = "";
+    for (int i = 0; i < b->n_names && strlen(known) < 250; i++)
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", b->names[i].name);
+    return errf(&b->lx, HR_ERR_PARSE, "%s refers to '%.*s', which is not a layer defined above (names so far: %s)",
+                layer, v->len, v->src, known);
+}
+
+static int build_layer(builder *b, const spec *s, call *c, const char *name) {
+    value a[10];
+    lexer *lx = &b->lx;
+    hr_model_t *m = b->m;
+    int x = b->prev;
+    if (c->has_from && (s->k == L_ADD || s->k == L_CONCAT))
+        return errf(lx, HR_ERR_PARSE, "%s takes the layers it joins as its arguments, not as (%.*s)", s->name, c->from.len, c->from.src), -1;
+    if (c->has_from && resolve(b, s->name, &c->from, &x) != HR_OK) return -1;
+    int nd = hr_tensor_ndim(m, x);
+    if (s->p[0].name && bind(lx, s, c, a) != HR_OK) return -1;
+    if (!s->p[0].name && c->nkw) {
+        errf(lx, HR_ERR_PARSE, "%s takes no keyword arguments, got '%.*s'", s->name, c->kw_len[0], c->kw_name[0]);
+        return -1;
+    }
+    switch (s->k) {
+    case L_LINEAR: return hr_linear(m, name, x, a[0].i, a[1].i, a[2].i);
+    case L_CONV: {
+        int64_t pad = a[4].i;
+        if (a[4].kind == V_STR) {
+            bool valid = value_eq(&a[4], &(value){.kind = V_STR, .src = "'valid'", .len = 7});
+            bool same_pad = value_eq(&a[4], &(value){.kind = V_STR, .src = "'same'", .len = 6});
+            if (!valid && !same_pad)
+                return errf(lx, HR_ERR_PARSE, "Conv2d padding=%.*s: expected a number, 'same' or 'valid'", a[4].len, a[4].src), -1;
+            if (same_pad && (a[3].i != 1 || a[2].i % 2 == 0))
+                return errf(lx, HR_ERR_UNSUPPORTED, "Conv2d padding='same' needs stride 1 and an odd kernel_size; write the padding as a number"), -1;
+            pad = valid ? 0 : a[2].i / 2;
+        }
+        if (a[2].i > 1 << 20 || a[3].i > 1 << 20 || pad > 1 << 20)
+            return errf(lx, HR_ERR_PARSE, "Conv2d kernel_size, stride or padding is too large"), -1;
+        return hr_conv2d(m, name, x, a[0].i, a[1].i, (int)a[2].i, (int)a[3].i, (int)pad, a[7].i);
+    }
+    case L_RELU: return hr_relu(m, name, x);
+    case L_MAXPOOL: case L_AVGPOOL: {
+        int64_t k = a[0].i, st = a[1].kind == V_NONE ? k : a[1].i;
+        if (k > 1 << 20 || st > 1 << 20) return errf(lx, HR_ERR_PARSE, "%s kernel_size or stride is too large", s->name), -1;
+        return (s->k == L_MAXPOOL ? hr_maxpool2d : hr_avgpool2d)(m, name, x, (int)k, (int)st);
+    }
+    case L_ADAPTIVE:
+        if (a[0].i != 1)
+            return errf(lx, HR_ERR_UNSUPPORTED, "AdaptiveAvgPool2d(%lld): headroom supports only output size 1 (global "
+                        "average pooling); use AvgPool2d for other sizes", (long long)a[0].i), -1;
+        return hr_global_avgpool(m, name, x);
+    case L_BN1: case L_BN2:
+        if (nd >= 0 && (s->k == L_BN2) != (nd == 3)) {
+            char sh[80];
+            hr_shape xs = {.ndim = nd < HR_MAX_DIMS ? nd : HR_MAX_DIMS};
+            for (int i = 0; i < xs.ndim; i++) xs.d[i] = hr_tensor_dim(m, x, i);
+            return errf(lx, HR_ERR_SHAPE, "%s takes %s but its input has per-sample shape %s; use %s", s->name,
+                        s->k == L_BN2 ? "(batch, C, H, W)" : "(batch, features)", hr_shape_str(&xs, sh, sizeof sh),
+                        s->k == L_BN2 ? "BatchNorm1d" : "BatchNorm2d"), -1;
+        }
+        if (!(a[1].f > 0) || !(a[2].f >= 0 && a[2].f <= 1))
+            return errf(lx, HR_ERR_PARSE, "%s needs eps > 0 and momentum in [0, 1]", s->name), -1;
+        return hr_batchnorm(m, name, x, a[0].i, (float)a[1].f, (float)a[2].f);
+    case L_DROPOUT:
+        if (!(a[0].f >= 0 && a[0].f < 1))
+            return errf(lx, HR_ERR_PARSE, "Dropout p must be in [0, 1), got %.*s", a[0].len, a[0].src), -1;
+        return hr_dropout(m, name, x, (float)a[0].f);
+    case L_FLATTEN: return hr_flatten(m, name, x);
+    case L_SOFTMAX: case L_LOGSOFTMAX:
+        if (a[0].i != 1 && !(a[0].i == -1 && nd == 1))
+            return errf(lx, HR_ERR_UNSUPPORTED, "%s(dim=%lld): headroom supports only dim=1 (the features)", s->name,
+                        (long long)a[0].i), -1;
+        return (s->k == L_SOFTMAX ? hr_softmax : hr_log_softmax)(m, name, x);
+    case L_RESHAPE: {
+        int64_t d[HR_MAX_DIMS], known = 1, numel = 1;
+        int infer = -1;
+        if (c->npos < 1 || c->npos > 3) return errf(lx, HR_ERR_PARSE, "Reshape takes 1 to 3 sizes (without the batch), got %d", c->npos), -1;
+        for (int i = 0; i < c->npos; i++) {
+            const value *v = &c->pos[i];
+            if (v->kind != V_INT || v->i == 0 || v->i < -1 || (v->i == -1 && infer >= 0))
+                return errf(lx, HR_ERR_PARSE, "Reshape sizes must be positive integers (one may be -1), got %.*s", v->len, v->src), -1;
+            if (v->i == -1) infer = i;
+            else if (!hr_mul_ok(known, v->i, &known)) return errf(lx, HR_ERR_PARSE, "Reshape sizes too large"), -1;
+            d[i] = v->i;
+        }
+        for (int i = 0; i < nd; i++) numel *= hr_tensor_dim(m, x, i);
+        if (infer >= 0) d[infer] = numel % known ? -1 : numel / known;
+        if (infer >= 0 && d[infer] < 0)
+            return errf(lx, HR_ERR_SHAPE, "Reshape: %lld values a sample do not divide into sizes of %lld", (long long)numel, (long long)known), -1;
+        return hr_reshape(m, name, x, c->npos, d);
+    }
+    case L_ADD: case L_CONCAT: {
+        int xs[MAX_ARGS + 1], n = 0;
+        if (s->k == L_ADD && (c->npos < 1 || c->npos > 2))
+            return errf(lx, HR_ERR_PARSE, "Add takes one layer name (added to the previous output) or two, got %d", c->npos), -1;
+        if (s->k == L_CONCAT && c->npos < 2)
+            return errf(lx, HR_ERR_PARSE, "Concat takes two or more layer names, got %d", c->npos), -1;
+        if (s->k == L_ADD && c->npos == 1) xs[n++] = x;
+        for (int i = 0; i < c->npos; i++)
+            if (resolve(b, s->name, &c->pos[i], &xs[n++]) != HR_OK) return -1;
+        return s->k == L_ADD ? hr_add(m, name, xs[0], xs[1]) : hr_concat(m, name, n, xs);
+    }
+    default: return -1;
+    }
+}
+
+static const spec *lookup(const spec *table, int n, const call *c) {
+    for (int i = 0; i < n; i++)
+        if (same(c->type, c->type_len, table[i].name)) return &table[i];
+    return NULL;
+}
+
+static hr_status unknown(const lexer *lx, const spec *table, int n, const call *c, const char *what) {
+    char known[400] = "", hint[120] = "";
+    for (int i = 0; i < n; i++) {
+        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", table[i].name);
+        if ((int)strlen(table[i].name) == c->type_len && !strncasecmp(table[i].name, c->type, (size_t)c->type_len))
+            snprintf(hint, sizeof hint, " (did you mean %s?)", table[i].name);
+    }
+    return errf(lx, HR_ERR_PARSE, "unknown %s '%.*s'%s; known %s: %s", what, c->type_len, c->type, hint,
+                table == losses ? "losses" : "layers", known);
+}
+
+/* After a layer: nothing, or one comma (a line pasted from nn.Sequential). */
+static hr_status line_end(lexer *lx) {
+    char buf[40];
+    accept(lx, ',');
+    skip_space(lx);
+    if (lx->p < lx->end) return errf(lx, HR_ERR_PARSE, "unexpected %s after the layer", next_text(lx, buf, sizeof buf));
+    return HR_OK;
+}
+
+/* Builder messages carry file:line when the source was set; add it if not. */
+static hr_status builder_failed(builder *b) {
+    char msg[2048], where[300];
+    snprintf(msg, sizeof msg, "%s", hr_last_error());
+    hr_status st = hr_error_prefix("-"); /* only to learn the status; the message is put back below */
+    snprintf(where, sizeof where, "%s:%d:", b->lx.file, b->lx.line);
+    if (strstr(msg, where)) return hr_error_set(st, "%s", msg);
+    return hr_error_set(st, "%s %s", where, msg);
+}
+
+static hr_status input_line(builder *b) {
+    lexer *lx = &b->lx;
+    int64_t d[4];
+    int n = 0;
+    if (b->input >= 0) return errf(lx, HR_ERR_PARSE, "a second input line; a model has one input");
+    for (;;) {
+        value v;
+        skip_space(lx);
+        if (lx->p >= lx->end) break;
+        if (parse_value(lx, &v, false) != HR_OK) return HR_ERR_PARSE;
+        if (v.kind != V_INT || v.i <= 0)
+            return errf(lx, HR_ERR_PARSE, "input sizes must be positive integers, got %.*s", v.len, v.src);
+        if (n == 3) return errf(lx, HR_ERR_PARSE, "input takes 1 size (features) or 3 (channels height width), got more");
+        d[n++] = v.i;
+    }
+    if (n != 1 && n != 3)
+        return errf(lx, HR_ERR_PARSE, "input takes 1 size (features) or 3 (channels height width), got %d", n);
+    hr_model_set_source(b->m, lx->file, lx->line);
+    b->input = b->prev = hr_input(b->m, "input", n, d);
+    if (b->input < 0) return builder_failed(b);
+    return add_name(b, "input", b->input);
+}
+
+static hr_status statement(builder *b) {
+    lexer *lx = &b->lx;
+    lexer save = *lx;
+    int n = ident(lx);
+    const char *word = lx->p - n;
+    skip_space(lx);
+    bool call_or_label = lx->p < lx->end && (*lx->p == '(' || *lx->p == '=');
+    if (n && same(word, n, "input") && !call_or_label) return input_line(b);
+    if (b->loss_line) return errf(lx, HR_ERR_PARSE, "nothing may follow the loss line (line %d)", b->loss_line);
+    call c;
+    if (n && same(word, n, "loss") && !call_or_label) {
+        if (parse_call(lx, &c) != HR_OK || line_end(lx) != HR_OK) return HR_ERR_PARSE;
+        const spec *s = lookup(losses, 2, &c);
+        if (!s) return unknown(lx, losses, 2, &c, "loss");
+        if (b->input < 0) return errf(lx, HR_ERR_PARSE, "the loss comes before the input line");
+        value a[10];
+        if (bind(lx, s, &c, a) != HR_OK) return HR_ERR_PARSE;
+        int out = b->prev, nd = hr_tensor_ndim(b->m, out);
+        if (s->k == L_CE && nd != 1)
+            return errf(lx, HR_ERR_SHAPE, "CrossEntropyLoss takes (batch, classes) logits but the last layer gives a "
+                        "per-sample shape of %d dims; add Flatten() and a Linear layer", nd);
+        b->loss_line = lx->line;
+        hr_model_set_source(b->m, lx->file, lx->line);
+        int r = s->k == L_CE ? hr_loss_cross_entropy(b->m, out, hr_tensor_dim(b->m, out, 0)) : hr_loss_mse(b->m, out);
+        return r < 0 ? builder_failed(b) : HR_OK;
+    }
+    char label[64] = "";
+    if (n && accept(lx, '=')) {
+        if (n >= (int)sizeof label) return errf(lx, HR_ERR_PARSE, "layer name '%.*s' is too long", n, word);
+        snprintf(label, sizeof label, "%.*s", n, word);
+        static const char *reserved[] = {"input", "loss", "True", "False", "true", "false", "None", "nn"};
+        for (size_t i = 0; i < sizeof reserved / sizeof *reserved; i++)
+            if (!strcmp(label, reserved[i])) return errf(lx, HR_ERR_PARSE, "'%s' cannot name a layer", label);
+        const named *old = find_name(b, label, n);
+        if (old) return errf(lx, HR_ERR_PARSE, "layer name '%s' is already used at line %d", label, old->line);
+    } else {
+        *lx = save;
+    }
+    if (parse_call(lx, &c) != HR_OK) return HR_ERR_PARSE;
+    const spec *s = lookup(layers, (int)(sizeof layers / sizeof *layers), &c);
+    if (!s) return unknown(lx, layers, (int)(sizeof layers / sizeof *layers), &c, "layer");
+    if (line_end(lx) != HR_OK) return HR_ERR_PARSE;
+    if (b->input < 0)
+        return errf(lx, HR_ERR_PARSE, "%s comes before the input line; begin the model with `input C H W` (images) "
+                    "or `input F` (features)", s->name);
+    char index[24];
+    snprintf(index, sizeof index, "%d", b->n_layers);
+    const char *name = label[0] ? label : index;
+    hr_model_set_source(b->m, lx->file, lx->line);
+    int out = build_layer(b, s, &c, name);
+    if (out < 0) return builder_failed(b);
+    b->n_layers++;
+    b->prev = out;
+    if (label[0] && add_name(b, label, out) != HR_OK) return HR_ERR_OOM;
+    return add_name(b, index, out);
+}
+
+/* ---- the file ------------------------------------------------------------------------ */
+hr_model_t *hr_modelfile_parse(const char *text, const char *name_for_errors) {
+    const char *file = name_for_errors ? name_for_errors : "model";
+    const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file, *dot = strrchr(base, '.');
+    char mname[128];
+    snprintf(mname, sizeof mname, "%.*s", dot && dot > base ? (int)(dot - base) : (int)strlen(base), base);
+    builder b = {.input = -1, .prev = -1};
+    if (!(b.m = hr_model_new(mname))) return NULL;
+    hr_status st = HR_OK;
+    int line = 0;
+    for (const char *p = text; *p && st == HR_OK;) {
+        const char *eol = strchr(p, '\n'), *end = p;
+        if (!eol) eol = p + strlen(p);
+        char quote = 0; /* a '#' starts a comment, unless it is inside a string */
+        for (; end < eol; end++) {
+            if (quote) { if (*end == quote) quote = 0; }
+            else if (*end == '\'' || *end == '"') quote = *end;
+            else if (*end == '#') break;
+        }
+        b.lx = (lexer){file, ++line, p, end};
+        skip_space(&b.lx);
+        if (b.lx.p < b.lx.end) st = statement(&b);
+        p = *eol ? eol + 1 : eol;
+    }
+    b.lx = (lexer){file, line > 0 ? line : 1, NULL, NULL};
+    if (st == HR_OK && b.input < 0)
+        st = errf(&b.lx, HR_ERR_PARSE, "the model has no input line; begin it with `input C H W` (images) or "
+                  "`input F` (features)");
+    if (st == HR_OK && !b.loss_line)
+        st = errf(&b.lx, HR_ERR_PARSE, "the model has no loss line; end it with `loss CrossEntropyLoss` "
+                  "(classification) or `loss MSELoss` (regression)");
+    for (int i = 0; i < b.n_names; i++) hr_free(b.names[i].name);
+    hr_free(b.names);
+    if (st != HR_OK) {
+        hr_model_free(b.m);
+        return NULL;
+    }
+    return b.m;
+}
+
+hr_model_t *hr_modelfile_load(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        hr_error_set(HR_ERR_IO, "cannot open model file %s: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *text = NULL;
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        hr_error_set(HR_ERR_IO, "cannot read model file %s: %s", path, strerror(errno));
+    } else if (size > MAX_FILE) {
+        hr_error_set(HR_ERR_PARSE, "%s is %ld bytes; a model file is a short text (at most 16 MiB)", path, size);
+    } else if ((text = hr_malloc((size_t)size + 1))) {
+        size_t got = fread(text, 1, (size_t)size, f);
+        text[got] = 0;
+        if (got != (size_t)size) {
+            hr_error_set(HR_ERR_IO, "cannot read model file %s: %s", path, ferror(f) ? strerror(errno) : "it got shorter");
+            hr_free(text);
+            text = NULL;
+        } else if (strlen(text) != got) {
+            hr_error_set(HR_ERR_PARSE, "%s: byte %zu is a NUL; is this a text model file?", path, strlen(text));
+            hr_free(text);
+            text = NULL;
+        }
+    }
+    fclose(f);
+    if (!text) return NULL;
+    hr_model_t *m = hr_modelfile_parse(text, path);
+    hr_free(text);
+    return m;
+}
