@@ -3,7 +3,9 @@
 #include "exec/session.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 hr_config_t hr_config_default(void) {
     hr_config_t c;
@@ -58,8 +60,14 @@ hr_session_t *hr_compile(const hr_model_t *m, const hr_config_t *cfg) {
     return s;
 }
 
+static void profile_print(hr_session_t *s);
+
 void hr_session_free(hr_session_t *s) {
     if (!s) return;
+    if (s->prof) {
+        profile_print(s);
+        free(s->prof);
+    }
     if (s->be) {
         if (s->arena) s->be->arena_free(s->be, s->arena);
         s->be->free(s->be);
@@ -78,7 +86,7 @@ const hr_report_t *hr_session_report(const hr_session_t *s) { return &s->plan.re
 /* Uniform [0,1) from a counter: the generator the golden tests share with
  * PyTorch's side (scripts/hr_rng.py). */
 float hr_rng_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
-    uint64_t x = hr_mix64((seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL + i));
+    uint64_t x = hr_mix64(((seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL)) + i);
     return (float)(x >> 40) * (1.0f / 16777216.0f);
 }
 
@@ -100,8 +108,9 @@ static void init_param(const hr_graph *g, const hr_tensor *t, int index, uint64_
     if (strcmp(suffix, "bias") == 0) /* the weight is the tensor made just before */
         w = t - 1;
     for (int d = 1; d < w->shape.ndim; d++) fan_in *= w->shape.d[d];
-    float bound = 1.0f / sqrtf((float)fan_in);
-    for (int64_t i = 0; i < n; i++) v[i] = bound * (2.0f * hr_rng_uniform(seed, 1000 + (uint64_t)index, (uint64_t)i) - 1.0f);
+    double bound = 1.0 / sqrt((double)fan_in);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (float)((double)(2.0f * hr_rng_uniform(seed, 1000 + (uint64_t)index, (uint64_t)i) - 1.0f) * bound);
 }
 
 static hr_status upload_initial_state(hr_session_t *s) {
@@ -157,12 +166,41 @@ hr_status hr_session_alloc(hr_session_t *s) {
 }
 
 /* ---- running ------------------------------------------------------------------ */
+static double seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* HR_PROFILE=1 times every node (synchronising after each, so only for
+ * looking, not for benchmarks) and prints the table when the session ends. */
+static void profile_print(hr_session_t *s) {
+    hr_graph *g = &s->prog.g;
+    double total = 0;
+    for (int k = 0; k < g->nn; k++) total += s->prof[k];
+    fprintf(stderr, "profile: %s on %s, %lld runs, %.3f ms a step\n", s->model_name, s->be->name, (long long)s->prof_runs,
+            1e3 * total / (double)(s->prof_runs ? s->prof_runs : 1));
+    for (int k = 0; k < g->nn; k++) {
+        const hr_node *n = &g->n[k];
+        fprintf(stderr, "  %3d %-28s %-8s %9.3f ms %5.1f%%\n", k, hr_op_name(n->op), n->layer >= 0 ? g->l[n->layer].name : "",
+                1e3 * s->prof[k] / (double)(s->prof_runs ? s->prof_runs : 1), total > 0 ? 100 * s->prof[k] / total : 0);
+    }
+}
+
 static hr_status run_range(hr_session_t *s, int from, int to) {
     hr_graph *g = &s->prog.g;
     hr_step_info si = {s->t, s->prog.cfg.optim.lr, s->prog.cfg.seed, s->prog.cfg.optim, s->prog.sqnorm};
+    if (!s->prof && getenv("HR_PROFILE") && atoi(getenv("HR_PROFILE")) > 0)
+        s->prof = calloc((size_t)g->nn, sizeof(double)); /* diagnostics only: not planned, may stay NULL */
+    if (s->prof && from == 0) s->prof_runs++;
     for (int k = from; k < to; k++) {
         if (k == s->prog.n_bwd_end) si.t = s->t + 1; /* the update is step t+1 */
+        double t0 = s->prof ? seconds() : 0;
         hr_status st = s->be->run(s->be, g, &g->n[k], s->ptr, &si);
+        if (s->prof) {
+            s->be->sync(s->be);
+            s->prof[k] += seconds() - t0;
+        }
         if (st != HR_OK) {
             const hr_node *n = &g->n[k];
             return hr_error_prefix("step %lld, node %d (%s%s%s)", (long long)s->t + 1, k, hr_op_name(n->op),

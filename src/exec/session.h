@@ -18,6 +18,8 @@ struct hr_session {
     int *state;       /* tensor ids of named state: params, buffers, optimizer state */
     int nstate;
     size_t overhead;  /* measured runtime overhead of the backend */
+    double *prof;     /* HR_PROFILE=1: seconds spent in each node, printed at free */
+    int64_t prof_runs;
 };
 
 hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be);

@@ -13,6 +13,8 @@ typedef struct {
 #define P_(i) ((float *)ptr[(i)])
 
 /* cpu_gemm.c */
+void hr_cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                  float beta, float *C, int ldc);
 void hr_cpu_linear(const hr_graph *g, const hr_node *n, void *const *ptr);
 void hr_cpu_linear_bwd(const hr_graph *g, const hr_node *n, void *const *ptr);
 size_t hr_cpu_conv_workspace(const hr_cpu *c, const hr_graph *g, const hr_node *n);

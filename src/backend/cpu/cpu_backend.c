@@ -2,6 +2,7 @@
  * plain copies, and the one switch that sends each node to its kernel. */
 #include "backend/cpu/cpu.h"
 
+#include <cblas.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
@@ -87,6 +88,7 @@ hr_backend *hr_backend_cpu_new(const hr_config_t *cfg) {
         hr_free(c);
         return NULL;
     }
+    openblas_set_num_threads(1); /* our threads split the work; see hr_cpu_sgemm */
 #ifdef _OPENMP
     c->nthreads = omp_get_max_threads();
 #else

@@ -4,6 +4,35 @@
 
 #include <cblas.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* OpenBLAS runs single-threaded (the backend sets it): with OpenMP threads of
+ * our own around it, its pthreads would fight ours. A large product is split
+ * into row blocks of C instead, one per thread. Row-major C = op(A) op(B). */
+void hr_cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
+                  float beta, float *C, int ldc) {
+    int th = 1;
+#ifdef _OPENMP
+    th = omp_get_max_threads();
+#endif
+    if (th < 2 || (double)M * N * K < 4e6 || M < 2 * th) {
+        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
+                    B, ldb, beta, C, ldc);
+        return;
+    }
+#pragma omp parallel num_threads(th)
+    {
+        int me = omp_get_thread_num(), nt = omp_get_num_threads();
+        int per = (M + nt - 1) / nt, m0 = me * per, m1 = m0 + per < M ? m0 + per : M;
+        if (m1 > m0) {
+            const float *Ab = ta ? A + m0 : A + (size_t)m0 * lda;
+            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m1 - m0, N, K,
+                        alpha, Ab, lda, B, ldb, beta, C + (size_t)m0 * ldc, ldc);
+        }
+    }
+}
 
 /* y (N,out) = x (N,in) W^T + b */
 void hr_cpu_linear(const hr_graph *g, const hr_node *n, void *const *ptr) {
@@ -16,7 +45,7 @@ void hr_cpu_linear(const hr_graph *g, const hr_node *n, void *const *ptr) {
         for (int i = 0; i < N; i++) memcpy(y + (size_t)i * out, b, sizeof(float) * (size_t)out);
         beta = 1.0f;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, out, in, 1.0f, x, in, W, in, beta, y, out);
+    hr_cpu_sgemm(false, true, N, out, in, 1.0f, x, in, W, in, beta, y, out);
 }
 
 /* in {x, W, dy}, out {dx = dy W, dW = dy^T x, db = sum dy} */
@@ -24,11 +53,9 @@ void hr_cpu_linear_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
     int N = (int)T_(n->in[0]).shape.d[0], in = (int)n->a.in_f, out = (int)n->a.out_f;
     const float *x = P_(n->in[0]), *W = P_(n->in[1]), *dy = P_(n->in[2]);
     if (n->out[0] >= 0)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, in, out, 1.0f, dy, out, W, in,
-                    n->accum[0] ? 1.0f : 0.0f, P_(n->out[0]), in);
+        hr_cpu_sgemm(false, false, N, in, out, 1.0f, dy, out, W, in, n->accum[0] ? 1.0f : 0.0f, P_(n->out[0]), in);
     if (n->out[1] >= 0)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, N, 1.0f, dy, out, x, in,
-                    n->accum[1] ? 1.0f : 0.0f, P_(n->out[1]), in);
+        hr_cpu_sgemm(true, false, out, in, N, 1.0f, dy, out, x, in, n->accum[1] ? 1.0f : 0.0f, P_(n->out[1]), in);
     if (n->out[2] >= 0) {
         float *db = P_(n->out[2]);
         if (!n->accum[2]) memset(db, 0, sizeof(float) * (size_t)out);
@@ -119,7 +146,6 @@ void hr_cpu_conv2d(const hr_cpu *cp, const hr_graph *g, const hr_node *n, void *
     for (int i = 0; i < d.N; i++) {
         int me = 0;
 #ifdef _OPENMP
-        extern int omp_get_thread_num(void);
         me = omp_get_thread_num();
 #endif
         const float *xi = x + (size_t)i * d.C * d.H * d.W;
@@ -157,7 +183,6 @@ void hr_cpu_conv2d_bwd(const hr_cpu *cp, const hr_graph *g, const hr_node *n, vo
     for (int i = 0; i < d.N; i++) {
         int me = 0;
 #ifdef _OPENMP
-        extern int omp_get_thread_num(void);
         me = omp_get_thread_num();
 #endif
         float *col = ws + (size_t)me * col_n, *pw = parts + (size_t)me * part_n;

@@ -26,6 +26,19 @@ static int64_t argmax(const pool_dims *d, const float *x, int64_t oh, int64_t ow
     return best;
 }
 
+/* The common 2x2 stride-2 window, without the general loop. */
+static inline int64_t argmax22(const float *x, int64_t W, int64_t oh, int64_t ow) {
+    int64_t k = 2 * oh * W + 2 * ow, best = k;
+    float bv = x[k];
+    if (x[k + 1] > bv || (x[k + 1] != x[k + 1] && bv == bv)) bv = x[k + 1], best = k + 1;
+    if (x[k + W] > bv || (x[k + W] != x[k + W] && bv == bv)) bv = x[k + W], best = k + W;
+    if (x[k + W + 1] > bv || (x[k + W + 1] != x[k + W + 1] && bv == bv)) best = k + W + 1;
+    return best;
+}
+
+#define ARGMAX(d, x, oh, ow) \
+    ((d)->kh == 2 && (d)->kw == 2 && (d)->sh == 2 && (d)->sw == 2 ? argmax22(x, (d)->W, oh, ow) : argmax(d, x, oh, ow))
+
 void hr_cpu_maxpool(const hr_graph *g, const hr_node *n, void *const *ptr) {
     pool_dims d = dims_of(g, n, n->in[0], n->out[0]);
     const float *x = P_(n->in[0]);
@@ -35,7 +48,7 @@ void hr_cpu_maxpool(const hr_graph *g, const hr_node *n, void *const *ptr) {
         const float *xc = x + c * d.H * d.W;
         float *yc = y + c * d.OH * d.OW;
         for (int64_t oh = 0; oh < d.OH; oh++)
-            for (int64_t ow = 0; ow < d.OW; ow++) yc[oh * d.OW + ow] = xc[argmax(&d, xc, oh, ow)];
+            for (int64_t ow = 0; ow < d.OW; ow++) yc[oh * d.OW + ow] = xc[ARGMAX(&d, xc, oh, ow)];
     }
 }
 
@@ -50,7 +63,7 @@ void hr_cpu_maxpool_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
         const float *xc = x + c * d.H * d.W, *gc = dy + c * d.OH * d.OW;
         float *dc = dx + c * d.H * d.W;
         for (int64_t oh = 0; oh < d.OH; oh++)
-            for (int64_t ow = 0; ow < d.OW; ow++) dc[argmax(&d, xc, oh, ow)] += gc[oh * d.OW + ow];
+            for (int64_t ow = 0; ow < d.OW; ow++) dc[ARGMAX(&d, xc, oh, ow)] += gc[oh * d.OW + ow];
     }
 }
 

@@ -1,0 +1,148 @@
+/* hr_cuda.h — the CUDA backend's insides: its context (streams, library
+ * handles, arena, pinned staging, convolution plans), the checking macros and
+ * the kernel launchers that the .cu files define, in plain C. */
+#ifndef HR_CUDA_H
+#define HR_CUDA_H
+
+#include <cuda_runtime_api.h>
+
+#ifdef __CUDACC__
+#include <stdint.h>
+#else
+#include "backend/backend.h"
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Scratch of the reductions that finish in a second launch (loss, norms):
+ * one double per block of the first launch. Planned as the node's workspace. */
+#define HR_CUDA_RED_BLOCKS 256
+#define HR_CUDA_RED_BYTES (HR_CUDA_RED_BLOCKS * sizeof(double))
+/* cuBLAS scratch, planned in the arena for every matrix-product node, so that
+ * the library never allocates behind the planner's back. */
+#define HR_CUDA_CUBLAS_WS ((size_t)4 << 20)
+/* cuDNN algorithms needing more workspace than this are passed over. */
+#define HR_CUDA_CONV_WS_CAP ((size_t)256 << 20)
+
+#ifndef __CUDACC__
+typedef struct hr_cuda_conv hr_cuda_conv;
+typedef struct hr_cuda_dnn hr_cuda_dnn;
+typedef struct cublasContext *hr_cublas_handle;
+
+typedef struct {
+    int device;
+    char device_name[256];
+    bool allow_tf32;
+    cudaStream_t stream;      /* every kernel and library call */
+    cudaStream_t copy_stream; /* host-to-device batch copies */
+    cudaEvent_t compute_ev;   /* marks the compute stream when an upload is queued */
+    hr_cublas_handle blas;
+    hr_cuda_dnn *dnn;         /* cuDNN, loaded at run time; NULL when missing */
+    char dnn_why[256];        /* why cuDNN is missing */
+    /* memory facts */
+    size_t overhead;          /* context + handles, measured */
+    size_t used_at_start;     /* total - free (cudaMemGetInfo) once the handles exist */
+    int64_t allocs;           /* cudaMalloc / cudaHostAlloc calls */
+    /* the arena */
+    void *arena;
+    size_t arena_bytes;
+    /* pinned staging: two slots, each the size of a batch and its labels */
+    unsigned char *pinned;
+    size_t slot_bytes, fill[2];
+    int cur;
+    cudaEvent_t slot_ev[2];
+    size_t want_slot;         /* learnt from the last program planned (workspace_size) */
+    const void *seen_graph;
+    int seen_nt;
+    /* convolution plans by shape */
+    hr_cuda_conv **conv;
+    int nconv, capconv;
+} hr_cuda;
+
+/* cuda_backend.c: turns a failed call into HR_ERR_DEVICE "file:line: call failed: why". */
+hr_status hr_cuda_fail(const char *file, int line, const char *call, const char *why);
+const char *hr_cublas_status_str(int st);
+
+#define HR_CU(call)                                                                          \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess) return hr_cuda_fail(__FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+    } while (0)
+#define HR_CUBLAS(call)                                                                      \
+    do {                                                                                     \
+        int s_ = (int)(call);                                                                \
+        if (s_ != 0) return hr_cuda_fail(__FILE__, __LINE__, #call, hr_cublas_status_str(s_)); \
+    } while (0)
+
+/* cuda_gemm.c: Linear through cuBLAS */
+hr_status hr_cuda_linear(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
+hr_status hr_cuda_linear_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
+/* cuda_dnn.c: cuDNN, loaded with dlopen; Conv2d */
+hr_status hr_cuda_dnn_open(hr_cuda *c);
+void hr_cuda_dnn_close(hr_cuda *c);
+size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n);
+hr_status hr_cuda_conv2d(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
+hr_status hr_cuda_conv2d_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
+
+/* For tests: pinned bytes held, device bytes in use when the backend was made. */
+size_t hr_cuda_pinned_bytes(const hr_backend *be);
+size_t hr_cuda_used_at_start(const hr_backend *be);
+#endif
+
+/* ---- kernel launchers (the .cu files); each returns cudaGetLastError() ---- */
+/* elementwise.cu */
+cudaError_t hrk_relu(cudaStream_t s, const float *x, float *y, int64_t n);
+cudaError_t hrk_relu_bwd(cudaStream_t s, const float *y, const float *dy, float *dx, int64_t n, bool acc);
+cudaError_t hrk_dropout(cudaStream_t s, const float *x, float *y, uint8_t *mask, int64_t n, float p, float scale,
+                        uint64_t seed, uint64_t stream);
+cudaError_t hrk_dropout_bwd(cudaStream_t s, const uint8_t *mask, const float *dy, float *dx, int64_t n, float scale,
+                            bool acc);
+cudaError_t hrk_add(cudaStream_t s, const float *a, const float *b, float *y, int64_t n);
+cudaError_t hrk_acc(cudaStream_t s, const float *x, float *y, int64_t n); /* y += x */
+/* rows of `cols` floats from src (pitch sp) to dst (pitch dp), added when acc */
+cudaError_t hrk_copy_rows(cudaStream_t s, const float *src, int64_t sp, float *dst, int64_t dp, int64_t rows,
+                          int64_t cols, bool acc);
+cudaError_t hrk_softmax(cudaStream_t s, const float *x, float *y, int64_t N, int64_t C, bool lg);
+cudaError_t hrk_softmax_bwd(cudaStream_t s, const float *y, const float *dy, float *dx, int64_t N, int64_t C, bool lg,
+                            bool acc);
+/* pool.cu (no padding) */
+cudaError_t hrk_maxpool(cudaStream_t s, const float *x, float *y, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                        int64_t OW, int kh, int kw, int sh, int sw);
+cudaError_t hrk_maxpool_bwd(cudaStream_t s, const float *x, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W,
+                            int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, bool acc);
+cudaError_t hrk_avgpool(cudaStream_t s, const float *x, float *y, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                        int64_t OW, int kh, int kw, int sh, int sw);
+cudaError_t hrk_avgpool_bwd(cudaStream_t s, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                            int64_t OW, int kh, int kw, int sh, int sw, bool acc);
+/* norm.cu: (N, C, HW) layouts */
+cudaError_t hrk_bn_train(cudaStream_t s, const float *x, const float *gm, const float *bt, float *rm, float *rv, float *y,
+                         float *mean, float *invstd, int64_t N, int64_t C, int64_t HW, float eps, float mom);
+cudaError_t hrk_bn_infer(cudaStream_t s, const float *x, const float *gm, const float *bt, const float *rm,
+                         const float *rv, float *y, int64_t N, int64_t C, int64_t HW, float eps);
+cudaError_t hrk_bn_bwd(cudaStream_t s, const float *x, const float *gm, const float *mean, const float *invstd,
+                       const float *dy, float *dx, float *dg, float *db, int64_t N, int64_t C, int64_t HW, bool acc0,
+                       bool acc1, bool acc2);
+cudaError_t hrk_bias_fill(cudaStream_t s, const float *b, float *y, int64_t N, int64_t C, int64_t HW);
+cudaError_t hrk_channel_sum(cudaStream_t s, const float *dy, float *db, int64_t N, int64_t C, int64_t HW, bool acc);
+/* loss.cu: ws holds HR_CUDA_RED_BLOCKS doubles */
+cudaError_t hrk_cross_entropy(cudaStream_t s, const float *x, const int32_t *lab, float *loss, int64_t N, int64_t C,
+                              double *ws);
+cudaError_t hrk_cross_entropy_bwd(cudaStream_t s, const float *x, const int32_t *lab, float *dx, int64_t N, int64_t C,
+                                  bool acc);
+cudaError_t hrk_mse(cudaStream_t s, const float *p, const float *t, float *loss, int64_t n, double *ws);
+cudaError_t hrk_mse_bwd(cudaStream_t s, const float *p, const float *t, float *dx, int64_t n, bool acc);
+/* optim.cu */
+cudaError_t hrk_sqnorm(cudaStream_t s, const float *g, int64_t n, float *out, bool acc, double *ws);
+/* sqnorm NULL (or clip <= 0): no clipping. */
+cudaError_t hrk_sgd(cudaStream_t s, float *p, const float *g, float *buf, int64_t n, const float *sqnorm, float clip,
+                    float lr, float wd, float mom, float damp, bool nesterov, bool first);
+cudaError_t hrk_adam(cudaStream_t s, float *p, const float *g, float *m, float *v, int64_t n, const float *sqnorm,
+                     float clip, float lr, float b1, float b2, float eps, float wd, bool decoupled, float step,
+                     float bc2s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,111 @@
+/* pool.cu — MaxPool2d and AvgPool2d (no padding) on the GPU. The backward
+ * passes gather: each input element visits the windows that hold it, in the
+ * CPU's (oh, ow) order, so sums match it bit for bit and need no atomics. */
+#include "backend/cuda/common.cuh"
+
+/* Index (within the plane) of the window's first maximum; NaN wins, as in PyTorch. */
+__device__ __forceinline__ int64_t window_argmax(const float *xc, int64_t W, int64_t oh, int64_t ow, int kh, int kw,
+                                                 int sh, int sw) {
+    int64_t best = oh * sh * W + ow * sw;
+    float bv = xc[best];
+    for (int i = 0; i < kh; i++)
+        for (int j = 0; j < kw; j++) {
+            int64_t k = (oh * sh + i) * W + ow * sw + j;
+            float v = xc[k];
+            if (v > bv || (v != v && bv == bv)) bv = v, best = k;
+        }
+    return best;
+}
+
+/* The windows holding row h: oh in [lo, hi]. */
+__device__ __forceinline__ void window_range(int64_t h, int k, int s, int64_t O, int64_t *lo, int64_t *hi) {
+    *lo = h - k + 1 <= 0 ? 0 : (h - k + s) / s;
+    int64_t e = h / s;
+    *hi = e < O - 1 ? e : O - 1;
+}
+
+__global__ void k_maxpool(const float *x, float *y, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW, int kh,
+                          int kw, int sh, int sw) {
+    int64_t n = NC * OH * OW;
+    HR_GRID_STRIDE(i, n) {
+        int64_t c = i / (OH * OW), r = i - c * OH * OW, oh = r / OW, ow = r - oh * OW;
+        const float *xc = x + c * H * W;
+        y[i] = xc[window_argmax(xc, W, oh, ow, kh, kw, sh, sw)];
+    }
+}
+
+__global__ void k_maxpool_bwd(const float *x, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                              int64_t OW, int kh, int kw, int sh, int sw, bool acc) {
+    int64_t n = NC * H * W;
+    HR_GRID_STRIDE(i, n) {
+        int64_t c = i / (H * W), k = i - c * H * W, h = k / W, w = k - h * W;
+        const float *xc = x + c * H * W, *gc = dy + c * OH * OW;
+        float v = acc ? dx[i] : 0.0f;
+        int64_t oh0, oh1, ow0, ow1;
+        window_range(h, kh, sh, OH, &oh0, &oh1);
+        window_range(w, kw, sw, OW, &ow0, &ow1);
+        for (int64_t oh = oh0; oh <= oh1; oh++)
+            for (int64_t ow = ow0; ow <= ow1; ow++)
+                if (window_argmax(xc, W, oh, ow, kh, kw, sh, sw) == k) v += gc[oh * OW + ow];
+        dx[i] = v;
+    }
+}
+
+__global__ void k_avgpool(const float *x, float *y, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW, int kh,
+                          int kw, int sh, int sw, float inv) {
+    int64_t n = NC * OH * OW;
+    HR_GRID_STRIDE(i, n) {
+        int64_t c = i / (OH * OW), r = i - c * OH * OW, oh = r / OW, ow = r - oh * OW;
+        const float *xc = x + c * H * W;
+        float s = 0;
+        for (int a = 0; a < kh; a++)
+            for (int b = 0; b < kw; b++) s += xc[(oh * sh + a) * W + ow * sw + b];
+        y[i] = s * inv;
+    }
+}
+
+__global__ void k_avgpool_bwd(const float *dy, float *dx, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW,
+                              int kh, int kw, int sh, int sw, float inv, bool acc) {
+    int64_t n = NC * H * W;
+    HR_GRID_STRIDE(i, n) {
+        int64_t c = i / (H * W), k = i - c * H * W, h = k / W, w = k - h * W;
+        const float *gc = dy + c * OH * OW;
+        float v = acc ? dx[i] : 0.0f;
+        int64_t oh0, oh1, ow0, ow1;
+        window_range(h, kh, sh, OH, &oh0, &oh1);
+        window_range(w, kw, sw, OW, &ow0, &ow1);
+        for (int64_t oh = oh0; oh <= oh1; oh++)
+            for (int64_t ow = ow0; ow <= ow1; ow++) v += gc[oh * OW + ow] * inv;
+        dx[i] = v;
+    }
+}
+
+extern "C" {
+
+cudaError_t hrk_maxpool(cudaStream_t s, const float *x, float *y, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                        int64_t OW, int kh, int kw, int sh, int sw) {
+    k_maxpool<<<hr_grid(NC * OH * OW), HR_THREADS, 0, s>>>(x, y, NC, H, W, OH, OW, kh, kw, sh, sw);
+    return cudaGetLastError();
+}
+
+cudaError_t hrk_maxpool_bwd(cudaStream_t s, const float *x, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W,
+                            int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, bool acc) {
+    k_maxpool_bwd<<<hr_grid(NC * H * W), HR_THREADS, 0, s>>>(x, dy, dx, NC, H, W, OH, OW, kh, kw, sh, sw, acc);
+    return cudaGetLastError();
+}
+
+cudaError_t hrk_avgpool(cudaStream_t s, const float *x, float *y, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                        int64_t OW, int kh, int kw, int sh, int sw) {
+    float inv = 1.0f / (float)(kh * kw);
+    k_avgpool<<<hr_grid(NC * OH * OW), HR_THREADS, 0, s>>>(x, y, NC, H, W, OH, OW, kh, kw, sh, sw, inv);
+    return cudaGetLastError();
+}
+
+cudaError_t hrk_avgpool_bwd(cudaStream_t s, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                            int64_t OW, int kh, int kw, int sh, int sw, bool acc) {
+    float inv = 1.0f / (float)(kh * kw);
+    k_avgpool_bwd<<<hr_grid(NC * H * W), HR_THREADS, 0, s>>>(dy, dx, NC, H, W, OH, OW, kh, kw, sh, sw, inv, acc);
+    return cudaGetLastError();
+}
+
+} /* extern "C" */
