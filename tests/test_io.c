@@ -41,7 +41,8 @@ static char *read_file(const char *path, size_t *n) {
 
 /* A safetensors file from a header text and a data buffer; `n_override`
  * replaces the header length field when nonzero. */
-static const char *make_st(const char *name, const char *header, const void *data, size_t data_len, uint64_t n_override) {
+static const char *make_st(const char *name, const char *header, const void *data, size_t data_len,
+                           uint64_t n_override) {
     size_t hl = strlen(header), total = 8 + hl + data_len;
     unsigned char *b = malloc(total);
     uint64_t n = n_override ? n_override : hl;
@@ -189,8 +190,10 @@ static void test_convert(void) {
     if (!f) return;
     float o[4];
     CHECK(hr_safetensors_read_f32(f, hr_safetensors_find(f, "h"), o) == HR_OK, "read h");
-    CHECK(o[0] == 1.0f && o[1] == -2.0f && o[2] == 5.9604645e-8f && isinf(o[3]), "f16: %g %g %g %g", o[0], o[1], o[2], o[3]);
-    CHECK(hr_safetensors_read_f32(f, hr_safetensors_find(f, "bf"), o) == HR_OK && o[0] == 1.5f && o[1] == -10.0f, "bf16");
+    CHECK(o[0] == 1.0f && o[1] == -2.0f && o[2] == 5.9604645e-8f && isinf(o[3]), "f16: %g %g %g %g", o[0], o[1], o[2],
+          o[3]);
+    CHECK(hr_safetensors_read_f32(f, hr_safetensors_find(f, "bf"), o) == HR_OK && o[0] == 1.5f && o[1] == -10.0f,
+          "bf16");
     CHECK(hr_safetensors_read_f32(f, hr_safetensors_find(f, "d"), o) == HR_OK && o[0] == 0.1f && o[1] == -1e10f, "f64");
     hr_safetensors_free(f);
 }
@@ -230,9 +233,11 @@ static const char *py_checker =
     "    assert e - s == numel * size[v['dtype']], k\n"
     "assert end == len(data), 'buffer fully covered'\n"
     "def get(k, fmt):\n"
-    "    s, e = hdr[k]['data_offsets']; return list(struct.unpack('<' + fmt * ((e - s) // struct.calcsize(fmt)), data[s:e]))\n"
+    "    s, e = hdr[k]['data_offsets']; return list(struct.unpack('<' + fmt * ((e - s) // struct.calcsize(fmt)), "
+    "data[s:e]))\n"
     "assert hdr['0.weight']['shape'] == [2, 3] and hdr['scalar']['shape'] == [] and hdr['empty']['shape'] == [0]\n"
-    "assert get('0.weight', 'f') == [struct.unpack('<f', struct.pack('<f', x))[0] for x in (-1, -0.75, 0.5, 0.25, 3, 1e-3)]\n"
+    "assert get('0.weight', 'f') == [struct.unpack('<f', struct.pack('<f', x))[0] for x in (-1, -0.75, 0.5, 0.25, 3, "
+    "1e-3)]\n"
     "assert get('labels', 'i') == [7, -8, 9, 2147483647] and get('scalar', 'f') == [3.0]\n"
     "print('VERIFIED')\n";
 
@@ -251,7 +256,8 @@ static void test_python(void) {
     if (f) {
         float v[4];
         const hr_st_tensor *t = hr_safetensors_expect(f, "b.bias", "F32", 1, (int64_t[]){3});
-        CHECK(t && hr_safetensors_read_f32(f, t, v) == HR_OK && v[0] == 0.5f && v[1] == -1.25f && v[2] == 3.0f, "b.bias");
+        CHECK(t && hr_safetensors_read_f32(f, t, v) == HR_OK && v[0] == 0.5f && v[1] == -1.25f && v[2] == 3.0f,
+              "b.bias");
         t = hr_safetensors_expect(f, "a.weight", "F32", 2, (int64_t[]){2, 2});
         CHECK(t && hr_safetensors_read_f32(f, t, v) == HR_OK && v[0] == 1 && v[3] == 4, "a.weight");
         t = hr_safetensors_expect(f, "count", "I64", 0, NULL);
@@ -293,7 +299,8 @@ static void test_corrupt(void) {
     expect_bad(p, HR_ERR_FORMAT, "must be a JSON object", NULL, __LINE__);
     p = make_st("dtype.safetensors", "{\"w\":{\"dtype\":\"F128\",\"shape\":[2],\"data_offsets\":[0,8]}}", data, 8, 0);
     expect_bad(p, HR_ERR_FORMAT, "tensor 'w'", "unknown dtype 'F128'", __LINE__);
-    p = make_st("numel.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,12]}}", data, 12, 0);
+    p = make_st("numel.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[2,2],\"data_offsets\":[0,12]}}", data, 12,
+                0);
     expect_bad(p, HR_ERR_FORMAT, "tensor 'w'", "shape [2, 2] of F32 needs 16 bytes but data_offsets [0, 12] hold 12",
                __LINE__);
     p = make_st("range.safetensors", "{\"w\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[8,24]}}", data, 16, 0);
@@ -479,7 +486,8 @@ static bool same_state(hr_session_t *s, const snapshot *sn, bool params_only) {
         if (params_only && !hr_state_is_param(s, i)) continue;
         float *v = calloc((size_t)sn->numel[i], sizeof(float));
         hr_state_read(s, i, v);
-        ok = !strcmp(sn->names[i], hr_state_name(s, i)) && !memcmp(v, sn->data[i], (size_t)sn->numel[i] * sizeof(float));
+        ok =
+            !strcmp(sn->names[i], hr_state_name(s, i)) && !memcmp(v, sn->data[i], (size_t)sn->numel[i] * sizeof(float));
         free(v);
     }
     return ok;
@@ -539,13 +547,16 @@ void test_checkpoints(void) {
     hr_safetensors_t *f = hr_safetensors_open(path);
     CHECK(f != NULL, "checkpoint opens: %s", hr_last_error());
     if (f) {
-        CHECK(hr_safetensors_expect(f, "0.weight", "F32", 4, (int64_t[]){2, 1, 3, 3}) != NULL, "0.weight: %s", hr_last_error());
-        CHECK(hr_safetensors_expect(f, "1.running_var", "F32", 1, (int64_t[]){2}) != NULL, "buffer: %s", hr_last_error());
+        CHECK(hr_safetensors_expect(f, "0.weight", "F32", 4, (int64_t[]){2, 1, 3, 3}) != NULL, "0.weight: %s",
+              hr_last_error());
+        CHECK(hr_safetensors_expect(f, "1.running_var", "F32", 1, (int64_t[]){2}) != NULL, "buffer: %s",
+              hr_last_error());
         CHECK(hr_safetensors_expect(f, "optim.4.weight.exp_avg_sq", "F32", 2, (int64_t[]){3, 72}) != NULL,
               "optimizer state under optim.: %s", hr_last_error());
         const hr_st_tensor *t = hr_safetensors_expect(f, "1.num_batches_tracked", "I64", 0, NULL);
         int64_t nbt = -1;
-        CHECK(t && hr_safetensors_read(f, t, &nbt) == HR_OK && nbt == 2, "num_batches_tracked = steps: %lld", (long long)nbt);
+        CHECK(t && hr_safetensors_read(f, t, &nbt) == HR_OK && nbt == 2, "num_batches_tracked = steps: %lld",
+              (long long)nbt);
         const char *v = hr_safetensors_meta(f, "headroom.batch");
         CHECK(v && !strcmp(v, "7"), "batch in metadata");
         hr_safetensors_free(f);
@@ -561,7 +572,8 @@ void test_checkpoints(void) {
     CHECK(s2 && same_state(s2, &before, false), "every state tensor restored");
     CHECK(s2 && hr_step_count(s2) == 2, "step count restored");
     CHECK(!strcmp(got.model, "small") && got.epoch == 3 && got.batch == 7 && got.step == 2 && got.seed == 1,
-          "meta read back: %s %lld %lld %lld", got.model, (long long)got.epoch, (long long)got.batch, (long long)got.step);
+          "meta read back: %s %lld %lld %lld", got.model, (long long)got.epoch, (long long)got.batch,
+          (long long)got.step);
     float l1 = 0, l2 = -1;
     CHECK(hr_train_step(s, batch_x, batch_y, &l1) == HR_OK && s2 && hr_train_step(s2, batch_x, batch_y, &l2) == HR_OK,
           "train after load: %s", hr_last_error());

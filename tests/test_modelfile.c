@@ -148,7 +148,8 @@ static const bad_case bad[] = {
     {"input 1 2\nloss MSELoss", HR_ERR_PARSE, 1, "input takes 1 size (features) or 3"},
     {"input 4.5\nloss MSELoss", HR_ERR_PARSE, 1, "positive integers, got 4.5"},
     {"input\nloss MSELoss", HR_ERR_PARSE, 1, "got 0"},
-    {HEAD "Add(skp)\nloss MSELoss", HR_ERR_PARSE, 2, "Add refers to 'skp', which is not a layer defined above (names so far: input)"},
+    {HEAD "Add(skp)\nloss MSELoss", HR_ERR_PARSE, 2,
+     "Add refers to 'skp', which is not a layer defined above (names so far: input)"},
     {HEAD "a = ReLU()\nAdd(b)\nloss MSELoss", HR_ERR_PARSE, 3, "names so far: input, a, 0"},
     {HEAD "ReLU()(later)\nlater = ReLU()\nloss MSELoss", HR_ERR_PARSE, 2, "ReLU refers to 'later'"},
     {HEAD "Add(input, input, input)\nloss MSELoss", HR_ERR_PARSE, 2, "Add takes one layer name"},
@@ -205,7 +206,8 @@ static void test_files(void) {
         CHECK(write(fd, text, sizeof text - 1) == (ssize_t)(sizeof text - 1), "write");
         close(fd);
         m = hr_modelfile_load(path);
-        CHECK(!m && last_status() == HR_ERR_PARSE && strstr(hr_last_error(), "byte 7 is a NUL"), "NUL: %s", hr_last_error());
+        CHECK(!m && last_status() == HR_ERR_PARSE && strstr(hr_last_error(), "byte 7 is a NUL"), "NUL: %s",
+              hr_last_error());
         unlink(path);
     }
     /* The model takes its name from the file. */

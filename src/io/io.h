@@ -6,7 +6,14 @@
 #include "core/core.h"
 
 /* ---- JSON (json.c): a strict reader, just enough for safetensors headers --- */
-typedef enum { HR_JSON_NULL = 0, HR_JSON_BOOL, HR_JSON_NUMBER, HR_JSON_STRING, HR_JSON_ARRAY, HR_JSON_OBJECT } hr_json_type;
+typedef enum {
+    HR_JSON_NULL = 0,
+    HR_JSON_BOOL,
+    HR_JSON_NUMBER,
+    HR_JSON_STRING,
+    HR_JSON_ARRAY,
+    HR_JSON_OBJECT
+} hr_json_type;
 
 typedef struct hr_json hr_json;
 struct hr_json {

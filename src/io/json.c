@@ -74,7 +74,10 @@ static int hex4(const char *s) {
     int v = 0;
     for (int k = 0; k < 4; k++) {
         char c = s[k];
-        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
         if (d < 0) return -1;
         v = v * 16 + d;
     }
@@ -148,7 +151,8 @@ static bool parse_string(parser *p, char **out) {
         if (cp < 0) { hr_free(o); return fail(p, esc, "expected four hex digits after \\u"); }
         p->pos += 4;
         if (cp >= 0xD800 && cp <= 0xDBFF) { /* a high surrogate needs its low half */
-            int lo = p->pos + 6 <= end && p->s[p->pos] == '\\' && p->s[p->pos + 1] == 'u' ? hex4(p->s + p->pos + 2) : -1;
+            int lo =
+                p->pos + 6 <= end && p->s[p->pos] == '\\' && p->s[p->pos + 1] == 'u' ? hex4(p->s + p->pos + 2) : -1;
             if (lo < 0xDC00 || lo > 0xDFFF) { hr_free(o); return fail(p, esc, "unpaired surrogate in \\u escape"); }
             cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
             p->pos += 6;

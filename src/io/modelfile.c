@@ -74,7 +74,9 @@ static int ident(lexer *lx) {
     return (int)(lx->p - s);
 }
 
-static bool same(const char *s, int len, const char *word) { return (int)strlen(word) == len && !strncmp(s, word, (size_t)len); }
+static bool same(const char *s, int len, const char *word) {
+    return (int)strlen(word) == len && !strncmp(s, word, (size_t)len);
+}
 
 /* What comes next, quoted for a message: "'xyz'" or "the end of the line". */
 static const char *next_text(const lexer *lx, char *buf, size_t n) {
@@ -101,11 +103,13 @@ static hr_status parse_value(lexer *lx, value *v, bool in_tuple) {
             value e;
             hr_status st = parse_value(lx, &e, true);
             if (st != HR_OK) return st;
-            if (e.kind != V_INT) return errf(lx, HR_ERR_PARSE, "a tuple may hold only integers, got '%.*s'", e.len, e.src);
+            if (e.kind != V_INT)
+                return errf(lx, HR_ERR_PARSE, "a tuple may hold only integers, got '%.*s'", e.len, e.src);
             if (v->n == 4) return errf(lx, HR_ERR_PARSE, "a tuple of more than 4 sizes");
             v->tup[v->n++] = e.i;
         } while (accept(lx, ',') && (skip_space(lx), lx->p < lx->end && *lx->p != ')'));
-        if (!accept(lx, ')')) return errf(lx, HR_ERR_PARSE, "expected ')' to close the tuple, found %s", next_text(lx, buf, sizeof buf));
+        if (!accept(lx, ')'))
+            return errf(lx, HR_ERR_PARSE, "expected ')' to close the tuple, found %s", next_text(lx, buf, sizeof buf));
     } else if (ident(lx)) {
         int n = (int)(lx->p - v->src);
         if (same(v->src, n, "True") || same(v->src, n, "true")) v->kind = V_BOOL, v->i = 1;
@@ -149,7 +153,9 @@ static hr_status parse_call(lexer *lx, call *c) {
         c->type = lx->p;
         c->type_len = ident(lx);
     }
-    if (!c->type_len) return errf(lx, HR_ERR_PARSE, "expected a layer such as Linear(784, 10), found %s", next_text(lx, buf, sizeof buf));
+    if (!c->type_len)
+        return errf(lx, HR_ERR_PARSE, "expected a layer such as Linear(784, 10), found %s",
+                    next_text(lx, buf, sizeof buf));
     if (!accept(lx, '(')) return HR_OK;
     if (!accept(lx, ')')) {
         hr_status st = parse_args(lx, c);
@@ -158,7 +164,9 @@ static hr_status parse_call(lexer *lx, call *c) {
     if (accept(lx, '(')) { /* Conv2d(16, 16, 1)(stem) */
         c->has_from = true;
         if (parse_value(lx, &c->from, false) != HR_OK) return HR_ERR_PARSE;
-        if (!accept(lx, ')')) return errf(lx, HR_ERR_PARSE, "expected ')' after the name of the layer to apply to, found %s", next_text(lx, buf, sizeof buf));
+        if (!accept(lx, ')'))
+            return errf(lx, HR_ERR_PARSE, "expected ')' after the name of the layer to apply to, found %s",
+                        next_text(lx, buf, sizeof buf));
     }
     return HR_OK;
 }
@@ -185,7 +193,8 @@ static hr_status parse_args(lexer *lx, call *c) {
             if (st != HR_OK) return st;
         }
     } while (accept(lx, ',') && (skip_space(lx), lx->p < lx->end && *lx->p != ')'));
-    if (!accept(lx, ')')) return errf(lx, HR_ERR_PARSE, "expected ',' or ')' in the arguments, found %s", next_text(lx, buf, sizeof buf));
+    if (!accept(lx, ')'))
+        return errf(lx, HR_ERR_PARSE, "expected ',' or ')' in the arguments, found %s", next_text(lx, buf, sizeof buf));
     return HR_OK;
 }
 
@@ -215,16 +224,16 @@ typedef struct {
 #define BOOL_T "True"
 static const spec layers[] = {
     {"Linear", L_LINEAR, {REQ("in_features", P_SIZE), REQ("out_features", P_SIZE), OPT("bias", P_BOOL, BOOL_T)}},
-    {"Conv2d", L_CONV, {REQ("in_channels", P_SIZE), REQ("out_channels", P_SIZE), REQ("kernel_size", P_SIZE), OPT("stride", P_SIZE, "1"),
-                        OPT("padding", P_PAD, "0"), FIX("dilation", P_SIZE, "1"), FIX("groups", P_SIZE, "1"),
-                        OPT("bias", P_BOOL, BOOL_T), FIX("padding_mode", P_STR, "'zeros'")}},
+    {"Conv2d", L_CONV, {REQ("in_channels", P_SIZE), REQ("out_channels", P_SIZE), REQ("kernel_size", P_SIZE),
+                        OPT("stride", P_SIZE, "1"), OPT("padding", P_PAD, "0"), FIX("dilation", P_SIZE, "1"),
+                        FIX("groups", P_SIZE, "1"), OPT("bias", P_BOOL, BOOL_T), FIX("padding_mode", P_STR, "'zeros'")}},
     {"ReLU", L_RELU, {OPT("inplace", P_BOOL, "False")}},
-    {"MaxPool2d", L_MAXPOOL, {REQ("kernel_size", P_SIZE), OPT("stride", P_OPTSIZE, "None"), FIX("padding", P_NONNEG, "0"),
-                              FIX("dilation", P_SIZE, "1"), FIX("return_indices", P_BOOL, "False"),
-                              FIX("ceil_mode", P_BOOL, "False")}},
-    {"AvgPool2d", L_AVGPOOL, {REQ("kernel_size", P_SIZE), OPT("stride", P_OPTSIZE, "None"), FIX("padding", P_NONNEG, "0"),
-                              FIX("ceil_mode", P_BOOL, "False"), OPT("count_include_pad", P_BOOL, BOOL_T),
-                              FIX("divisor_override", P_OPTSIZE, "None")}},
+    {"MaxPool2d", L_MAXPOOL, {REQ("kernel_size", P_SIZE), OPT("stride", P_OPTSIZE, "None"),
+                              FIX("padding", P_NONNEG, "0"), FIX("dilation", P_SIZE, "1"),
+                              FIX("return_indices", P_BOOL, "False"), FIX("ceil_mode", P_BOOL, "False")}},
+    {"AvgPool2d", L_AVGPOOL, {REQ("kernel_size", P_SIZE), OPT("stride", P_OPTSIZE, "None"),
+                              FIX("padding", P_NONNEG, "0"), FIX("ceil_mode", P_BOOL, "False"),
+                              OPT("count_include_pad", P_BOOL, BOOL_T), FIX("divisor_override", P_OPTSIZE, "None")}},
     {"AdaptiveAvgPool2d", L_ADAPTIVE, {REQ("output_size", P_SIZE)}},
     {"BatchNorm1d", L_BN1, {REQ("num_features", P_SIZE), OPT("eps", P_FLOAT, "1e-5"), OPT("momentum", P_FLOAT, "0.1"),
                             FIX("affine", P_BOOL, BOOL_T), FIX("track_running_stats", P_BOOL, BOOL_T)}},
@@ -232,11 +241,11 @@ static const spec layers[] = {
                             FIX("affine", P_BOOL, BOOL_T), FIX("track_running_stats", P_BOOL, BOOL_T)}},
     {"Dropout", L_DROPOUT, {OPT("p", P_FLOAT, "0.5"), OPT("inplace", P_BOOL, "False")}},
     {"Flatten", L_FLATTEN, {FIX("start_dim", P_INT, "1"), FIX("end_dim", P_INT, "-1")}},
-    {"Reshape", L_RESHAPE, {{0}}},  /* Reshape(d1, d2, ...): sizes without the batch; one may be -1 */
+    {"Reshape", L_RESHAPE, {{0}}}, /* Reshape(d1, d2, ...): sizes without the batch; one may be -1 */
     {"Softmax", L_SOFTMAX, {OPT("dim", P_INT, "1")}},
     {"LogSoftmax", L_LOGSOFTMAX, {OPT("dim", P_INT, "1")}},
-    {"Add", L_ADD, {{0}}},          /* Add(a): previous + a; Add(a, b): a + b */
-    {"Concat", L_CONCAT, {{0}}},    /* Concat(a, b, ...): along channels */
+    {"Add", L_ADD, {{0}}},       /* Add(a): previous + a; Add(a, b): a + b */
+    {"Concat", L_CONCAT, {{0}}}, /* Concat(a, b, ...): along channels */
 };
 static const spec losses[] = {
     {"CrossEntropyLoss", L_CE, {FIX("reduction", P_STR, "'mean'"), FIX("label_smoothing", P_FLOAT, "0.0")}},
@@ -270,7 +279,8 @@ static hr_status check_type(const lexer *lx, const spec *s, const param *p, valu
             if (v->tup[i] != v->tup[0])
                 return errf(lx, HR_ERR_UNSUPPORTED, "%s %s=%.*s: headroom supports only square kernels and equal "
                             "strides and paddings; write one number", s->name, p->name, v->len, v->src);
-        if (v->n > 2) return errf(lx, HR_ERR_PARSE, "%s %s=%.*s: expected 1 or 2 sizes", s->name, p->name, v->len, v->src);
+        if (v->n > 2)
+            return errf(lx, HR_ERR_PARSE, "%s %s=%.*s: expected 1 or 2 sizes", s->name, p->name, v->len, v->src);
         v->kind = V_INT;
         v->i = v->tup[0];
         v->f = (double)v->i;
@@ -288,8 +298,8 @@ static hr_status check_type(const lexer *lx, const spec *s, const param *p, valu
     default: ok = false;
     }
     if (!ok)
-        return errf(lx, HR_ERR_PARSE, "%s argument %s must be %s, got %.*s", s->name, p->name, type_desc(p->type), v->len,
-                    v->src);
+        return errf(lx, HR_ERR_PARSE, "%s argument %s must be %s, got %.*s", s->name, p->name, type_desc(p->type),
+                    v->len, v->src);
     return HR_OK;
 }
 
@@ -314,7 +324,8 @@ static hr_status bind(const lexer *lx, const spec *s, call *c, value *out) {
         while (i < np && !same(c->kw_name[k], c->kw_len[k], s->p[i].name)) i++;
         if (i == np) {
             char known[200] = "";
-            for (int j = 0; j < np; j++) snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", j ? ", " : "", s->p[j].name);
+            for (int j = 0; j < np; j++)
+                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", j ? ", " : "", s->p[j].name);
             return errf(lx, HR_ERR_PARSE, "%s has no argument '%.*s'; its arguments are: %s", s->name, c->kw_len[k],
                         c->kw_name[k], np ? known : "(none)");
         }
@@ -330,7 +341,9 @@ static hr_status bind(const lexer *lx, const spec *s, call *c, value *out) {
             parse_value(&dl, &def, false);
         }
         if (!given[i]) {
-            if (!p->def) return errf(lx, HR_ERR_PARSE, "%s is missing its argument '%s' (%s)", s->name, p->name, type_desc(p->type));
+            if (!p->def)
+                return errf(lx, HR_ERR_PARSE, "%s is missing its argument '%s' (%s)", s->name, p->name,
+                            type_desc(p->type));
             out[i] = def;
             continue;
         }
@@ -388,20 +401,22 @@ static hr_status resolve(builder *b, const char *layer, const value *v, int *ten
                 layer, v->len, v->src, known);
 }
 
+/* Errors of build_layer, which returns a tensor id or -1. */
+#define FAIL(...) return (errf(lx, __VA_ARGS__), -1)
+
 static int build_layer(builder *b, const spec *s, call *c, const char *name) {
     value a[10];
     lexer *lx = &b->lx;
     hr_model_t *m = b->m;
     int x = b->prev;
     if (c->has_from && (s->k == L_ADD || s->k == L_CONCAT))
-        return errf(lx, HR_ERR_PARSE, "%s takes the layers it joins as its arguments, not as (%.*s)", s->name, c->from.len, c->from.src), -1;
+        FAIL(HR_ERR_PARSE, "%s takes the layers it joins as its arguments, not as (%.*s)", s->name, c->from.len,
+             c->from.src);
     if (c->has_from && resolve(b, s->name, &c->from, &x) != HR_OK) return -1;
     int nd = hr_tensor_ndim(m, x);
     if (s->p[0].name && bind(lx, s, c, a) != HR_OK) return -1;
-    if (!s->p[0].name && c->nkw) {
-        errf(lx, HR_ERR_PARSE, "%s takes no keyword arguments, got '%.*s'", s->name, c->kw_len[0], c->kw_name[0]);
-        return -1;
-    }
+    if (!s->p[0].name && c->nkw)
+        FAIL(HR_ERR_PARSE, "%s takes no keyword arguments, got '%.*s'", s->name, c->kw_len[0], c->kw_name[0]);
     switch (s->k) {
     case L_LINEAR: return hr_linear(m, name, x, a[0].i, a[1].i, a[2].i);
     case L_CONV: {
@@ -410,72 +425,76 @@ static int build_layer(builder *b, const spec *s, call *c, const char *name) {
             bool valid = value_eq(&a[4], &(value){.kind = V_STR, .src = "'valid'", .len = 7});
             bool same_pad = value_eq(&a[4], &(value){.kind = V_STR, .src = "'same'", .len = 6});
             if (!valid && !same_pad)
-                return errf(lx, HR_ERR_PARSE, "Conv2d padding=%.*s: expected a number, 'same' or 'valid'", a[4].len, a[4].src), -1;
+                FAIL(HR_ERR_PARSE, "Conv2d padding=%.*s: expected a number, 'same' or 'valid'", a[4].len, a[4].src);
             if (same_pad && (a[3].i != 1 || a[2].i % 2 == 0))
-                return errf(lx, HR_ERR_UNSUPPORTED, "Conv2d padding='same' needs stride 1 and an odd kernel_size; write the padding as a number"), -1;
+                FAIL(HR_ERR_UNSUPPORTED, "Conv2d padding='same' needs stride 1 and an odd kernel_size; write the "
+                     "padding as a number");
             pad = valid ? 0 : a[2].i / 2;
         }
         if (a[2].i > 1 << 20 || a[3].i > 1 << 20 || pad > 1 << 20)
-            return errf(lx, HR_ERR_PARSE, "Conv2d kernel_size, stride or padding is too large"), -1;
+            FAIL(HR_ERR_PARSE, "Conv2d kernel_size, stride or padding is too large");
         return hr_conv2d(m, name, x, a[0].i, a[1].i, (int)a[2].i, (int)a[3].i, (int)pad, a[7].i);
     }
     case L_RELU: return hr_relu(m, name, x);
     case L_MAXPOOL: case L_AVGPOOL: {
         int64_t k = a[0].i, st = a[1].kind == V_NONE ? k : a[1].i;
-        if (k > 1 << 20 || st > 1 << 20) return errf(lx, HR_ERR_PARSE, "%s kernel_size or stride is too large", s->name), -1;
+        if (k > 1 << 20 || st > 1 << 20)
+            FAIL(HR_ERR_PARSE, "%s kernel_size or stride is too large", s->name);
         return (s->k == L_MAXPOOL ? hr_maxpool2d : hr_avgpool2d)(m, name, x, (int)k, (int)st);
     }
     case L_ADAPTIVE:
         if (a[0].i != 1)
-            return errf(lx, HR_ERR_UNSUPPORTED, "AdaptiveAvgPool2d(%lld): headroom supports only output size 1 (global "
-                        "average pooling); use AvgPool2d for other sizes", (long long)a[0].i), -1;
+            FAIL(HR_ERR_UNSUPPORTED, "AdaptiveAvgPool2d(%lld): headroom supports only output size 1 (global average "
+                 "pooling); use AvgPool2d for other sizes", (long long)a[0].i);
         return hr_global_avgpool(m, name, x);
     case L_BN1: case L_BN2:
         if (nd >= 0 && (s->k == L_BN2) != (nd == 3)) {
             char sh[80];
             hr_shape xs = {.ndim = nd < HR_MAX_DIMS ? nd : HR_MAX_DIMS};
             for (int i = 0; i < xs.ndim; i++) xs.d[i] = hr_tensor_dim(m, x, i);
-            return errf(lx, HR_ERR_SHAPE, "%s takes %s but its input has per-sample shape %s; use %s", s->name,
-                        s->k == L_BN2 ? "(batch, C, H, W)" : "(batch, features)", hr_shape_str(&xs, sh, sizeof sh),
-                        s->k == L_BN2 ? "BatchNorm1d" : "BatchNorm2d"), -1;
+            FAIL(HR_ERR_SHAPE, "%s takes %s but its input has per-sample shape %s; use %s", s->name,
+                 s->k == L_BN2 ? "(batch, C, H, W)" : "(batch, features)", hr_shape_str(&xs, sh, sizeof sh),
+                 s->k == L_BN2 ? "BatchNorm1d" : "BatchNorm2d");
         }
         if (!(a[1].f > 0) || !(a[2].f >= 0 && a[2].f <= 1))
-            return errf(lx, HR_ERR_PARSE, "%s needs eps > 0 and momentum in [0, 1]", s->name), -1;
+            FAIL(HR_ERR_PARSE, "%s needs eps > 0 and momentum in [0, 1]", s->name);
         return hr_batchnorm(m, name, x, a[0].i, (float)a[1].f, (float)a[2].f);
     case L_DROPOUT:
         if (!(a[0].f >= 0 && a[0].f < 1))
-            return errf(lx, HR_ERR_PARSE, "Dropout p must be in [0, 1), got %.*s", a[0].len, a[0].src), -1;
+            FAIL(HR_ERR_PARSE, "Dropout p must be in [0, 1), got %.*s", a[0].len, a[0].src);
         return hr_dropout(m, name, x, (float)a[0].f);
     case L_FLATTEN: return hr_flatten(m, name, x);
     case L_SOFTMAX: case L_LOGSOFTMAX:
         if (a[0].i != 1 && !(a[0].i == -1 && nd == 1))
-            return errf(lx, HR_ERR_UNSUPPORTED, "%s(dim=%lld): headroom supports only dim=1 (the features)", s->name,
-                        (long long)a[0].i), -1;
+            FAIL(HR_ERR_UNSUPPORTED, "%s(dim=%lld): headroom supports only dim=1 (the features)", s->name,
+                 (long long)a[0].i);
         return (s->k == L_SOFTMAX ? hr_softmax : hr_log_softmax)(m, name, x);
     case L_RESHAPE: {
         int64_t d[HR_MAX_DIMS], known = 1, numel = 1;
         int infer = -1;
-        if (c->npos < 1 || c->npos > 3) return errf(lx, HR_ERR_PARSE, "Reshape takes 1 to 3 sizes (without the batch), got %d", c->npos), -1;
+        if (c->npos < 1 || c->npos > 3)
+            FAIL(HR_ERR_PARSE, "Reshape takes 1 to 3 sizes (without the batch), got %d", c->npos);
         for (int i = 0; i < c->npos; i++) {
             const value *v = &c->pos[i];
             if (v->kind != V_INT || v->i == 0 || v->i < -1 || (v->i == -1 && infer >= 0))
-                return errf(lx, HR_ERR_PARSE, "Reshape sizes must be positive integers (one may be -1), got %.*s", v->len, v->src), -1;
+                FAIL(HR_ERR_PARSE, "Reshape sizes must be positive integers (one may be -1), got %.*s", v->len, v->src);
             if (v->i == -1) infer = i;
-            else if (!hr_mul_ok(known, v->i, &known)) return errf(lx, HR_ERR_PARSE, "Reshape sizes too large"), -1;
+            else if (!hr_mul_ok(known, v->i, &known)) FAIL(HR_ERR_PARSE, "Reshape sizes too large");
             d[i] = v->i;
         }
         for (int i = 0; i < nd; i++) numel *= hr_tensor_dim(m, x, i);
         if (infer >= 0) d[infer] = numel % known ? -1 : numel / known;
         if (infer >= 0 && d[infer] < 0)
-            return errf(lx, HR_ERR_SHAPE, "Reshape: %lld values a sample do not divide into sizes of %lld", (long long)numel, (long long)known), -1;
+            FAIL(HR_ERR_SHAPE, "Reshape: %lld values a sample do not divide into sizes of %lld", (long long)numel,
+                 (long long)known);
         return hr_reshape(m, name, x, c->npos, d);
     }
     case L_ADD: case L_CONCAT: {
         int xs[MAX_ARGS + 1], n = 0;
         if (s->k == L_ADD && (c->npos < 1 || c->npos > 2))
-            return errf(lx, HR_ERR_PARSE, "Add takes one layer name (added to the previous output) or two, got %d", c->npos), -1;
+            FAIL(HR_ERR_PARSE, "Add takes one layer name (added to the previous output) or two, got %d", c->npos);
         if (s->k == L_CONCAT && c->npos < 2)
-            return errf(lx, HR_ERR_PARSE, "Concat takes two or more layer names, got %d", c->npos), -1;
+            FAIL(HR_ERR_PARSE, "Concat takes two or more layer names, got %d", c->npos);
         if (s->k == L_ADD && c->npos == 1) xs[n++] = x;
         for (int i = 0; i < c->npos; i++)
             if (resolve(b, s->name, &c->pos[i], &xs[n++]) != HR_OK) return -1;
@@ -484,6 +503,8 @@ static int build_layer(builder *b, const spec *s, call *c, const char *name) {
     default: return -1;
     }
 }
+
+#undef FAIL
 
 static const spec *lookup(const spec *table, int n, const call *c) {
     for (int i = 0; i < n; i++)
@@ -533,7 +554,8 @@ static hr_status input_line(builder *b) {
         if (parse_value(lx, &v, false) != HR_OK) return HR_ERR_PARSE;
         if (v.kind != V_INT || v.i <= 0)
             return errf(lx, HR_ERR_PARSE, "input sizes must be positive integers, got %.*s", v.len, v.src);
-        if (n == 3) return errf(lx, HR_ERR_PARSE, "input takes 1 size (features) or 3 (channels height width), got more");
+        if (n == 3)
+            return errf(lx, HR_ERR_PARSE, "input takes 1 size (features) or 3 (channels height width), got more");
         d[n++] = v.i;
     }
     if (n != 1 && n != 3)
@@ -657,7 +679,8 @@ hr_model_t *hr_modelfile_load(const char *path) {
         size_t got = fread(text, 1, (size_t)size, f);
         text[got] = 0;
         if (got != (size_t)size) {
-            hr_error_set(HR_ERR_IO, "cannot read model file %s: %s", path, ferror(f) ? strerror(errno) : "it got shorter");
+            hr_error_set(HR_ERR_IO, "cannot read model file %s: %s", path,
+                         ferror(f) ? strerror(errno) : "it got shorter");
             hr_free(text);
             text = NULL;
         } else if (strlen(text) != got) {

@@ -34,7 +34,8 @@ static const struct {
 
 static const char *shape_str(int ndim, const int64_t *d, char *buf, size_t n) {
     size_t k = (size_t)snprintf(buf, n, "[");
-    for (int i = 0; i < ndim && k < n; i++) k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)d[i]);
+    for (int i = 0; i < ndim && k < n; i++)
+        k += (size_t)snprintf(buf + k, n - k, i ? ", %lld" : "%lld", (long long)d[i]);
     if (k < n) snprintf(buf + k, n - k, "]");
     return buf;
 }
@@ -80,7 +81,8 @@ static hr_status parse_metadata(hr_safetensors_t *f, const hr_json *m) {
     f->meta_values = hr_calloc((size_t)m->n, sizeof(char *));
     if (!f->meta_keys || !f->meta_values) return HR_ERR_OOM;
     for (int i = 0; i < m->n; i++) {
-        if (m->items[i].type != HR_JSON_STRING) return bad(f, NULL, &m->items[i], "__metadata__ values must be strings");
+        if (m->items[i].type != HR_JSON_STRING)
+            return bad(f, NULL, &m->items[i], "__metadata__ values must be strings");
         for (int j = 0; j < i; j++)
             if (strcmp(m->keys[i], m->keys[j]) == 0) return bad(f, NULL, &m->items[i], "duplicate __metadata__ key");
         f->meta_keys[i] = hr_strdup(m->keys[i]);
@@ -92,7 +94,8 @@ static hr_status parse_metadata(hr_safetensors_t *f, const hr_json *m) {
 }
 
 static hr_status parse_tensor(hr_safetensors_t *f, const char *name, const hr_json *v, hr_st_tensor *t) {
-    if (v->type != HR_JSON_OBJECT) return bad(f, name, v, "expected an object {\"dtype\", \"shape\", \"data_offsets\"}");
+    if (v->type != HR_JSON_OBJECT)
+        return bad(f, name, v, "expected an object {\"dtype\", \"shape\", \"data_offsets\"}");
     for (int i = 0; i < v->n; i++)
         if (strcmp(v->keys[i], "dtype") && strcmp(v->keys[i], "shape") && strcmp(v->keys[i], "data_offsets"))
             return bad(f, name, &v->items[i], "unknown field (expected dtype, shape, data_offsets)");
@@ -103,8 +106,8 @@ static hr_status parse_tensor(hr_safetensors_t *f, const char *name, const hr_js
     while (k < N_DTYPES && strcmp(dtypes[k].name, dt->str) != 0) k++;
     if (k == N_DTYPES) {
         char msg[160];
-        snprintf(msg, sizeof msg, "unknown dtype '%.40s' (known: F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 BOOL ...)",
-                 dt->str);
+        snprintf(msg, sizeof msg,
+                 "unknown dtype '%.40s' (known: F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 BOOL ...)", dt->str);
         return bad(f, name, dt, msg);
     }
     snprintf(t->dtype, sizeof t->dtype, "%s", dtypes[k].name);
@@ -115,11 +118,13 @@ static hr_status parse_tensor(hr_safetensors_t *f, const char *name, const hr_js
     t->ndim = sh->n;
     t->numel = 1;
     for (int i = 0; i < sh->n; i++) {
-        if (!hr_json_uint(&sh->items[i], &t->dims[i])) return bad(f, name, &sh->items[i], "a size must be an integer >= 0");
+        if (!hr_json_uint(&sh->items[i], &t->dims[i]))
+            return bad(f, name, &sh->items[i], "a size must be an integer >= 0");
         if (!hr_mul_ok(t->numel, t->dims[i], &t->numel)) return bad(f, name, sh, "shape too large (overflow)");
     }
     int64_t b, e, bytes;
-    if (off->type != HR_JSON_ARRAY || off->n != 2 || !hr_json_uint(&off->items[0], &b) || !hr_json_uint(&off->items[1], &e))
+    if (off->type != HR_JSON_ARRAY || off->n != 2 || !hr_json_uint(&off->items[0], &b) ||
+        !hr_json_uint(&off->items[1], &e))
         return bad(f, name, off, "data_offsets must be [begin, end], two integers >= 0");
     if (e < b) return bad(f, name, off, "data_offsets end before they begin");
     t->begin = (uint64_t)b;
@@ -155,10 +160,10 @@ static hr_status check_layout(hr_safetensors_t *f, uint64_t data_len) {
                               f->path, t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
                               (unsigned long long)data_len);
         else if (t->begin < pos)
-            st = hr_error_set(HR_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] overlap tensor '%s' [%llu, %llu]",
-                              f->path, t->name, (unsigned long long)t->begin, (unsigned long long)t->end,
-                              f->t[order[i - 1]].name, (unsigned long long)f->t[order[i - 1]].begin,
-                              (unsigned long long)f->t[order[i - 1]].end);
+            st = hr_error_set(
+                HR_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] overlap tensor '%s' [%llu, %llu]", f->path,
+                t->name, (unsigned long long)t->begin, (unsigned long long)t->end, f->t[order[i - 1]].name,
+                (unsigned long long)f->t[order[i - 1]].begin, (unsigned long long)f->t[order[i - 1]].end);
         else if (t->begin > pos)
             st = hr_error_set(HR_ERR_FORMAT, "%s: tensor '%s': data_offsets begin at %llu, leaving bytes [%llu, %llu) "
                               "of the data unused; safetensors tensors must be contiguous",
@@ -202,8 +207,8 @@ static hr_status parse_header(hr_safetensors_t *f, const char *text, size_t len,
     qsort(f->by_name, (size_t)f->n, sizeof(int), cmp_name);
     for (int i = 1; i < f->n; i++)
         if (strcmp(f->t[f->by_name[i]].name, f->t[f->by_name[i - 1]].name) == 0) {
-            st = hr_error_set(HR_ERR_FORMAT, "%s: tensor '%s' appears twice in the header; the file is corrupt", f->path,
-                              f->t[f->by_name[i]].name);
+            st = hr_error_set(HR_ERR_FORMAT, "%s: tensor '%s' appears twice in the header; the file is corrupt",
+                              f->path, f->t[f->by_name[i]].name);
             goto done;
         }
     st = check_layout(f, data_len);
@@ -241,7 +246,8 @@ static bool check_n(hr_safetensors_t *f, uint64_t n, uint64_t size) {
         return false;
     }
     if (n < 2) {
-        hr_error_set(HR_ERR_FORMAT, "%s: header length %llu is too short for a JSON object", f->path, (unsigned long long)n);
+        hr_error_set(HR_ERR_FORMAT, "%s: header length %llu is too short for a JSON object", f->path,
+                     (unsigned long long)n);
         return false;
     }
     return true;
@@ -496,8 +502,8 @@ static hr_status build_header(const char *path, const hr_st_entry *t, int n, con
     for (int i = 0; i < n; i++) {
         int k = dtype_index(t[i].dtype);
         if (!t[i].name || !t[i].name[0] || !strcmp(t[i].name, "__metadata__"))
-            return hr_error_set(HR_ERR_INVALID_ARG, "writing %s: tensor %d has no name or the reserved name __metadata__",
-                                path, i);
+            return hr_error_set(HR_ERR_INVALID_ARG,
+                                "writing %s: tensor %d has no name or the reserved name __metadata__", path, i);
         if (k < 0)
             return hr_error_set(HR_ERR_INVALID_ARG, "writing %s: tensor '%s' has unknown dtype '%s'", path, t[i].name,
                                 t[i].dtype ? t[i].dtype : "(null)");

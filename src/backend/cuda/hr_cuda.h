@@ -127,6 +127,8 @@ cudaError_t hrk_bn_bwd(cudaStream_t s, const float *x, const float *gm, const fl
 cudaError_t hrk_bias_fill(cudaStream_t s, const float *b, float *y, int64_t N, int64_t C, int64_t HW);
 cudaError_t hrk_channel_sum(cudaStream_t s, const float *dy, float *db, int64_t N, int64_t C, int64_t HW, bool acc);
 /* loss.cu: ws holds HR_CUDA_RED_BLOCKS doubles */
+/* out[0] = (acc ? out[0] : 0) + sum(part[0..n)) / div, in double */
+cudaError_t hr_finish_launch(cudaStream_t s, const double *part, int n, float *out, bool acc, double div);
 cudaError_t hrk_cross_entropy(cudaStream_t s, const float *x, const int32_t *lab, float *loss, int64_t N, int64_t C,
                               double *ws);
 cudaError_t hrk_cross_entropy_bwd(cudaStream_t s, const float *x, const int32_t *lab, float *dx, int64_t N, int64_t C,

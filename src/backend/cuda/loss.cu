@@ -1,0 +1,114 @@
+/* loss.cu — CrossEntropyLoss and MSELoss on the GPU (means over the batch,
+ * sums in double as cpu_loss.c), and the two-launch reduction they and the
+ * gradient norm share: per-block partials in the node's workspace, then one
+ * block adds them in order, so the result does not depend on timing. */
+#include "backend/cuda/common.cuh"
+
+/* out[0] = (acc ? out[0] : 0) + sum(part[0..n)) / div */
+__global__ void k_finish(const double *part, int n, float *out, bool acc, double div) {
+    __shared__ double sh[32];
+    double s = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s += part[i];
+    s = hr_block_sum(s, sh);
+    if (threadIdx.x == 0) out[0] = (float)((acc ? (double)out[0] : 0.0) + s / div);
+}
+
+/* One warp a row: mx + log(sum exp(x - mx)) - x[label]. */
+__global__ void k_ce(const float *x, const int32_t *lab, int64_t N, int64_t C, double *part) {
+    __shared__ double sh[32];
+    int lane = threadIdx.x & 31;
+    int64_t wpb = blockDim.x >> 5;
+    double acc = 0;
+    for (int64_t r = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); r < N; r += (int64_t)gridDim.x * wpb) {
+        const float *xi = x + r * C;
+        float mx = -INFINITY;
+        for (int64_t j = lane; j < C; j += 32) mx = xi[j] > mx ? xi[j] : mx;
+        mx = hr_warp_max(mx);
+        double sum = 0;
+        for (int64_t j = lane; j < C; j += 32) sum += exp((double)xi[j] - mx);
+        sum = hr_warp_sum(sum);
+        if (lane == 0) acc += (double)mx + log(sum) - xi[lab[r]];
+    }
+    acc = hr_block_sum(acc, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = acc;
+}
+
+__global__ void k_ce_bwd(const float *x, const int32_t *lab, float *dx, int64_t N, int64_t C, bool accum) {
+    int lane = threadIdx.x & 31;
+    int64_t wpb = blockDim.x >> 5;
+    double invn = 1.0 / (double)N;
+    for (int64_t r = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); r < N; r += (int64_t)gridDim.x * wpb) {
+        const float *xi = x + r * C;
+        float *di = dx + r * C;
+        float mx = -INFINITY;
+        for (int64_t j = lane; j < C; j += 32) mx = xi[j] > mx ? xi[j] : mx;
+        mx = hr_warp_max(mx);
+        double sum = 0;
+        for (int64_t j = lane; j < C; j += 32) sum += exp((double)xi[j] - mx);
+        sum = hr_warp_sum(sum);
+        int32_t l = lab[r];
+        for (int64_t j = lane; j < C; j += 32) {
+            float v = (float)((exp((double)xi[j] - mx) / sum - (j == l)) * invn);
+            di[j] = accum ? di[j] + v : v;
+        }
+    }
+}
+
+__global__ void k_mse(const float *p, const float *t, int64_t n, double *part) {
+    __shared__ double sh[32];
+    double s = 0;
+    HR_GRID_STRIDE(i, n) {
+        double d = (double)p[i] - t[i];
+        s += d * d;
+    }
+    s = hr_block_sum(s, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+__global__ void k_mse_bwd(const float *p, const float *t, float *dx, int64_t n, float k, bool acc) {
+    HR_GRID_STRIDE(i, n) {
+        float v = k * (p[i] - t[i]);
+        dx[i] = acc ? dx[i] + v : v;
+    }
+}
+
+static unsigned red_grid(int64_t items, int per_block) {
+    int64_t b = (items + per_block - 1) / per_block;
+    if (b < 1) b = 1;
+    return (unsigned)(b > HR_CUDA_RED_BLOCKS ? HR_CUDA_RED_BLOCKS : b);
+}
+
+extern "C" {
+
+cudaError_t hr_finish_launch(cudaStream_t s, const double *part, int n, float *out, bool acc, double div) {
+    k_finish<<<1, HR_THREADS, 0, s>>>(part, n, out, acc, div);
+    return cudaGetLastError();
+}
+
+cudaError_t hrk_cross_entropy(cudaStream_t s, const float *x, const int32_t *lab, float *loss, int64_t N, int64_t C,
+                              double *ws) {
+    unsigned nb = red_grid(N, 8);
+    k_ce<<<nb, HR_THREADS, 0, s>>>(x, lab, N, C, ws);
+    cudaError_t e = cudaGetLastError();
+    return e != cudaSuccess ? e : hr_finish_launch(s, ws, (int)nb, loss, false, (double)N);
+}
+
+cudaError_t hrk_cross_entropy_bwd(cudaStream_t s, const float *x, const int32_t *lab, float *dx, int64_t N, int64_t C,
+                                  bool acc) {
+    k_ce_bwd<<<hr_grid(N, 8), HR_THREADS, 0, s>>>(x, lab, dx, N, C, acc);
+    return cudaGetLastError();
+}
+
+cudaError_t hrk_mse(cudaStream_t s, const float *p, const float *t, float *loss, int64_t n, double *ws) {
+    unsigned nb = red_grid(n, HR_THREADS * 4);
+    k_mse<<<nb, HR_THREADS, 0, s>>>(p, t, n, ws);
+    cudaError_t e = cudaGetLastError();
+    return e != cudaSuccess ? e : hr_finish_launch(s, ws, (int)nb, loss, false, (double)n);
+}
+
+cudaError_t hrk_mse_bwd(cudaStream_t s, const float *p, const float *t, float *dx, int64_t n, bool acc) {
+    k_mse_bwd<<<hr_grid(n), HR_THREADS, 0, s>>>(p, t, dx, n, 2.0f / (float)n, acc);
+    return cudaGetLastError();
+}
+
+} /* extern "C" */

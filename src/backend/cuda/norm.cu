@@ -1,0 +1,150 @@
+/* norm.cu — BatchNorm (training, inference, backward) and the per-channel
+ * helpers of Linear and Conv2d (bias broadcast, bias gradient) on (N, C, HW)
+ * layouts. One block a channel; sums in double, in a fixed order. */
+#include "backend/cuda/common.cuh"
+
+#define BN_THREADS 512
+
+/* idx of the m-th element of channel c, m in [0, N*HW) */
+__device__ __forceinline__ int64_t ch_index(int64_t m, int64_t c, int64_t C, int64_t HW) {
+    int64_t nn = m / HW;
+    return (nn * C + c) * HW + (m - nn * HW);
+}
+
+__global__ void k_bn_train(const float *x, const float *gm, const float *bt, float *rm, float *rv, float *y, float *mean,
+                           float *invstd, int64_t N, int64_t C, int64_t HW, float eps, float mom) {
+    __shared__ double sh[32];
+    int64_t c = blockIdx.x, M = N * HW;
+    double s = 0;
+    for (int64_t m = threadIdx.x; m < M; m += blockDim.x) s += x[ch_index(m, c, C, HW)];
+    double mu = hr_block_sum(s, sh) / (double)M;
+    double ss = 0;
+    for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
+        double d = (double)x[ch_index(m, c, C, HW)] - mu;
+        ss += d * d;
+    }
+    ss = hr_block_sum(ss, sh);
+    double var = ss / (double)M;
+    float mf = (float)mu, is = (float)(1.0 / sqrt(var + (double)eps));
+    if (threadIdx.x == 0) {
+        mean[c] = mf;
+        invstd[c] = is;
+        double unbiased = M > 1 ? ss / (double)(M - 1) : var;
+        rm[c] = (1.0f - mom) * rm[c] + mom * mf;
+        rv[c] = (1.0f - mom) * rv[c] + mom * (float)unbiased;
+    }
+    float a = gm[c] * is, b = bt[c] - mf * a;
+    for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
+        int64_t i = ch_index(m, c, C, HW);
+        y[i] = x[i] * a + b;
+    }
+}
+
+__global__ void k_bn_infer(const float *x, const float *gm, const float *bt, const float *rm, const float *rv, float *y,
+                           int64_t N, int64_t C, int64_t HW, float eps) {
+    int64_t n = N * C * HW;
+    HR_GRID_STRIDE(i, n) {
+        int64_t c = (i / HW) % C;
+        float is = 1.0f / sqrtf(rv[c] + eps);
+        float a = gm[c] * is, b = bt[c] - rm[c] * a;
+        y[i] = x[i] * a + b;
+    }
+}
+
+/* dx = gamma invstd / M (M dy - sum dy - xhat sum(dy xhat)) */
+__global__ void k_bn_bwd(const float *x, const float *gm, const float *mean, const float *invstd, const float *dy,
+                         float *dx, float *dg, float *db, int64_t N, int64_t C, int64_t HW, bool acc0, bool acc1,
+                         bool acc2) {
+    __shared__ double sh[32];
+    int64_t c = blockIdx.x, M = N * HW;
+    float mu = mean[c], is = invstd[c];
+    double sdy = 0, sdyx = 0;
+    for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
+        int64_t i = ch_index(m, c, C, HW);
+        sdy += dy[i];
+        sdyx += (double)dy[i] * ((x[i] - mu) * is);
+    }
+    sdy = hr_block_sum(sdy, sh);
+    sdyx = hr_block_sum(sdyx, sh);
+    if (threadIdx.x == 0) {
+        if (dg) dg[c] = (acc1 ? dg[c] : 0.0f) + (float)sdyx;
+        if (db) db[c] = (acc2 ? db[c] : 0.0f) + (float)sdy;
+    }
+    if (!dx) return;
+    float k = gm[c] * is / (float)M, a = (float)sdy, b = (float)sdyx;
+    for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
+        int64_t i = ch_index(m, c, C, HW);
+        float v = k * ((float)M * dy[i] - a - (x[i] - mu) * is * b);
+        dx[i] = acc0 ? dx[i] + v : v;
+    }
+}
+
+__global__ void k_bias_fill(const float *b, float *y, int64_t N, int64_t C, int64_t HW) {
+    int64_t n = N * C * HW;
+    HR_GRID_STRIDE(i, n) y[i] = b[(i / HW) % C];
+}
+
+/* HW == 1: (N, C) row-major; a block owns 32 columns, 8 row groups each
+ * summing every 8th row, then the groups are added in order. */
+__global__ void k_col_sum(const float *dy, float *db, int64_t N, int64_t C, bool acc) {
+    __shared__ double sh[8][33];
+    int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    int64_t c = (int64_t)blockIdx.x * 32 + tx;
+    double s = 0;
+    if (c < C)
+        for (int64_t r = ty; r < N; r += 8) s += dy[r * C + c];
+    sh[ty][tx] = s;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        double t = 0;
+        for (int k = 0; k < 8; k++) t += sh[k][tx];
+        db[c] = (acc ? db[c] : 0.0f) + (float)t;
+    }
+}
+
+__global__ void k_chan_sum(const float *dy, float *db, int64_t N, int64_t C, int64_t HW, bool acc) {
+    __shared__ double sh[32];
+    int64_t c = blockIdx.x, M = N * HW;
+    double s = 0;
+    for (int64_t m = threadIdx.x; m < M; m += blockDim.x) s += dy[ch_index(m, c, C, HW)];
+    s = hr_block_sum(s, sh);
+    if (threadIdx.x == 0) db[c] = (acc ? db[c] : 0.0f) + (float)s;
+}
+
+static unsigned chan_grid(int64_t C) { return (unsigned)C; } /* C <= 2^31 by the model's checks */
+
+extern "C" {
+
+cudaError_t hrk_bn_train(cudaStream_t s, const float *x, const float *gm, const float *bt, float *rm, float *rv, float *y,
+                         float *mean, float *invstd, int64_t N, int64_t C, int64_t HW, float eps, float mom) {
+    k_bn_train<<<chan_grid(C), BN_THREADS, 0, s>>>(x, gm, bt, rm, rv, y, mean, invstd, N, C, HW, eps, mom);
+    return cudaGetLastError();
+}
+
+cudaError_t hrk_bn_infer(cudaStream_t s, const float *x, const float *gm, const float *bt, const float *rm,
+                         const float *rv, float *y, int64_t N, int64_t C, int64_t HW, float eps) {
+    k_bn_infer<<<hr_grid(N * C * HW), HR_THREADS, 0, s>>>(x, gm, bt, rm, rv, y, N, C, HW, eps);
+    return cudaGetLastError();
+}
+
+cudaError_t hrk_bn_bwd(cudaStream_t s, const float *x, const float *gm, const float *mean, const float *invstd,
+                       const float *dy, float *dx, float *dg, float *db, int64_t N, int64_t C, int64_t HW, bool acc0,
+                       bool acc1, bool acc2) {
+    k_bn_bwd<<<chan_grid(C), BN_THREADS, 0, s>>>(x, gm, mean, invstd, dy, dx, dg, db, N, C, HW, acc0, acc1, acc2);
+    return cudaGetLastError();
+}
+
+cudaError_t hrk_bias_fill(cudaStream_t s, const float *b, float *y, int64_t N, int64_t C, int64_t HW) {
+    k_bias_fill<<<hr_grid(N * C * HW), HR_THREADS, 0, s>>>(b, y, N, C, HW);
+    return cudaGetLastError();
+}
+
+cudaError_t hrk_channel_sum(cudaStream_t s, const float *dy, float *db, int64_t N, int64_t C, int64_t HW, bool acc) {
+    if (HW == 1)
+        k_col_sum<<<(unsigned)((C + 31) / 32), 256, 0, s>>>(dy, db, N, C, acc);
+    else
+        k_chan_sum<<<chan_grid(C), BN_THREADS, 0, s>>>(dy, db, N, C, HW, acc);
+    return cudaGetLastError();
+}
+
+} /* extern "C" */

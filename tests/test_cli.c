@@ -1,0 +1,191 @@
+/* test_cli.c — the headroom command as a user meets it: every bad input gets
+ * a clear message and its exit status, training resumes bit-identically, a
+ * NaN stops the run with the last checkpoint intact. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static char tmp[256];
+static char out[65536];
+
+/* Runs a shell command, captures stdout+stderr into out, returns the exit code. */
+static int sh(const char *fmt, ...) {
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    char full[4400];
+    snprintf(full, sizeof full, "(%s) 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    size_t n = p ? fread(out, 1, sizeof out - 1, p) : 0;
+    out[n] = 0;
+    int st = p ? pclose(p) : -1;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+}
+
+static void write_file(const char *name, const char *text) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    FILE *f = fopen(path, "w");
+    fputs(text, f);
+    fclose(f);
+}
+
+#define HR "./build/headroom"
+#define EXPECT(code, needle, ...)                                                                              \
+    do {                                                                                                       \
+        int rc_ = sh(__VA_ARGS__);                                                                             \
+        CHECK(rc_ == (code), "exit %d (expected %d) for: %s\n%s", rc_, code, #__VA_ARGS__, out);              \
+        CHECK(strstr(out, needle) != NULL, "output lacks \"%s\" for: %s\n%s", needle, #__VA_ARGS__, out);      \
+        CHECK(rc_ < 128, "crashed (signal %d)", rc_ - 128);                                                    \
+    } while (0)
+
+static const char *tiny =
+    "input 1 8 8\n"
+    "Conv2d(1, 4, 3, padding=1)\n"
+    "BatchNorm2d(4)\n"
+    "ReLU()\n"
+    "MaxPool2d(2)\n"
+    "Flatten()\n"
+    "Linear(64, 16)\n"
+    "ReLU()\n"
+    "Dropout(0.2)\n"
+    "Linear(16, 5)\n"
+    "loss CrossEntropyLoss\n";
+
+static void test_model_files(void) {
+    EXPECT(1, "nosuch.model", HR " plan %s/nosuch.model --batch 4", tmp);
+    write_file("empty.model", "");
+    EXPECT(1, "empty.model", HR " plan %s/empty.model --batch 4", tmp);
+    write_file("garbage.model", "\x7f" "ELF\x01\x02 binary junk {{{\n");
+    EXPECT(1, "garbage.model:1", HR " plan %s/garbage.model --batch 4", tmp);
+    write_file("unknown.model", "input 3 8 8\nConv3d(3, 4, 3)\nloss CrossEntropyLoss\n");
+    EXPECT(1, "unknown.model:2", HR " plan %s/unknown.model --batch 4", tmp);
+    write_file("badarg.model", "input 10\nLinear(10, 5, biass=False)\nloss CrossEntropyLoss\n");
+    EXPECT(1, "biass", HR " plan %s/badarg.model --batch 4", tmp);
+    write_file("zero.model", "input 10\nLinear(10, 0)\nloss CrossEntropyLoss\n");
+    EXPECT(1, "zero.model:2", HR " plan %s/zero.model --batch 4", tmp);
+    write_file("neg.model", "input 3 8 8\nConv2d(3, -4, 3)\nloss CrossEntropyLoss\n");
+    EXPECT(1, "neg.model:2", HR " plan %s/neg.model --batch 4", tmp);
+    EXPECT(1, "8192", HR " plan examples/deep_cnn_broken.model --batch 4");
+    CHECK(strstr(out, "2048") != NULL, "the broken DeepCNN message names 2048:\n%s", out);
+}
+
+static void test_batches(void) {
+    EXPECT(2, "--batch", HR " plan examples/mlp.model --batch 0");
+    EXPECT(2, "--batch", HR " plan examples/mlp.model --batch -3");
+    EXPECT(2, "not an integer", HR " plan examples/mlp.model --batch lots");
+    /* a batch of 10^12 plans (petabytes) without allocating it */
+    EXPECT(0, "PiB", HR " plan examples/mlp.model --batch 1000000000000");
+    EXPECT(3, "largest batch that fits", HR " plan examples/mlp.model --batch 1000000000000 --budget 8GiB");
+    EXPECT(0, "\"arena_bytes\"", HR " plan examples/simple_cnn.model --batch 128 --json");
+    EXPECT(0, "inference", HR " plan examples/simple_cnn.model --batch 128 --mode infer");
+    write_file("tiny.model", tiny);
+    EXPECT(2, "larger than the training set",
+           HR " train %s/tiny.model --data synthetic --samples 100 --batch 1000 --epochs 1 --device cpu", tmp);
+    EXPECT(2, "unknown option", HR " train %s/tiny.model --bogus", tmp);
+}
+
+static void test_data_files(void) {
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/fm", tmp);
+    mkdir(dir, 0755);
+    const char *src = "/usr/share/datasets/fashion-mnist";
+    struct stat st;
+    if (stat(src, &st) != 0) {
+        printf("test_cli: %s missing; skipping the data-file cases\n", src);
+        return;
+    }
+    write_file("fm.model", "input 1 28 28\nFlatten()\nLinear(784, 10)\nloss CrossEntropyLoss\n");
+    /* truncated train images */
+    sh("cp %s/*.gz %s/ && head -c 1000000 %s/train-images-idx3-ubyte.gz > %s/t && mv %s/t %s/train-images-idx3-ubyte.gz",
+       src, dir, src, dir, dir, dir);
+    EXPECT(1, "train-images-idx3-ubyte", HR " train %s/fm.model --data %s --epochs 1 --device cpu", tmp, dir);
+    /* wrong magic: a labels file where images belong */
+    sh("cp %s/train-labels-idx1-ubyte.gz %s/train-images-idx3-ubyte.gz", src, dir);
+    EXPECT(1, "magic", HR " train %s/fm.model --data %s --epochs 1 --device cpu", tmp, dir);
+    /* a label out of range: byte 8 of the raw labels file is the first label */
+    sh("cp %s/train-images-idx3-ubyte.gz %s/ && zcat %s/train-labels-idx1-ubyte.gz > %s/raw && printf '\\x0c' | "
+       "dd of=%s/raw bs=1 seek=8 conv=notrunc 2>/dev/null && gzip -c %s/raw > %s/train-labels-idx1-ubyte.gz",
+       src, dir, src, dir, dir, dir, dir);
+    EXPECT(1, "label", HR " train %s/fm.model --data %s --epochs 1 --device cpu", tmp, dir);
+    /* the model's input does not match the data */
+    EXPECT(1, "input", HR " train examples/simple_cnn.model --data fashion-mnist --epochs 1 --device cpu");
+}
+
+static int cmp_files(const char *a, const char *b) {
+    return sh("cmp -s %s %s", a, b);
+}
+
+static void test_checkpoints(void) {
+    write_file("tiny.model", tiny);
+    const char *common = "--data synthetic --samples 256 --batch 16 --epochs 3 --device cpu --seed 7 -q";
+    /* uninterrupted: 3 epochs of 16 batches */
+    EXPECT(0, "epoch 3/3", HR " train %s/tiny.model %s --save %s/full.ckpt", tmp, common, tmp);
+    /* interrupted at step 21 (mid epoch 2), then resumed */
+    EXPECT(0, "stopped after 21 steps", HR " train %s/tiny.model %s --save %s/part.ckpt --max-steps 21", tmp, common, tmp);
+    EXPECT(0, "resumed from", HR " train %s/tiny.model %s --resume %s/part.ckpt --save %s/part.ckpt", tmp, common, tmp,
+           tmp);
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/full.ckpt", tmp);
+    snprintf(b, sizeof b, "%s/part.ckpt", tmp);
+    CHECK(cmp_files(a, b) == 0, "a run resumed at step 21 must end bit-identical to the uninterrupted run");
+    /* eval reads it */
+    EXPECT(0, "confusion matrix", HR " eval %s/tiny.model --weights %s --data synthetic --samples 256 --device cpu", tmp, a);
+    /* PyTorch-style names in the file: parse the safetensors header with Python's json */
+    if (sh("command -v python3") == 0) {
+        EXPECT(0, "0.weight", "python3 -c \"import json,struct,sys; f=open('%s','rb'); n=struct.unpack('<Q',f.read(8))[0]; "
+                              "h=json.loads(f.read(n)); print(sorted(k for k in h if not k.startswith('optim.')))\"",
+               a);
+    }
+    /* a checkpoint of another model */
+    write_file("other.model", "input 1 8 8\nFlatten()\nLinear(64, 5)\nloss CrossEntropyLoss\n");
+    EXPECT(1, "full.ckpt", HR " train %s/other.model %s --resume %s", tmp, common, a);
+    /* corrupt checkpoints: header length past the end, bad JSON, truncated data */
+    sh("printf '\\xff\\xff\\xff\\x00\\x00\\x00\\x00\\x00{}' > %s/huge.ckpt", tmp);
+    EXPECT(1, "huge.ckpt", HR " eval %s/tiny.model --weights %s/huge.ckpt --data synthetic --device cpu", tmp, tmp);
+    sh("printf '\\x08\\x00\\x00\\x00\\x00\\x00\\x00\\x00{\"a\":1,' > %s/json.ckpt", tmp);
+    EXPECT(1, "json.ckpt", HR " eval %s/tiny.model --weights %s/json.ckpt --data synthetic --device cpu", tmp, tmp);
+    sh("head -c 2000 %s > %s/trunc.ckpt", a, tmp);
+    EXPECT(1, "trunc.ckpt", HR " eval %s/tiny.model --weights %s/trunc.ckpt --data synthetic --device cpu", tmp, tmp);
+    EXPECT(1, "nosuch.ckpt", HR " eval %s/tiny.model --weights %s/nosuch.ckpt --data synthetic --device cpu", tmp, tmp);
+}
+
+static void test_nan(void) {
+    write_file("tiny.model", tiny);
+    const char *common = "--data synthetic --samples 256 --batch 16 --device cpu --seed 7 -q";
+    EXPECT(0, "epoch 1/1", HR " train %s/tiny.model %s --epochs 1 --save %s/good.ckpt", tmp, common, tmp);
+    sh("cp %s/good.ckpt %s/good.copy", tmp, tmp);
+    /* an absurd learning rate: the loss blows up; the checkpoint written before stays */
+    EXPECT(4, "stopping", HR " train %s/tiny.model %s --epochs 3 --lr 1e30 --optim sgd --save %s/nan.ckpt --resume %s/good.ckpt",
+           tmp, common, tmp, tmp);
+    CHECK(strstr(out, "step") != NULL, "the NaN message names the step:\n%s", out);
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/good.ckpt", tmp);
+    snprintf(b, sizeof b, "%s/good.copy", tmp);
+    CHECK(cmp_files(a, b) == 0, "the good checkpoint is untouched");
+}
+
+int main(void) {
+    snprintf(tmp, sizeof tmp, "/tmp/hr_test_cli.%d", (int)getpid());
+    mkdir(tmp, 0755);
+    if (access(HR, X_OK) != 0) {
+        fprintf(stderr, "test_cli: %s not built\n", HR);
+        CHECK(0, "build/headroom missing");
+        TEST_END();
+    }
+    test_model_files();
+    test_batches();
+    test_data_files();
+    test_checkpoints();
+    test_nan();
+    sh("rm -rf %s", tmp);
+    TEST_END();
+}
