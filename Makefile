@@ -23,10 +23,12 @@ CLI_SRC  := $(wildcard src/cli/*.c)
 CU_SRC   := $(wildcard src/backend/cuda/*.cu)
 CUC_SRC  := $(wildcard src/backend/cuda/*.c)
 TEST_SRC := $(wildcard tests/test_*.c)
+BENCH_SRC := $(wildcard bench/*.c)
 
 LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 ifeq ($(CUDA),1)
 CFLAGS   += -DHR_CUDA=1 -I$(CUDA_HOME)/include
@@ -46,7 +48,7 @@ $(FLAGS_STAMP):
 	@rm -f $(BUILD)/.flags-*
 	@touch $@
 
-all: $(BUILD)/headroom $(BUILD)/libheadroom.a $(TESTS)
+all: $(BUILD)/headroom $(BUILD)/libheadroom.a $(TESTS) $(BENCHES)
 
 $(BUILD)/libheadroom.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
@@ -58,6 +60,10 @@ $(BUILD)/headroom: $(CLI_OBJ) $(BUILD)/libheadroom.a
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libheadroom.a tests/check.h $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libheadroom.a $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libheadroom.a $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libheadroom.a $(LDLIBS)
 
 $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 	@mkdir -p $(@D)

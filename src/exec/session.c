@@ -36,6 +36,13 @@ hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_back
     if (!s) return NULL;
     s->be = be;
     if (!(s->model_name = hr_strdup(m && m->name ? m->name : "model"))) goto fail;
+    if (m && !m->broken) {
+        if (!(s->model = hr_calloc(1, sizeof *s->model))) goto fail;
+        *s->model = *m;
+        memset(&s->model->g, 0, sizeof s->model->g);
+        s->model->name = s->model->src_file = NULL;
+        if (hr_graph_copy(&s->model->g, &m->g) != HR_OK || !(s->model->name = hr_strdup(m->name))) goto fail;
+    }
     if (hr_program_build(m, cfg, be, &s->prog) != HR_OK) goto fail;
     if (hr_plan_make(&s->prog, &s->plan) != HR_OK) goto fail;
     /* Named state in PyTorch's order: parameters and buffers as the layers
@@ -77,6 +84,7 @@ void hr_session_free(hr_session_t *s) {
     hr_plan_free(&s->plan);
     hr_program_free(&s->prog);
     hr_free(s->model_name);
+    hr_model_free(s->model);
     hr_free(s);
 }
 
@@ -138,20 +146,44 @@ static hr_status upload_initial_state(hr_session_t *s) {
     return st;
 }
 
+/* The plan does not fit: say what it needs, by category, what there is, and
+ * the largest batch that would fit, before anything is allocated. */
+static hr_status no_room(hr_session_t *s, size_t have, const char *what) {
+    char a[32], b[32], c[32], cats[1024] = "";
+    const hr_report_t *r = &s->plan.report;
+    size_t k = 0;
+    for (int i = 0; i < HR_CAT_COUNT && k < sizeof cats; i++)
+        k += (size_t)snprintf(cats + k, sizeof cats - k, "\n  %-18s %12s", hr_category_name((hr_category)i),
+                              hr_format_bytes(r->category_at_peak[i], a, sizeof a));
+    int64_t fit = s->model ? hr_largest_batch_on(s->model, &s->prog.cfg, have, s->overhead, s->prog.cfg.batch, s->be) : -1;
+    return hr_error_set(HR_ERR_DEVICE_OOM,
+                        "batch %lld does not fit %s: the step needs %s (planned arena) + %s (runtime overhead), "
+                        "%s has %s.%s\n  largest batch that fits: %lld%s",
+                        (long long)s->prog.cfg.batch, s->be->name, hr_format_bytes(s->plan.arena_bytes, a, sizeof a),
+                        hr_format_bytes(s->overhead, b, sizeof b), what, hr_format_bytes(have, c, sizeof c), cats,
+                        (long long)fit, fit > 0 ? " (use --batch, or fit it with gradient accumulation)" : "");
+}
+
 hr_status hr_session_alloc(hr_session_t *s) {
     if (!s) return hr_error_set(HR_ERR_INVALID_ARG, "alloc: session is NULL");
     if (s->arena) return HR_OK;
     hr_graph *g = &s->prog.g;
     size_t need = s->plan.arena_bytes;
+    if (s->be->overhead) s->overhead = s->be->overhead(s->be);
     if (s->prog.cfg.device_budget && need + s->overhead > s->prog.cfg.device_budget)
-        return hr_error_set(HR_ERR_DEVICE_OOM, "the plan needs %zu bytes but the budget is %zu bytes", need,
-                            s->prog.cfg.device_budget);
+        return no_room(s, s->prog.cfg.device_budget, "the budget");
+    size_t free_b = 0, total_b = 0;
+    if (s->be->mem_info && s->be->mem_info(s->be, &free_b, &total_b) == HR_OK && total_b && need > free_b)
+        return no_room(s, free_b + s->overhead, "the device");
     if (!(s->ptr = hr_calloc((size_t)(g->nt ? g->nt : 1), sizeof(void *)))) return hr_error_prefix("alloc");
     hr_status st = s->be->arena_alloc(s->be, need, &s->arena);
     if (st != HR_OK) {
         hr_free(s->ptr);
         s->ptr = NULL;
         s->arena = NULL;
+        /* another process took the memory between the check and now */
+        if (st == HR_ERR_DEVICE_OOM && s->be->mem_info && s->be->mem_info(s->be, &free_b, &total_b) == HR_OK)
+            return no_room(s, free_b + s->overhead, "the device now");
         return st;
     }
     for (int i = 0; i < g->nt; i++)

@@ -9,6 +9,7 @@
 
 struct hr_session {
     char *model_name;
+    hr_model_t *model; /* a copy, so the OOM report can search the largest batch that fits */
     hr_program prog;
     hr_plan plan;
     hr_backend *be;
@@ -22,6 +23,8 @@ struct hr_session {
     int64_t prof_runs;
 };
 
+int64_t hr_largest_batch_on(const hr_model_t *m, const hr_config_t *cfg, size_t budget, size_t overhead, int64_t hi,
+                            hr_backend *be);
 hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be);
 
 #endif

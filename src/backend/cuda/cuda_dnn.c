@@ -1,0 +1,390 @@
+/* cuda_dnn.c — Conv2d through cuDNN's convolution API, the library loaded at
+ * run time. Algorithms come from cuDNN's heuristics (never cudnnFind, which
+ * allocates), chosen once per shape while the program is planned, so the
+ * planner places their workspace in the arena before anything runs. */
+#include "backend/cuda/hr_cuda.h"
+#include "backend/cuda/cudnn_api.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <string.h>
+
+struct hr_cuda_dnn {
+    void *lib;
+    cudnnHandle_t h;
+    size_t version;
+    cudnnStatus_t (*Create)(cudnnHandle_t *);
+    cudnnStatus_t (*Destroy)(cudnnHandle_t);
+    cudnnStatus_t (*SetStream)(cudnnHandle_t, cudaStream_t);
+    const char *(*GetErrorString)(cudnnStatus_t);
+    size_t (*GetVersion)(void);
+    cudnnStatus_t (*CreateTensorDescriptor)(cudnnTensorDescriptor_t *);
+    cudnnStatus_t (*SetTensor4dDescriptor)(cudnnTensorDescriptor_t, int, int, int, int, int, int);
+    cudnnStatus_t (*DestroyTensorDescriptor)(cudnnTensorDescriptor_t);
+    cudnnStatus_t (*CreateFilterDescriptor)(cudnnFilterDescriptor_t *);
+    cudnnStatus_t (*SetFilter4dDescriptor)(cudnnFilterDescriptor_t, int, int, int, int, int, int);
+    cudnnStatus_t (*DestroyFilterDescriptor)(cudnnFilterDescriptor_t);
+    cudnnStatus_t (*CreateConvolutionDescriptor)(cudnnConvolutionDescriptor_t *);
+    cudnnStatus_t (*SetConvolution2dDescriptor)(cudnnConvolutionDescriptor_t, int, int, int, int, int, int, int, int);
+    cudnnStatus_t (*SetConvolutionMathType)(cudnnConvolutionDescriptor_t, int);
+    cudnnStatus_t (*DestroyConvolutionDescriptor)(cudnnConvolutionDescriptor_t);
+    cudnnStatus_t (*GetFwdAlgo)(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t,
+                                cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, int, int *, hr_cudnn_perf *);
+    cudnnStatus_t (*GetBwdDataAlgo)(cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t,
+                                    cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, int, int *, hr_cudnn_perf *);
+    cudnnStatus_t (*GetBwdFilterAlgo)(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t,
+                                      cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, int, int *, hr_cudnn_perf *);
+    cudnnStatus_t (*GetFwdWs)(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t,
+                              cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, int, size_t *);
+    cudnnStatus_t (*GetBwdDataWs)(cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t,
+                                  cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, int, size_t *);
+    cudnnStatus_t (*GetBwdFilterWs)(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t,
+                                    cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, int, size_t *);
+    cudnnStatus_t (*Forward)(cudnnHandle_t, const void *, cudnnTensorDescriptor_t, const void *, cudnnFilterDescriptor_t,
+                             const void *, cudnnConvolutionDescriptor_t, int, void *, size_t, const void *,
+                             cudnnTensorDescriptor_t, void *);
+    cudnnStatus_t (*BackwardData)(cudnnHandle_t, const void *, cudnnFilterDescriptor_t, const void *,
+                                  cudnnTensorDescriptor_t, const void *, cudnnConvolutionDescriptor_t, int, void *,
+                                  size_t, const void *, cudnnTensorDescriptor_t, void *);
+    cudnnStatus_t (*BackwardFilter)(cudnnHandle_t, const void *, cudnnTensorDescriptor_t, const void *,
+                                    cudnnTensorDescriptor_t, const void *, cudnnConvolutionDescriptor_t, int, void *,
+                                    size_t, const void *, cudnnFilterDescriptor_t, void *);
+};
+
+/* One convolution shape (N is a chunk of the batch: cuDNN's legacy API takes
+ * tensors of fewer than 2^31 elements) and the algorithms chosen for it. */
+struct hr_cuda_conv {
+    int N, C, H, W, K, kh, kw, sh, sw, ph, pw, OH, OW;
+    bool tf32;
+    cudnnTensorDescriptor_t xd, yd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    int algo[3], math[3]; /* forward, backward data, backward filter; algo -1: not chosen */
+    size_t ws[3];
+    cudnnStatus_t err[3]; /* nonzero: no algorithm could be chosen */
+};
+
+enum { FWD = 0, BWD_DATA = 1, BWD_FILTER = 2 };
+
+#define DNN(d, call)                                                                                  \
+    do {                                                                                              \
+        cudnnStatus_t s_ = (call);                                                                    \
+        if (s_ != 0) return hr_cuda_fail(__FILE__, __LINE__, #call, (d)->GetErrorString(s_));        \
+    } while (0)
+
+static void *sym(hr_cuda_dnn *d, const char *name, bool *ok) {
+    void *p = dlsym(d->lib, name);
+    if (!p) *ok = false;
+    return p;
+}
+
+hr_status hr_cuda_dnn_open(hr_cuda *c) {
+    const char *names[] = {"libcudnn.so.9", "libcudnn.so"};
+    void *lib = NULL;
+    for (int i = 0; i < 2 && !lib; i++) lib = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        const char *e = dlerror();
+        snprintf(c->dnn_why, sizeof c->dnn_why, "cuDNN 9 (libcudnn.so.9) could not be loaded: %s", e ? e : "not found");
+        return HR_ERR_UNSUPPORTED;
+    }
+    hr_cuda_dnn *d = hr_calloc(1, sizeof *d);
+    if (!d) {
+        dlclose(lib);
+        return hr_error_prefix("loading cuDNN");
+    }
+    d->lib = lib;
+    bool ok = true;
+#define LOAD(field, name) *(void **)(&d->field) = sym(d, name, &ok)
+    LOAD(Create, "cudnnCreate");
+    LOAD(Destroy, "cudnnDestroy");
+    LOAD(SetStream, "cudnnSetStream");
+    LOAD(GetErrorString, "cudnnGetErrorString");
+    LOAD(GetVersion, "cudnnGetVersion");
+    LOAD(CreateTensorDescriptor, "cudnnCreateTensorDescriptor");
+    LOAD(SetTensor4dDescriptor, "cudnnSetTensor4dDescriptor");
+    LOAD(DestroyTensorDescriptor, "cudnnDestroyTensorDescriptor");
+    LOAD(CreateFilterDescriptor, "cudnnCreateFilterDescriptor");
+    LOAD(SetFilter4dDescriptor, "cudnnSetFilter4dDescriptor");
+    LOAD(DestroyFilterDescriptor, "cudnnDestroyFilterDescriptor");
+    LOAD(CreateConvolutionDescriptor, "cudnnCreateConvolutionDescriptor");
+    LOAD(SetConvolution2dDescriptor, "cudnnSetConvolution2dDescriptor");
+    LOAD(SetConvolutionMathType, "cudnnSetConvolutionMathType");
+    LOAD(DestroyConvolutionDescriptor, "cudnnDestroyConvolutionDescriptor");
+    LOAD(GetFwdAlgo, "cudnnGetConvolutionForwardAlgorithm_v7");
+    LOAD(GetBwdDataAlgo, "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+    LOAD(GetBwdFilterAlgo, "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+    LOAD(GetFwdWs, "cudnnGetConvolutionForwardWorkspaceSize");
+    LOAD(GetBwdDataWs, "cudnnGetConvolutionBackwardDataWorkspaceSize");
+    LOAD(GetBwdFilterWs, "cudnnGetConvolutionBackwardFilterWorkspaceSize");
+    LOAD(Forward, "cudnnConvolutionForward");
+    LOAD(BackwardData, "cudnnConvolutionBackwardData");
+    LOAD(BackwardFilter, "cudnnConvolutionBackwardFilter");
+#undef LOAD
+    cudnnStatus_t st = 0;
+    if (!ok) {
+        snprintf(c->dnn_why, sizeof c->dnn_why, "the loaded cuDNN lacks the convolution API (not cuDNN 9?)");
+    } else if ((d->version = d->GetVersion()) < 90000) {
+        snprintf(c->dnn_why, sizeof c->dnn_why, "cuDNN %zu is too old; headroom needs cuDNN 9", d->version);
+        ok = false;
+    } else if ((st = d->Create(&d->h)) != 0 || (st = d->SetStream(d->h, c->stream)) != 0) {
+        snprintf(c->dnn_why, sizeof c->dnn_why, "cudnnCreate failed: %s", d->GetErrorString(st));
+        if (d->h) d->Destroy(d->h);
+        ok = false;
+    }
+    if (!ok) {
+        dlclose(lib);
+        hr_free(d);
+        return HR_ERR_UNSUPPORTED;
+    }
+    c->dnn = d;
+    return HR_OK;
+}
+
+static void conv_free(hr_cuda_dnn *d, hr_cuda_conv *p) {
+    if (!p) return;
+    if (d) {
+        if (p->xd) d->DestroyTensorDescriptor(p->xd);
+        if (p->yd) d->DestroyTensorDescriptor(p->yd);
+        if (p->wd) d->DestroyFilterDescriptor(p->wd);
+        if (p->cd) d->DestroyConvolutionDescriptor(p->cd);
+    }
+    hr_free(p);
+}
+
+void hr_cuda_dnn_close(hr_cuda *c) {
+    for (int i = 0; i < c->nconv; i++) conv_free(c->dnn, c->conv[i]);
+    hr_free(c->conv);
+    c->conv = NULL;
+    c->nconv = c->capconv = 0;
+    if (!c->dnn) return;
+    c->dnn->Destroy(c->dnn->h);
+    dlclose(c->dnn->lib);
+    hr_free(c->dnn);
+    c->dnn = NULL;
+}
+
+/* ---- shapes and plans ------------------------------------------------------ */
+typedef struct {
+    int64_t N, C, H, W, K, OH, OW;
+    int kh, kw, sh, sw, ph, pw;
+    int64_t chunk; /* samples per cuDNN call */
+} conv_shape;
+
+static bool shape_of(const hr_graph *g, const hr_node *n, conv_shape *s) {
+    const hr_shape *x = &g->t[n->in[0]].shape, *w = &g->t[n->in[1]].shape;
+    s->N = x->d[0], s->C = x->d[1], s->H = x->d[2], s->W = x->d[3], s->K = w->d[0];
+    s->kh = n->a.kh, s->kw = n->a.kw, s->sh = n->a.sh, s->sw = n->a.sw, s->ph = n->a.ph, s->pw = n->a.pw;
+    s->OH = (s->H + 2 * s->ph - s->kh) / s->sh + 1;
+    s->OW = (s->W + 2 * s->pw - s->kw) / s->sw + 1;
+    int64_t per = s->C * s->H * s->W, out = s->K * s->OH * s->OW;
+    if (out > per) per = out;
+    if (per <= 0 || per > INT_MAX || s->K > INT_MAX || s->H > INT_MAX || s->W > INT_MAX) return false;
+    s->chunk = INT_MAX / per;
+    if (s->chunk > s->N) s->chunk = s->N;
+    return s->chunk >= 1;
+}
+
+static bool same(const hr_cuda_conv *p, const conv_shape *s, int64_t N, bool tf32) {
+    return p->N == N && p->C == s->C && p->H == s->H && p->W == s->W && p->K == s->K && p->kh == s->kh &&
+           p->kw == s->kw && p->sh == s->sh && p->sw == s->sw && p->ph == s->ph && p->pw == s->pw && p->tf32 == tf32;
+}
+
+static hr_status conv_new(hr_cuda *c, const conv_shape *s, int64_t N, hr_cuda_conv **out) {
+    hr_cuda_dnn *d = c->dnn;
+    for (int i = 0; i < c->nconv; i++)
+        if (same(c->conv[i], s, N, c->allow_tf32)) return *out = c->conv[i], HR_OK;
+    if (c->nconv == c->capconv) {
+        int cap = c->capconv ? 2 * c->capconv : 16;
+        hr_cuda_conv **a = hr_realloc(c->conv, sizeof *a * (size_t)cap);
+        if (!a) return hr_error_prefix("planning a convolution");
+        c->conv = a;
+        c->capconv = cap;
+    }
+    hr_cuda_conv *p = hr_calloc(1, sizeof *p);
+    if (!p) return hr_error_prefix("planning a convolution");
+    p->N = (int)N, p->C = (int)s->C, p->H = (int)s->H, p->W = (int)s->W, p->K = (int)s->K;
+    p->kh = s->kh, p->kw = s->kw, p->sh = s->sh, p->sw = s->sw, p->ph = s->ph, p->pw = s->pw;
+    p->OH = (int)s->OH, p->OW = (int)s->OW;
+    p->tf32 = c->allow_tf32;
+    for (int i = 0; i < 3; i++) p->algo[i] = -1;
+    c->conv[c->nconv++] = p; /* owned by the cache from here on, even if the descriptors fail */
+    *out = p;
+    DNN(d, d->CreateTensorDescriptor(&p->xd));
+    DNN(d, d->CreateTensorDescriptor(&p->yd));
+    DNN(d, d->CreateFilterDescriptor(&p->wd));
+    DNN(d, d->CreateConvolutionDescriptor(&p->cd));
+    DNN(d, d->SetTensor4dDescriptor(p->xd, HR_CUDNN_TENSOR_NCHW, HR_CUDNN_DATA_FLOAT, p->N, p->C, p->H, p->W));
+    DNN(d, d->SetTensor4dDescriptor(p->yd, HR_CUDNN_TENSOR_NCHW, HR_CUDNN_DATA_FLOAT, p->N, p->K, p->OH, p->OW));
+    DNN(d, d->SetFilter4dDescriptor(p->wd, HR_CUDNN_DATA_FLOAT, HR_CUDNN_TENSOR_NCHW, p->K, p->C, p->kh, p->kw));
+    DNN(d, d->SetConvolution2dDescriptor(p->cd, p->ph, p->pw, p->sh, p->sw, 1, 1, HR_CUDNN_CROSS_CORRELATION,
+                                         HR_CUDNN_DATA_FLOAT));
+    return HR_OK;
+}
+
+/* The first algorithm of cuDNN's heuristic ranking that succeeds, is
+ * deterministic, keeps to FP32 arithmetic unless TF32 is allowed, and whose
+ * workspace fits the cap; failing determinism, the first that fits. */
+static hr_status choose(hr_cuda *c, hr_cuda_conv *p, int which) {
+    hr_cuda_dnn *d = c->dnn;
+    if (p->algo[which] >= 0 || p->err[which]) return HR_OK;
+    hr_cudnn_perf perf[8];
+    int got = 0;
+    memset(perf, 0, sizeof perf);
+    DNN(d, d->SetConvolutionMathType(p->cd, p->tf32 ? HR_CUDNN_DEFAULT_MATH : HR_CUDNN_FMA_MATH));
+    cudnnStatus_t st;
+    if (which == FWD)
+        st = d->GetFwdAlgo(d->h, p->xd, p->wd, p->cd, p->yd, HR_CUDNN_FWD_ALGO_COUNT, &got, perf);
+    else if (which == BWD_DATA)
+        st = d->GetBwdDataAlgo(d->h, p->wd, p->yd, p->cd, p->xd, HR_CUDNN_BWD_DATA_ALGO_COUNT, &got, perf);
+    else
+        st = d->GetBwdFilterAlgo(d->h, p->xd, p->yd, p->cd, p->wd, HR_CUDNN_BWD_FILTER_ALGO_COUNT, &got, perf);
+    if (st != 0) {
+        p->err[which] = st;
+        return HR_OK;
+    }
+    for (int pass = 0; pass < 2 && p->algo[which] < 0; pass++)
+        for (int i = 0; i < got; i++) {
+            const hr_cudnn_perf *r = &perf[i];
+            bool math_ok = p->tf32 || r->mathType == HR_CUDNN_FMA_MATH || r->mathType == HR_CUDNN_DEFAULT_MATH;
+            if (r->status != 0 || !math_ok || r->memory > HR_CUDA_CONV_WS_CAP) continue;
+            if (pass == 0 && r->determinism != HR_CUDNN_DETERMINISTIC) continue;
+            size_t ws = 0;
+            int math = p->tf32 ? r->mathType : HR_CUDNN_FMA_MATH;
+            DNN(d, d->SetConvolutionMathType(p->cd, math));
+            if (which == FWD)
+                st = d->GetFwdWs(d->h, p->xd, p->wd, p->cd, p->yd, r->algo, &ws);
+            else if (which == BWD_DATA)
+                st = d->GetBwdDataWs(d->h, p->wd, p->yd, p->cd, p->xd, r->algo, &ws);
+            else
+                st = d->GetBwdFilterWs(d->h, p->xd, p->yd, p->cd, p->wd, r->algo, &ws);
+            if (st != 0 || ws > HR_CUDA_CONV_WS_CAP) continue;
+            p->algo[which] = r->algo;
+            p->math[which] = math;
+            p->ws[which] = ws;
+            break;
+        }
+    if (p->algo[which] < 0) p->err[which] = 9; /* CUDNN_STATUS_NOT_SUPPORTED */
+    return HR_OK;
+}
+
+/* The plans for the full chunks and for the last, shorter one (if any). */
+static hr_status plans_for(hr_cuda *c, const conv_shape *s, hr_cuda_conv **full, hr_cuda_conv **tail) {
+    *full = *tail = NULL;
+    hr_status st = conv_new(c, s, s->chunk, full);
+    if (!st && s->N % s->chunk) st = conv_new(c, s, s->N % s->chunk, tail);
+    return st;
+}
+
+static size_t ws_of(hr_cuda *c, hr_cuda_conv *p, int which) {
+    if (!p) return 0;
+    hr_status st = choose(c, p, which);
+    if (st) hr_error_clear();
+    return p->algo[which] >= 0 ? p->ws[which] : 0;
+}
+
+size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n) {
+    conv_shape s;
+    if (!c->dnn || !shape_of(g, n, &s)) return 0; /* run() will say why */
+    hr_cuda_conv *full, *tail;
+    if (plans_for(c, &s, &full, &tail) != HR_OK) {
+        hr_error_clear();
+        return 0;
+    }
+    size_t ws = 0;
+    hr_cuda_conv *ps[2] = {full, tail};
+    for (int i = 0; i < 2; i++) {
+        size_t w[3] = {0, 0, 0};
+        if (n->op == HR_OP_CONV2D) {
+            w[0] = ws_of(c, ps[i], FWD);
+        } else {
+            if (n->out[0] >= 0) w[1] = ws_of(c, ps[i], BWD_DATA);
+            if (n->out[1] >= 0) w[2] = ws_of(c, ps[i], BWD_FILTER);
+        }
+        for (int k = 0; k < 3; k++) ws = w[k] > ws ? w[k] : ws;
+    }
+    return ws;
+}
+
+/* ---- running --------------------------------------------------------------- */
+static hr_status ready(hr_cuda *c, const hr_graph *g, const hr_node *n, conv_shape *s, hr_cuda_conv **full,
+                       hr_cuda_conv **tail) {
+    if (!c->dnn) return hr_error_set(HR_ERR_UNSUPPORTED, "Conv2d on the GPU needs cuDNN: %s", c->dnn_why);
+    if (!shape_of(g, n, s))
+        return hr_error_set(HR_ERR_UNSUPPORTED, "Conv2d: one sample of %s has 2^31 or more elements, beyond cuDNN",
+                            g->t[n->in[0]].name);
+    return plans_for(c, s, full, tail);
+}
+
+static hr_status need(hr_cuda *c, hr_cuda_conv *p, int which, size_t have) {
+    static const char *what[] = {"forward", "backward-data", "backward-filter"};
+    hr_status st = choose(c, p, which);
+    if (st) return st;
+    if (p->algo[which] < 0)
+        return hr_error_set(HR_ERR_DEVICE, "cuDNN has no %s algorithm for this convolution (status %d)", what[which],
+                            p->err[which]);
+    if (p->ws[which] > have)
+        return hr_error_set(HR_ERR_INTERNAL, "cuDNN %s algorithm needs %zu bytes of workspace, the plan gave %zu",
+                            what[which], p->ws[which], have);
+    return c->dnn->SetConvolutionMathType(p->cd, p->math[which]) == 0
+               ? HR_OK
+               : hr_error_set(HR_ERR_DEVICE, "cudnnSetConvolutionMathType failed");
+}
+
+static size_t ws_bytes(const hr_graph *g, const hr_node *n) {
+    return n->ws >= 0 ? (size_t)hr_shape_numel(&g->t[n->ws].shape) : 0;
+}
+
+/* in {x, W, b}, out {y}: y = b (broadcast), then y = conv(x, W) + y */
+hr_status hr_cuda_conv2d(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr) {
+    conv_shape s;
+    hr_cuda_conv *full, *tail;
+    hr_status st = ready(c, g, n, &s, &full, &tail);
+    if (st) return st;
+    hr_cuda_dnn *d = c->dnn;
+    const float *x = ptr[n->in[0]], *w = ptr[n->in[1]];
+    const float *b = n->nin > 2 && n->in[2] >= 0 ? ptr[n->in[2]] : NULL;
+    float *y = ptr[n->out[0]];
+    void *ws = n->ws >= 0 ? ptr[n->ws] : NULL;
+    size_t wsz = ws_bytes(g, n);
+    float one = 1.0f, beta = b ? 1.0f : 0.0f;
+    if (b) HR_CU(hrk_bias_fill(c->stream, b, y, s.N, s.K, s.OH * s.OW));
+    for (int64_t n0 = 0; n0 < s.N; n0 += s.chunk) {
+        hr_cuda_conv *p = s.N - n0 >= s.chunk ? full : tail;
+        if ((st = need(c, p, FWD, wsz)) != HR_OK) return st;
+        DNN(d, d->Forward(d->h, &one, p->xd, x + n0 * s.C * s.H * s.W, p->wd, w, p->cd, p->algo[FWD], ws, wsz, &beta,
+                          p->yd, y + n0 * s.K * s.OH * s.OW));
+    }
+    return HR_OK;
+}
+
+/* in {x, W, dy}, out {dx, dW, db} */
+hr_status hr_cuda_conv2d_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr) {
+    conv_shape s;
+    hr_cuda_conv *full, *tail;
+    hr_status st = ready(c, g, n, &s, &full, &tail);
+    if (st) return st;
+    hr_cuda_dnn *d = c->dnn;
+    const float *x = ptr[n->in[0]], *w = ptr[n->in[1]], *dy = ptr[n->in[2]];
+    float *dx = n->out[0] >= 0 ? ptr[n->out[0]] : NULL, *dw = n->out[1] >= 0 ? ptr[n->out[1]] : NULL;
+    float *db = n->out[2] >= 0 ? ptr[n->out[2]] : NULL;
+    void *ws = n->ws >= 0 ? ptr[n->ws] : NULL;
+    size_t wsz = ws_bytes(g, n);
+    float one = 1.0f, zero = 0.0f;
+    for (int64_t n0 = 0; n0 < s.N; n0 += s.chunk) {
+        hr_cuda_conv *p = s.N - n0 >= s.chunk ? full : tail;
+        const float *dyc = dy + n0 * s.K * s.OH * s.OW;
+        if (dx) {
+            if ((st = need(c, p, BWD_DATA, wsz)) != HR_OK) return st;
+            DNN(d, d->BackwardData(d->h, &one, p->wd, w, p->yd, dyc, p->cd, p->algo[BWD_DATA], ws, wsz,
+                                   n->accum[0] ? &one : &zero, p->xd, dx + n0 * s.C * s.H * s.W));
+        }
+        if (dw) {
+            if ((st = need(c, p, BWD_FILTER, wsz)) != HR_OK) return st;
+            bool add = n0 > 0 || n->accum[1];
+            DNN(d, d->BackwardFilter(d->h, &one, p->xd, x + n0 * s.C * s.H * s.W, p->yd, dyc, p->cd,
+                                     p->algo[BWD_FILTER], ws, wsz, add ? &one : &zero, p->wd, dw));
+        }
+    }
+    if (db) HR_CU(hrk_channel_sum(c->stream, dy, db, s.N, s.K, s.OH * s.OW, n->accum[2]));
+    return HR_OK;
+}
