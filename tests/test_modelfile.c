@@ -60,8 +60,8 @@ static void test_examples(void) {
     /* Names as nn.Sequential gives them: every layer line counts. */
     check_param("examples/fashion.model", NULL, "0.weight", 4, (int64_t[]){32, 1, 3, 3});
     check_param("examples/fashion.model", NULL, "5.running_var", 1, (int64_t[]){64});
-    check_param("examples/fashion.model", NULL, "9.weight", 2, (int64_t[]){128, 3136});
-    check_param("examples/fashion.model", NULL, "12.bias", 1, (int64_t[]){10});
+    check_param("examples/fashion.model", NULL, "10.weight", 2, (int64_t[]){256, 3136});
+    check_param("examples/fashion.model", NULL, "13.bias", 1, (int64_t[]){10});
     check_param("examples/mlp.model", NULL, "4.weight", 2, (int64_t[]){10, 1000});
     check_param("examples/deep_cnn.model", NULL, "10.weight", 2, (int64_t[]){10, 8192});
     check_param("examples/resnet_tiny.model", NULL, "right.weight", 4, (int64_t[]){16, 16, 3, 3});

@@ -170,10 +170,13 @@ static void first_difference(const hr_session_t *s, const hr_safetensors_t *f, c
     }
 }
 
-/* Is this file tensor one that the session has no use for? */
-static bool unexpected(const hr_session_t *s, const char *name) {
+/* Is this file tensor one that the session has no use for? A session without
+ * optimizer state (inference, plain SGD) takes the weights and leaves the
+ * file's optimizer state aside. */
+static bool unexpected(const hr_session_t *s, const char *name, bool session_has_optim) {
     if (ends_with(name, NBT_SUFFIX)) return false; /* PyTorch's BatchNorm counter */
     if (!strncmp(name, OPTIM_PREFIX, strlen(OPTIM_PREFIX))) {
+        if (!session_has_optim) return false;
         int i = hr_state_find(s, name + strlen(OPTIM_PREFIX));
         return i < 0 || hr_state_is_param(s, i);
     }
@@ -183,19 +186,21 @@ static bool unexpected(const hr_session_t *s, const char *name) {
 
 /* Finds every state tensor in the file (found[i], NULL where the file need
  * not have it) and checks dtypes, shapes and that nothing is left over. */
-static hr_status check_file(hr_session_t *s, hr_safetensors_t *f, bool ours, const hr_st_tensor **found,
-                            int64_t *biggest, const char *model) {
+static hr_status check_file(hr_session_t *s, hr_safetensors_t *f, const hr_st_tensor **found, int64_t *biggest,
+                            const char *model) {
     const char *path = hr_safetensors_path(f);
-    int n = hr_state_count(s), optim_found = 0;
+    int n = hr_state_count(s), optim_found = 0, optim_total = 0;
     for (int i = 0; i < n; i++) {
         char *name = file_name(s, i);
         if (!name) return HR_ERR_OOM;
         found[i] = hr_safetensors_find(f, name);
         hr_free(name);
+        optim_total += !hr_state_is_param(s, i);
         optim_found += !hr_state_is_param(s, i) && found[i];
     }
-    /* Our checkpoints carry all of the optimizer state; plain weights may carry none. */
-    bool load_optim = ours || optim_found > 0;
+    /* All of the session's optimizer state, or none (plain weights, or a
+     * checkpoint of an inference session): then it stays as it is. */
+    bool load_optim = optim_found > 0;
     for (int i = 0; i < n; i++) {
         bool param = hr_state_is_param(s, i);
         if (!param && !load_optim) continue;
@@ -215,9 +220,12 @@ static hr_status check_file(hr_session_t *s, hr_safetensors_t *f, bool ours, con
     }
     for (int i = 0; i < hr_safetensors_count(f); i++) {
         const char *name = hr_safetensors_at(f, i)->name;
-        if (unexpected(s, name))
-            return hr_error_set(HR_ERR_FORMAT, "%s holds tensor '%s' that model '%s' does not have; it was written "
-                                "for another model", path, name, model);
+        if (!unexpected(s, name, optim_total > 0)) continue;
+        if (!strncmp(name, OPTIM_PREFIX, strlen(OPTIM_PREFIX)))
+            return hr_error_set(HR_ERR_FORMAT, "optimizer state in checkpoint %s does not match this session's "
+                                "optimizer: it holds '%s' (was it saved with another one?)", path, name);
+        return hr_error_set(HR_ERR_FORMAT, "%s holds tensor '%s' that model '%s' does not have; it was written "
+                            "for another model", path, name, model);
     }
     return HR_OK;
 }
@@ -261,7 +269,7 @@ hr_status hr_checkpoint_load(hr_session_t *s, const char *path, hr_ckpt_meta *me
     }
     int64_t biggest = 1;
     if (!(found = hr_calloc((size_t)hr_state_count(s) + 1, sizeof *found))) { st = HR_ERR_OOM; goto done; }
-    if ((st = check_file(s, f, ours, found, &biggest, model)) != HR_OK) goto done;
+    if ((st = check_file(s, f, found, &biggest, model)) != HR_OK) goto done;
     if (!(buf = hr_malloc((size_t)biggest * sizeof(float)))) { st = HR_ERR_OOM; goto done; }
     /* Everything was checked and allocated: only I/O or the device can fail now. */
     for (int i = 0; i < hr_state_count(s) && st == HR_OK; i++) {

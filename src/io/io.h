@@ -101,8 +101,10 @@ typedef hr_status (*hr_st_fill_fn)(void *ctx, int index, void *dst);
 /* Writes PATH.tmp, flushes and fsyncs it, renames it to PATH and fsyncs the
  * directory: a crash or a failure midway leaves the previous PATH as it was.
  * meta: n_meta key/value pairs (keys[i], values[i]), written as __metadata__.
- * The header is padded with spaces to a multiple of 8 bytes, as the reference
- * implementation does; PyTorch's safetensors.torch.load_file reads the file. */
+ * As the reference implementation does, the header is padded with spaces to a
+ * multiple of 8 bytes and the data is laid out by element size, largest first,
+ * so every tensor is aligned (the header keeps the caller's order). Checked
+ * with safetensors 0.8.0: safetensors.torch.load_file reads these files. */
 hr_status hr_safetensors_write(const char *path, const hr_st_entry *t, int n, const char *const *keys,
                                const char *const *values, int n_meta, hr_st_fill_fn fill, void *ctx);
 
@@ -132,9 +134,11 @@ hr_status hr_checkpoint_save(hr_session_t *s, const char *path, const hr_ckpt_me
  * fingerprint, then every tensor's presence, dtype and shape; then writes the
  * state and restores the step count. meta (may be NULL) receives the file's
  * metadata; if meta->model is set on entry it names this session's model in
- * messages. A plain safetensors file of weights (no headroom metadata, e.g.
- * saved from PyTorch) loads too: parameters and buffers must all be there,
- * optimizer state is loaded if present, and the step count is left alone. */
+ * messages. Optimizer state loads when the file has the session's (all of
+ * it, or it is an error); a session without any (inference, plain SGD) just
+ * takes the weights. A plain safetensors file of weights (no headroom
+ * metadata, e.g. saved from PyTorch: F32, F16, BF16 or F64) loads too; then
+ * the step count is left alone. */
 hr_status hr_checkpoint_load(hr_session_t *s, const char *path, hr_ckpt_meta *meta);
 
 /* ---- model files (modelfile.c) -------------------------------------------- */

@@ -16,7 +16,7 @@ struct hr_safetensors {
     uint64_t data_start;   /* 8 + N */
     int n;
     hr_st_tensor *t;
-    int *by_name;          /* indices sorted by name, for lookups */
+    const hr_st_tensor **by_name; /* sorted by name, for lookups */
     int n_meta;
     char **meta_keys, **meta_values;
 };
@@ -56,13 +56,12 @@ void hr_safetensors_free(hr_safetensors_t *f) {
     hr_free(f);
 }
 
-/* qsort has no context argument: the table being sorted is set just before. */
-static const hr_safetensors_t *sort_table;
+/* Comparators for arrays of tensor pointers. */
 static int cmp_name(const void *a, const void *b) {
-    return strcmp(sort_table->t[*(const int *)a].name, sort_table->t[*(const int *)b].name);
+    return strcmp((*(const hr_st_tensor *const *)a)->name, (*(const hr_st_tensor *const *)b)->name);
 }
 static int cmp_begin(const void *a, const void *b) {
-    const hr_st_tensor *x = &sort_table->t[*(const int *)a], *y = &sort_table->t[*(const int *)b];
+    const hr_st_tensor *x = *(const hr_st_tensor *const *)a, *y = *(const hr_st_tensor *const *)b;
     if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
     return x->end < y->end ? -1 : x->end > y->end;
 }
@@ -144,15 +143,14 @@ static hr_status parse_tensor(hr_safetensors_t *f, const char *name, const hr_js
 /* Checks, in order of offsets, that the tensors tile [0, data_len) exactly:
  * no gap, no overlap, nothing past the end (what the reference reader checks). */
 static hr_status check_layout(hr_safetensors_t *f, uint64_t data_len) {
-    int *order = hr_malloc((size_t)(f->n ? f->n : 1) * sizeof(int));
+    const hr_st_tensor **order = hr_malloc((size_t)(f->n ? f->n : 1) * sizeof *order);
     if (!order) return HR_ERR_OOM;
-    for (int i = 0; i < f->n; i++) order[i] = i;
-    sort_table = f;
-    qsort(order, (size_t)f->n, sizeof(int), cmp_begin);
+    for (int i = 0; i < f->n; i++) order[i] = &f->t[i];
+    qsort(order, (size_t)f->n, sizeof *order, cmp_begin);
     uint64_t pos = 0;
     hr_status st = HR_OK;
     for (int i = 0; i < f->n && st == HR_OK; i++) {
-        const hr_st_tensor *t = &f->t[order[i]];
+        const hr_st_tensor *t = order[i];
         if (t->end > data_len)
             st = hr_error_set(HR_ERR_FORMAT,
                               "%s: tensor '%s': data_offsets [%llu, %llu] run past the end of the data (%llu bytes); "
@@ -162,8 +160,8 @@ static hr_status check_layout(hr_safetensors_t *f, uint64_t data_len) {
         else if (t->begin < pos)
             st = hr_error_set(
                 HR_ERR_FORMAT, "%s: tensor '%s': data_offsets [%llu, %llu] overlap tensor '%s' [%llu, %llu]", f->path,
-                t->name, (unsigned long long)t->begin, (unsigned long long)t->end, f->t[order[i - 1]].name,
-                (unsigned long long)f->t[order[i - 1]].begin, (unsigned long long)f->t[order[i - 1]].end);
+                t->name, (unsigned long long)t->begin, (unsigned long long)t->end, order[i - 1]->name,
+                (unsigned long long)order[i - 1]->begin, (unsigned long long)order[i - 1]->end);
         else if (t->begin > pos)
             st = hr_error_set(HR_ERR_FORMAT, "%s: tensor '%s': data_offsets begin at %llu, leaving bytes [%llu, %llu) "
                               "of the data unused; safetensors tensors must be contiguous",
@@ -188,7 +186,7 @@ static hr_status parse_header(hr_safetensors_t *f, const char *text, size_t len,
         goto done;
     }
     f->t = hr_calloc((size_t)(root->n ? root->n : 1), sizeof *f->t);
-    f->by_name = hr_malloc((size_t)(root->n ? root->n : 1) * sizeof(int));
+    f->by_name = hr_malloc((size_t)(root->n ? root->n : 1) * sizeof *f->by_name);
     if (!f->t || !f->by_name) { st = HR_ERR_OOM; goto done; }
     bool have_meta = false;
     for (int i = 0; i < root->n && st == HR_OK; i++) {
@@ -202,13 +200,12 @@ static hr_status parse_header(hr_safetensors_t *f, const char *text, size_t len,
         if (st == HR_OK) f->n++;
     }
     if (st != HR_OK) goto done;
-    for (int i = 0; i < f->n; i++) f->by_name[i] = i;
-    sort_table = f;
-    qsort(f->by_name, (size_t)f->n, sizeof(int), cmp_name);
+    for (int i = 0; i < f->n; i++) f->by_name[i] = &f->t[i];
+    qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_name);
     for (int i = 1; i < f->n; i++)
-        if (strcmp(f->t[f->by_name[i]].name, f->t[f->by_name[i - 1]].name) == 0) {
+        if (strcmp(f->by_name[i]->name, f->by_name[i - 1]->name) == 0) {
             st = hr_error_set(HR_ERR_FORMAT, "%s: tensor '%s' appears twice in the header; the file is corrupt",
-                              f->path, f->t[f->by_name[i]].name);
+                              f->path, f->by_name[i]->name);
             goto done;
         }
     st = check_layout(f, data_len);
@@ -329,8 +326,8 @@ const char *hr_safetensors_meta(const hr_safetensors_t *f, const char *key) {
 const hr_st_tensor *hr_safetensors_find(const hr_safetensors_t *f, const char *name) {
     int lo = 0, hi = f->n - 1;
     while (lo <= hi) {
-        int mid = (lo + hi) / 2, c = strcmp(name, f->t[f->by_name[mid]].name);
-        if (c == 0) return &f->t[f->by_name[mid]];
+        int mid = (lo + hi) / 2, c = strcmp(name, f->by_name[mid]->name);
+        if (c == 0) return f->by_name[mid];
         if (c < 0) hi = mid - 1; else lo = mid + 1;
     }
     char list[400];
@@ -484,21 +481,12 @@ static int dtype_index(const char *name) {
     return -1;
 }
 
-/* Builds the header and returns each tensor's byte size in sizes[]. */
+/* Builds the header; sizes[i] gets each tensor's byte size and order[] the
+ * order of the data: by element size, largest first, as the reference writer
+ * does, so that every tensor starts aligned to its element size. */
 static hr_status build_header(const char *path, const hr_st_entry *t, int n, const char *const *keys,
-                              const char *const *values, int n_meta, strbuf *h, uint64_t *sizes) {
-    sb_str(h, "{");
-    if (n_meta > 0) {
-        sb_str(h, "\"__metadata__\":{");
-        for (int i = 0; i < n_meta; i++) {
-            if (i) sb_str(h, ",");
-            sb_json_str(h, keys[i]);
-            sb_str(h, ":");
-            sb_json_str(h, values[i]);
-        }
-        sb_str(h, "}");
-    }
-    uint64_t off = 0;
+                              const char *const *values, int n_meta, strbuf *h, uint64_t *sizes, int *order) {
+    uint64_t *offs = sizes + n;
     for (int i = 0; i < n; i++) {
         int k = dtype_index(t[i].dtype);
         if (!t[i].name || !t[i].name[0] || !strcmp(t[i].name, "__metadata__"))
@@ -514,21 +502,41 @@ static hr_status build_header(const char *path, const hr_st_entry *t, int n, con
             if (!strcmp(t[i].name, t[j].name))
                 return hr_error_set(HR_ERR_INVALID_ARG, "writing %s: tensor '%s' is listed twice", path, t[i].name);
         int64_t bytes = (int64_t)dtypes[k].size;
-        if (n_meta > 0 || i) sb_str(h, ",");
-        sb_json_str(h, t[i].name);
-        sb_str(h, ":{\"dtype\":\"");
-        sb_str(h, dtypes[k].name);
-        sb_str(h, "\",\"shape\":[");
-        for (int d = 0; d < t[i].ndim; d++) {
+        for (int d = 0; d < t[i].ndim; d++)
             if (!hr_mul_ok(bytes, t[i].dims[d], &bytes))
                 return hr_error_set(HR_ERR_INVALID_ARG, "writing %s: tensor '%s' has a negative or too large shape",
                                     path, t[i].name);
-            sb_fmt(h, d ? ",%lld" : "%lld", (long long)t[i].dims[d]);
-        }
         sizes[i] = (uint64_t)bytes;
-        sb_fmt(h, "],\"data_offsets\":[%lld,", (long long)off);
-        off += (uint64_t)bytes;
-        sb_fmt(h, "%lld]}", (long long)off);
+    }
+    uint64_t off = 0;
+    int m = 0;
+    for (size_t es = 8; es >= 1; es /= 2)
+        for (int i = 0; i < n; i++)
+            if (dtypes[dtype_index(t[i].dtype)].size == es) {
+                order[m++] = i;
+                offs[i] = off;
+                off += sizes[i];
+            }
+    sb_str(h, "{");
+    if (n_meta > 0) {
+        sb_str(h, "\"__metadata__\":{");
+        for (int i = 0; i < n_meta; i++) {
+            if (i) sb_str(h, ",");
+            sb_json_str(h, keys[i]);
+            sb_str(h, ":");
+            sb_json_str(h, values[i]);
+        }
+        sb_str(h, "}");
+    }
+    for (int i = 0; i < n; i++) {
+        if (n_meta > 0 || i) sb_str(h, ",");
+        sb_json_str(h, t[i].name);
+        sb_str(h, ":{\"dtype\":\"");
+        sb_str(h, dtypes[dtype_index(t[i].dtype)].name);
+        sb_str(h, "\",\"shape\":[");
+        for (int d = 0; d < t[i].ndim; d++) sb_fmt(h, d ? ",%lld" : "%lld", (long long)t[i].dims[d]);
+        sb_fmt(h, "],\"data_offsets\":[%lld,", (long long)offs[i]);
+        sb_fmt(h, "%lld]}", (long long)(offs[i] + sizes[i]));
     }
     sb_str(h, "}");
     while (!h->oom && h->len % 8) sb_str(h, " ");
@@ -555,14 +563,15 @@ static hr_status sync_dir(const char *path) {
 hr_status hr_safetensors_write(const char *path, const hr_st_entry *t, int n, const char *const *keys,
                                const char *const *values, int n_meta, hr_st_fill_fn fill, void *ctx) {
     strbuf h = {0};
-    uint64_t *sizes = hr_calloc((size_t)(n > 0 ? n : 1), sizeof *sizes);
+    uint64_t *sizes = hr_calloc((size_t)(n > 0 ? 2 * n : 1), sizeof *sizes);
+    int *order = hr_calloc((size_t)(n > 0 ? n : 1), sizeof *order);
     char *tmp = hr_malloc(strlen(path) + 5);
     void *scratch = NULL;
     int fd = -1;
     hr_status st = HR_OK;
-    if (!sizes || !tmp) { st = HR_ERR_OOM; goto done; }
+    if (!sizes || !order || !tmp) { st = HR_ERR_OOM; goto done; }
     sprintf(tmp, "%s.tmp", path);
-    st = build_header(path, t, n, keys, values, n_meta, &h, sizes);
+    st = build_header(path, t, n, keys, values, n_meta, &h, sizes, order);
     if (st != HR_OK) goto done;
     /* Everything that can run out of memory happens before the file is touched. */
     uint64_t biggest = 0;
@@ -584,7 +593,8 @@ hr_status hr_safetensors_write(const char *path, const hr_st_entry *t, int n, co
     for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
     st = write_all(fd, len8, 8, tmp);
     if (st == HR_OK) st = write_all(fd, h.s, h.len, tmp);
-    for (int i = 0; i < n && st == HR_OK; i++) {
+    for (int j = 0; j < n && st == HR_OK; j++) {
+        int i = order[j];
         const void *src = t[i].data;
         if (!src) {
             st = fill(ctx, i, scratch);
@@ -607,6 +617,7 @@ done:
     if (fd >= 0) close(fd);
     hr_free(scratch);
     hr_free(tmp);
+    hr_free(order);
     hr_free(sizes);
     hr_free(h.s);
     return st;
