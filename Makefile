@@ -7,7 +7,7 @@ NVCC    ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>
 CUDA_HOME ?= /usr/local/cuda
 BUILD   ?= build
 SAN     ?=
-CFLAGS  ?= -O2 -g
+CFLAGS  ?= -O3 -g
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wundef -Wno-unused-parameter \
            -Iinclude -Isrc -pthread -fopenmp $(SAN)
 LDLIBS  += -lopenblas -lz -lm -pthread -ldl -fopenmp
@@ -31,14 +31,17 @@ TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 ifeq ($(CUDA),1)
-CFLAGS   += -DHR_CUDA=1 -I$(CUDA_HOME)/include
-NVFLAGS  ?= -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
+CFLAGS   += -DHR_CUDA=1 -isystem $(CUDA_HOME)/include
+NVFLAGS  ?= -O2 -std=c++17 --fmad=false -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90 \
             -Iinclude -Isrc -DHR_CUDA=1 -Xcompiler -fPIC
 LIB_OBJ  += $(CU_SRC:%.cu=$(BUILD)/%.o) $(CUC_SRC:%.c=$(BUILD)/%.o)
 LDLIBS   += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart -lcublas -lcublasLt -lstdc++
 # cuDNN is loaded at run time (dlopen), so a machine without it still runs
 # everything but cuDNN convolutions, and the build needs no cuDNN headers.
 endif
+
+all:
+.DEFAULT_GOAL := all
 
 # Objects depend on the flags they were built with, so switching CUDA=0/1 or
 # SAN rebuilds what it must.
@@ -71,7 +74,7 @@ $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 
 $(BUILD)/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVFLAGS) -c -o $@ $<
+	$(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
 
 test: all
 	bash tests/run.sh $(BUILD)

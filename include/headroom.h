@@ -56,6 +56,7 @@ typedef enum {
 
 const char *hr_status_name(hr_status st);
 const char *hr_last_error(void); /* message of the last failure on this thread */
+hr_status hr_last_status(void);   /* its status */
 
 /* ---- building a model ------------------------------------------------------ */
 typedef struct hr_model hr_model_t;

@@ -114,7 +114,7 @@ static void compare_params(golden *g, hr_session_t *s, const float *const *p0, c
     for (int i = 0, k = 0; i < hr_state_count(s); i++) {
         if (!hr_state_is_param(s, i)) continue;
         const char *name = hr_state_name(s, i);
-        int64_t n;
+        int64_t n = 0;
         float *p = param(s, name, &n);
         char key[256];
         snprintf(key, sizeof key, "%s.%s", prefix, name);
@@ -201,7 +201,7 @@ static void test_model(const char *name, const char *model_path) {
     float *p0[16] = {0};
     for (int i = 0; i < hr_state_count(inf) && np < 16; i++) {
         if (!hr_state_is_param(inf, i)) continue;
-        int64_t n, nr;
+        int64_t n = 0, nr = 0;
         char key[256];
         p0[np] = param(inf, hr_state_name(inf, i), &n);
         snprintf(key, sizeof key, "init.%s_head", hr_state_name(inf, i));
@@ -225,7 +225,7 @@ static void test_model(const char *name, const char *model_path) {
     free(ref_loss);
     for (int i = 0; i < hr_state_count(s); i++) {
         if (!hr_state_is_param(s, i)) continue;
-        int64_t n;
+        int64_t n = 0;
         float *p = param(s, hr_state_name(s, i), &n);
         float *gr = malloc(sizeof(float) * (size_t)n);
         CHECK(hr_grad_read(s, hr_state_name(s, i), gr) == HR_OK, "%s", hr_last_error());

@@ -98,6 +98,7 @@ void hr_error_clear(void) {
 }
 
 const char *hr_last_error(void) { return err_msg[0] ? err_msg : "no error"; }
+hr_status hr_last_status(void) { return err_status; }
 
 const char *hr_status_name(hr_status st) {
     switch (st) {

@@ -45,6 +45,16 @@ hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_back
     }
     if (hr_program_build(m, cfg, be, &s->prog) != HR_OK) goto fail;
     if (hr_plan_make(&s->prog, &s->plan) != HR_OK) goto fail;
+    if (be->arena_kind == HR_MEM_DEVICE) {
+        /* batches reach the device through two pinned host slots (double
+         * buffering): the batch and its labels, each 256-byte aligned */
+        const hr_graph *pg = &s->prog.g;
+        size_t slot = hr_align_up((size_t)hr_shape_numel(&pg->t[s->prog.input].shape) * sizeof(float), HR_ALIGN);
+        if (s->prog.label >= 0)
+            slot += hr_align_up((size_t)hr_shape_numel(&pg->t[s->prog.label].shape) *
+                                    hr_dtype_size(pg->t[s->prog.label].dtype), HR_ALIGN);
+        s->plan.report.pinned_bytes = 2 * slot;
+    }
     /* Named state in PyTorch's order: parameters and buffers as the layers
      * made them, then optimizer state. */
     hr_graph *g = &s->prog.g;

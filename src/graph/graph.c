@@ -130,6 +130,7 @@ void hr_model_free(hr_model_t *m) {
 void hr_model_set_source(hr_model_t *m, const char *file, int line) {
     if (!m) return;
     char *f = file ? hr_strdup(file) : NULL;
+    if (file && !f) m->broken = true; /* out of memory: the next builder reports it */
     hr_free(m->src_file);
     m->src_file = f;
     m->src_line = line;

@@ -62,6 +62,8 @@ void hr_report_print(const hr_session_t *s, FILE *f) {
                 hr_format_bytes(r->category_at_peak[k], b, sizeof b));
     fprintf(f, "  %-18s %12s   (lower bound %s, %.3fx)\n", "arena (peak)", hr_format_bytes(r->arena_bytes, a, sizeof a),
             hr_format_bytes(r->lower_bound, b, sizeof b), r->lower_bound ? (double)r->arena_bytes / (double)r->lower_bound : 1.0);
+    if (r->pinned_bytes) fprintf(f, "  %-18s %12s   (pinned host memory: two batch slots for the copies)\n", "pinned staging",
+                                 hr_format_bytes(r->pinned_bytes, a, sizeof a));
     if (s->overhead) fprintf(f, "  %-18s %12s   (measured: context, library handles)\n", "runtime overhead",
                              hr_format_bytes(s->overhead, a, sizeof a));
     fprintf(f, "  peak at step %d of %d: %s\n", r->peak_step, r->n_steps, r->peak_op);
@@ -90,9 +92,9 @@ void hr_report_json(const hr_session_t *s, FILE *f) {
     fprintf(f, "}, \"at_peak\": {");
     for (int k = 0; k < HR_CAT_COUNT; k++)
         fprintf(f, "%s\"%s\": %zu", k ? ", " : "", hr_category_name((hr_category)k), r->category_at_peak[k]);
-    fprintf(f, "}, \"arena_bytes\": %zu, \"lower_bound\": %zu, \"overhead_bytes\": %zu, \"peak_step\": %d, \"steps\": %d, "
+    fprintf(f, "}, \"arena_bytes\": %zu, \"lower_bound\": %zu, \"overhead_bytes\": %zu, \"pinned_bytes\": %zu, \"peak_step\": %d, \"steps\": %d, "
                "\"peak_op\": ",
-            r->arena_bytes, r->lower_bound, s->overhead, r->peak_step, r->n_steps);
+            r->arena_bytes, r->lower_bound, s->overhead, r->pinned_bytes, r->peak_step, r->n_steps);
     json_str(f, r->peak_op);
     fprintf(f, ", \"top\": [");
     for (int i = 0; i < r->n_top; i++) {

@@ -88,7 +88,7 @@ static conv_dims dims_of(const hr_graph *g, const hr_node *n) {
  * also needs one dW partial per thread, summed at the end. */
 size_t hr_cpu_conv_workspace(const hr_cpu *c, const hr_graph *g, const hr_node *n) {
     conv_dims d = dims_of(g, n);
-    int th = c->nthreads < d.N ? c->nthreads : d.N;
+    int th = c->nthreads < T_(n->in[0]).shape.d[0] ? c->nthreads : d.N; /* the batch may not fit an int */
     size_t col = (size_t)d.ckk * (size_t)d.ohw;
     size_t part = n->op == HR_OP_CONV2D_BWD ? (size_t)d.K * (size_t)d.ckk + (size_t)d.K : 0;
     return sizeof(float) * (size_t)th * (col + part);

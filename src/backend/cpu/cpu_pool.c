@@ -39,16 +39,42 @@ static inline int64_t argmax22(const float *x, int64_t W, int64_t oh, int64_t ow
 #define ARGMAX(d, x, oh, ow) \
     ((d)->kh == 2 && (d)->kw == 2 && (d)->sh == 2 && (d)->sw == 2 ? argmax22(x, (d)->W, oh, ow) : argmax(d, x, oh, ow))
 
+/* 2x2 windows, stride 2: two input rows at a time, no index arithmetic per
+ * element. Ties and NaNs follow argmax22. */
+static void maxpool22(const pool_dims *d, const float *xc, float *yc, float *dc, const float *gc) {
+    for (int64_t oh = 0; oh < d->OH; oh++) {
+        const float *r0 = xc + 2 * oh * d->W, *r1 = r0 + d->W;
+        for (int64_t ow = 0; ow < d->OW; ow++) {
+            int64_t j = 2 * ow;
+            float a = r0[j], b = r0[j + 1], c = r1[j], e = r1[j + 1];
+            if (!dc) {
+                float m = a, m2 = c;
+                if (b > m || (b != b && m == m)) m = b;
+                if (e > m2 || (e != e && m2 == m2)) m2 = e;
+                if (m2 > m || (m2 != m2 && m == m)) m = m2;
+                yc[oh * d->OW + ow] = m;
+            } else {
+                dc[argmax22(xc, d->W, oh, ow)] += gc[oh * d->OW + ow];
+            }
+        }
+    }
+}
+
 void hr_cpu_maxpool(const hr_graph *g, const hr_node *n, void *const *ptr) {
     pool_dims d = dims_of(g, n, n->in[0], n->out[0]);
     const float *x = P_(n->in[0]);
     float *y = P_(n->out[0]);
+    bool k22 = d.kh == 2 && d.kw == 2 && d.sh == 2 && d.sw == 2;
 #pragma omp parallel for schedule(static) if (d.NC > 64)
     for (int64_t c = 0; c < d.NC; c++) {
         const float *xc = x + c * d.H * d.W;
         float *yc = y + c * d.OH * d.OW;
+        if (k22) {
+            maxpool22(&d, xc, yc, NULL, NULL);
+            continue;
+        }
         for (int64_t oh = 0; oh < d.OH; oh++)
-            for (int64_t ow = 0; ow < d.OW; ow++) yc[oh * d.OW + ow] = xc[ARGMAX(&d, xc, oh, ow)];
+            for (int64_t ow = 0; ow < d.OW; ow++) yc[oh * d.OW + ow] = xc[argmax(&d, xc, oh, ow)];
     }
 }
 
@@ -57,11 +83,16 @@ void hr_cpu_maxpool_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
     pool_dims d = dims_of(g, n, n->in[0], n->in[1]);
     const float *x = P_(n->in[0]), *dy = P_(n->in[1]);
     float *dx = P_(n->out[0]);
-    if (!n->accum[0]) memset(dx, 0, sizeof(float) * (size_t)(d.NC * d.H * d.W));
+    bool k22 = d.kh == 2 && d.kw == 2 && d.sh == 2 && d.sw == 2;
 #pragma omp parallel for schedule(static) if (d.NC > 64)
     for (int64_t c = 0; c < d.NC; c++) {
         const float *xc = x + c * d.H * d.W, *gc = dy + c * d.OH * d.OW;
         float *dc = dx + c * d.H * d.W;
+        if (!n->accum[0]) memset(dc, 0, sizeof(float) * (size_t)(d.H * d.W));
+        if (k22) {
+            maxpool22(&d, xc, NULL, dc, gc);
+            continue;
+        }
         for (int64_t oh = 0; oh < d.OH; oh++)
             for (int64_t ow = 0; ow < d.OW; ow++) dc[ARGMAX(&d, xc, oh, ow)] += gc[oh * d.OW + ow];
     }

@@ -47,7 +47,9 @@ template <typename T> __device__ T hr_block_sum(T v, T *sh) {
     return hr_warp_sum(v);
 }
 
-/* backend.h's hr_mix64 and hr_rng_uniform, bit for bit. */
+/* backend.h's hr_mix64 and session.c's hr_rng_uniform, bit for bit:
+ * u(seed, stream, i) = splitmix64(key(seed, stream) + i) >> 40, times 2^-24
+ * (docs/golden.md); tests/gpu/test_cuda_ops.c compares the masks exactly. */
 __device__ __forceinline__ uint64_t hr_dev_mix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ULL;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -56,7 +58,7 @@ __device__ __forceinline__ uint64_t hr_dev_mix64(uint64_t x) {
 }
 
 __device__ __forceinline__ float hr_dev_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
-    uint64_t x = hr_dev_mix64((seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL + i));
+    uint64_t x = hr_dev_mix64(((seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL)) + i);
     return (float)(x >> 40) * (1.0f / 16777216.0f);
 }
 

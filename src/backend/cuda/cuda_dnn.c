@@ -7,46 +7,47 @@
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct hr_cuda_dnn {
     void *lib;
     cudnnHandle_t h;
     size_t version;
-    cudnnStatus_t (*Create)(cudnnHandle_t *);
-    cudnnStatus_t (*Destroy)(cudnnHandle_t);
-    cudnnStatus_t (*SetStream)(cudnnHandle_t, cudaStream_t);
-    const char *(*GetErrorString)(cudnnStatus_t);
+    hr_cudnn_status (*Create)(cudnnHandle_t *);
+    hr_cudnn_status (*Destroy)(cudnnHandle_t);
+    hr_cudnn_status (*SetStream)(cudnnHandle_t, cudaStream_t);
+    const char *(*GetErrorString)(hr_cudnn_status);
     size_t (*GetVersion)(void);
-    cudnnStatus_t (*CreateTensorDescriptor)(cudnnTensorDescriptor_t *);
-    cudnnStatus_t (*SetTensor4dDescriptor)(cudnnTensorDescriptor_t, int, int, int, int, int, int);
-    cudnnStatus_t (*DestroyTensorDescriptor)(cudnnTensorDescriptor_t);
-    cudnnStatus_t (*CreateFilterDescriptor)(cudnnFilterDescriptor_t *);
-    cudnnStatus_t (*SetFilter4dDescriptor)(cudnnFilterDescriptor_t, int, int, int, int, int, int);
-    cudnnStatus_t (*DestroyFilterDescriptor)(cudnnFilterDescriptor_t);
-    cudnnStatus_t (*CreateConvolutionDescriptor)(cudnnConvolutionDescriptor_t *);
-    cudnnStatus_t (*SetConvolution2dDescriptor)(cudnnConvolutionDescriptor_t, int, int, int, int, int, int, int, int);
-    cudnnStatus_t (*SetConvolutionMathType)(cudnnConvolutionDescriptor_t, int);
-    cudnnStatus_t (*DestroyConvolutionDescriptor)(cudnnConvolutionDescriptor_t);
-    cudnnStatus_t (*GetFwdAlgo)(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t,
+    hr_cudnn_status (*CreateTensorDescriptor)(cudnnTensorDescriptor_t *);
+    hr_cudnn_status (*SetTensor4dDescriptor)(cudnnTensorDescriptor_t, int, int, int, int, int, int);
+    hr_cudnn_status (*DestroyTensorDescriptor)(cudnnTensorDescriptor_t);
+    hr_cudnn_status (*CreateFilterDescriptor)(cudnnFilterDescriptor_t *);
+    hr_cudnn_status (*SetFilter4dDescriptor)(cudnnFilterDescriptor_t, int, int, int, int, int, int);
+    hr_cudnn_status (*DestroyFilterDescriptor)(cudnnFilterDescriptor_t);
+    hr_cudnn_status (*CreateConvolutionDescriptor)(cudnnConvolutionDescriptor_t *);
+    hr_cudnn_status (*SetConvolution2dDescriptor)(cudnnConvolutionDescriptor_t, int, int, int, int, int, int, int, int);
+    hr_cudnn_status (*SetConvolutionMathType)(cudnnConvolutionDescriptor_t, int);
+    hr_cudnn_status (*DestroyConvolutionDescriptor)(cudnnConvolutionDescriptor_t);
+    hr_cudnn_status (*GetFwdAlgo)(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t,
                                 cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, int, int *, hr_cudnn_perf *);
-    cudnnStatus_t (*GetBwdDataAlgo)(cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t,
+    hr_cudnn_status (*GetBwdDataAlgo)(cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t,
                                     cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, int, int *, hr_cudnn_perf *);
-    cudnnStatus_t (*GetBwdFilterAlgo)(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t,
+    hr_cudnn_status (*GetBwdFilterAlgo)(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t,
                                       cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, int, int *, hr_cudnn_perf *);
-    cudnnStatus_t (*GetFwdWs)(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t,
+    hr_cudnn_status (*GetFwdWs)(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t,
                               cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, int, size_t *);
-    cudnnStatus_t (*GetBwdDataWs)(cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t,
+    hr_cudnn_status (*GetBwdDataWs)(cudnnHandle_t, cudnnFilterDescriptor_t, cudnnTensorDescriptor_t,
                                   cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, int, size_t *);
-    cudnnStatus_t (*GetBwdFilterWs)(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t,
+    hr_cudnn_status (*GetBwdFilterWs)(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnTensorDescriptor_t,
                                     cudnnConvolutionDescriptor_t, cudnnFilterDescriptor_t, int, size_t *);
-    cudnnStatus_t (*Forward)(cudnnHandle_t, const void *, cudnnTensorDescriptor_t, const void *, cudnnFilterDescriptor_t,
+    hr_cudnn_status (*Forward)(cudnnHandle_t, const void *, cudnnTensorDescriptor_t, const void *, cudnnFilterDescriptor_t,
                              const void *, cudnnConvolutionDescriptor_t, int, void *, size_t, const void *,
                              cudnnTensorDescriptor_t, void *);
-    cudnnStatus_t (*BackwardData)(cudnnHandle_t, const void *, cudnnFilterDescriptor_t, const void *,
+    hr_cudnn_status (*BackwardData)(cudnnHandle_t, const void *, cudnnFilterDescriptor_t, const void *,
                                   cudnnTensorDescriptor_t, const void *, cudnnConvolutionDescriptor_t, int, void *,
                                   size_t, const void *, cudnnTensorDescriptor_t, void *);
-    cudnnStatus_t (*BackwardFilter)(cudnnHandle_t, const void *, cudnnTensorDescriptor_t, const void *,
+    hr_cudnn_status (*BackwardFilter)(cudnnHandle_t, const void *, cudnnTensorDescriptor_t, const void *,
                                     cudnnTensorDescriptor_t, const void *, cudnnConvolutionDescriptor_t, int, void *,
                                     size_t, const void *, cudnnFilterDescriptor_t, void *);
 };
@@ -61,14 +62,14 @@ struct hr_cuda_conv {
     cudnnConvolutionDescriptor_t cd;
     int algo[3], math[3]; /* forward, backward data, backward filter; algo -1: not chosen */
     size_t ws[3];
-    cudnnStatus_t err[3]; /* nonzero: no algorithm could be chosen */
+    hr_cudnn_status err[3]; /* nonzero: no algorithm could be chosen */
 };
 
 enum { FWD = 0, BWD_DATA = 1, BWD_FILTER = 2 };
 
 #define DNN(d, call)                                                                                  \
     do {                                                                                              \
-        cudnnStatus_t s_ = (call);                                                                    \
+        hr_cudnn_status s_ = (call);                                                                    \
         if (s_ != 0) return hr_cuda_fail(__FILE__, __LINE__, #call, (d)->GetErrorString(s_));        \
     } while (0)
 
@@ -120,7 +121,7 @@ hr_status hr_cuda_dnn_open(hr_cuda *c) {
     LOAD(BackwardData, "cudnnConvolutionBackwardData");
     LOAD(BackwardFilter, "cudnnConvolutionBackwardFilter");
 #undef LOAD
-    cudnnStatus_t st = 0;
+    hr_cudnn_status st = 0;
     if (!ok) {
         snprintf(c->dnn_why, sizeof c->dnn_why, "the loaded cuDNN lacks the convolution API (not cuDNN 9?)");
     } else if ((d->version = d->GetVersion()) < 90000) {
@@ -170,7 +171,7 @@ typedef struct {
     int64_t chunk; /* samples per cuDNN call */
 } conv_shape;
 
-static bool shape_of(const hr_graph *g, const hr_node *n, conv_shape *s) {
+static bool shape_of(const hr_cuda *c, const hr_graph *g, const hr_node *n, conv_shape *s) {
     const hr_shape *x = &g->t[n->in[0]].shape, *w = &g->t[n->in[1]].shape;
     s->N = x->d[0], s->C = x->d[1], s->H = x->d[2], s->W = x->d[3], s->K = w->d[0];
     s->kh = n->a.kh, s->kw = n->a.kw, s->sh = n->a.sh, s->sw = n->a.sw, s->ph = n->a.ph, s->pw = n->a.pw;
@@ -178,8 +179,8 @@ static bool shape_of(const hr_graph *g, const hr_node *n, conv_shape *s) {
     s->OW = (s->W + 2 * s->pw - s->kw) / s->sw + 1;
     int64_t per = s->C * s->H * s->W, out = s->K * s->OH * s->OW;
     if (out > per) per = out;
-    if (per <= 0 || per > INT_MAX || s->K > INT_MAX || s->H > INT_MAX || s->W > INT_MAX) return false;
-    s->chunk = INT_MAX / per;
+    if (per <= 0 || per > c->max_elems || s->K > INT_MAX || s->H > INT_MAX || s->W > INT_MAX) return false;
+    s->chunk = c->max_elems / per;
     if (s->chunk > s->N) s->chunk = s->N;
     return s->chunk >= 1;
 }
@@ -221,9 +222,27 @@ static hr_status conv_new(hr_cuda *c, const conv_shape *s, int64_t N, hr_cuda_co
     return HR_OK;
 }
 
-/* The first algorithm of cuDNN's heuristic ranking that succeeds, is
- * deterministic, keeps to FP32 arithmetic unless TF32 is allowed, and whose
- * workspace fits the cap; failing determinism, the first that fits. */
+/* FFT and Winograd algorithms trade FP32 accuracy for speed (errors near
+ * 1e-5 instead of 1e-7), which Adam then amplifies where a gradient is near
+ * zero; the GEMM-like ones add the same products as the CPU does. */
+static bool precise(int which, int algo) {
+    if (which == FWD) return algo <= 3;            /* implicit GEMM, precomputed, GEMM, direct */
+    if (which == BWD_DATA) return algo <= 1;       /* ALGO_0, ALGO_1 */
+    return algo == 0 || algo == 1 || algo == 3;    /* ALGO_0, ALGO_1, ALGO_3 */
+}
+
+static bool verbose(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("HR_CUDA_VERBOSE");
+        v = e && *e && *e != '0';
+    }
+    return v;
+}
+
+/* The first algorithm of cuDNN's heuristic ranking that succeeds, keeps to
+ * FP32 arithmetic unless TF32 is allowed, and whose workspace fits the cap;
+ * preferring, in turn, precise and deterministic, deterministic, any. */
 static hr_status choose(hr_cuda *c, hr_cuda_conv *p, int which) {
     hr_cuda_dnn *d = c->dnn;
     if (p->algo[which] >= 0 || p->err[which]) return HR_OK;
@@ -231,7 +250,7 @@ static hr_status choose(hr_cuda *c, hr_cuda_conv *p, int which) {
     int got = 0;
     memset(perf, 0, sizeof perf);
     DNN(d, d->SetConvolutionMathType(p->cd, p->tf32 ? HR_CUDNN_DEFAULT_MATH : HR_CUDNN_FMA_MATH));
-    cudnnStatus_t st;
+    hr_cudnn_status st;
     if (which == FWD)
         st = d->GetFwdAlgo(d->h, p->xd, p->wd, p->cd, p->yd, HR_CUDNN_FWD_ALGO_COUNT, &got, perf);
     else if (which == BWD_DATA)
@@ -242,12 +261,13 @@ static hr_status choose(hr_cuda *c, hr_cuda_conv *p, int which) {
         p->err[which] = st;
         return HR_OK;
     }
-    for (int pass = 0; pass < 2 && p->algo[which] < 0; pass++)
+    for (int pass = 0; pass < 3 && p->algo[which] < 0; pass++)
         for (int i = 0; i < got; i++) {
             const hr_cudnn_perf *r = &perf[i];
             bool math_ok = p->tf32 || r->mathType == HR_CUDNN_FMA_MATH || r->mathType == HR_CUDNN_DEFAULT_MATH;
             if (r->status != 0 || !math_ok || r->memory > HR_CUDA_CONV_WS_CAP) continue;
-            if (pass == 0 && r->determinism != HR_CUDNN_DETERMINISTIC) continue;
+            if (pass < 2 && r->determinism != HR_CUDNN_DETERMINISTIC) continue;
+            if (pass < 1 && !precise(which, r->algo)) continue;
             size_t ws = 0;
             int math = p->tf32 ? r->mathType : HR_CUDNN_FMA_MATH;
             DNN(d, d->SetConvolutionMathType(p->cd, math));
@@ -264,6 +284,16 @@ static hr_status choose(hr_cuda *c, hr_cuda_conv *p, int which) {
             break;
         }
     if (p->algo[which] < 0) p->err[which] = 9; /* CUDNN_STATUS_NOT_SUPPORTED */
+    if (verbose()) {
+        static const char *what[] = {"forward", "backward-data", "backward-filter"};
+        fprintf(stderr, "cuda: conv N=%d C=%d %dx%d K=%d k=%dx%d s=%d p=%d: %s algo %d (math %d, workspace %zu) of", p->N,
+                p->C, p->H, p->W, p->K, p->kh, p->kw, p->sh, p->ph, what[which], p->algo[which], p->math[which],
+                p->ws[which]);
+        for (int i = 0; i < got; i++)
+            fprintf(stderr, " %d%s%s", perf[i].algo, perf[i].status ? "!" : "",
+                    perf[i].determinism == HR_CUDNN_DETERMINISTIC ? "" : "~");
+        fprintf(stderr, "\n");
+    }
     return HR_OK;
 }
 
@@ -284,7 +314,7 @@ static size_t ws_of(hr_cuda *c, hr_cuda_conv *p, int which) {
 
 size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n) {
     conv_shape s;
-    if (!c->dnn || !shape_of(g, n, &s)) return 0; /* run() will say why */
+    if (!c->dnn || !shape_of(c, g, n, &s)) return 0; /* run() will say why */
     hr_cuda_conv *full, *tail;
     if (plans_for(c, &s, &full, &tail) != HR_OK) {
         hr_error_clear();
@@ -309,9 +339,9 @@ size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n) {
 static hr_status ready(hr_cuda *c, const hr_graph *g, const hr_node *n, conv_shape *s, hr_cuda_conv **full,
                        hr_cuda_conv **tail) {
     if (!c->dnn) return hr_error_set(HR_ERR_UNSUPPORTED, "Conv2d on the GPU needs cuDNN: %s", c->dnn_why);
-    if (!shape_of(g, n, s))
-        return hr_error_set(HR_ERR_UNSUPPORTED, "Conv2d: one sample of %s has 2^31 or more elements, beyond cuDNN",
-                            g->t[n->in[0]].name);
+    if (!shape_of(c, g, n, s))
+        return hr_error_set(HR_ERR_UNSUPPORTED, "Conv2d: one sample of %s or of its output has more elements than "
+                            "one cuDNN call takes (%lld)", g->t[n->in[0]].name, (long long)c->max_elems);
     return plans_for(c, s, full, tail);
 }
 

@@ -25,9 +25,9 @@ static hr_status use_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n, 
 }
 
 /* Rows per call: cuBLAS takes int sizes, and a chunk stays under 2^31 elements. */
-static int64_t rows_per_call(int64_t in, int64_t out) {
-    int64_t w = in > out ? in : out;
-    return INT_MAX / (w > 0 ? w : 1);
+static int64_t rows_per_call(const hr_cuda *c, int64_t in, int64_t out) {
+    int64_t w = in > out ? in : out, r = c->max_elems / (w > 0 ? w : 1);
+    return r > 0 ? r : 1;
 }
 
 /* y (N,out) = x (N,in) W^T + b: y^T = W x^T, with y first filled with b. */
@@ -40,7 +40,7 @@ hr_status hr_cuda_linear(hr_cuda *c, const hr_graph *g, const hr_node *n, void *
     hr_status st = use_workspace(c, g, n, ptr);
     if (st) return st;
     if (b) HR_CU(hrk_bias_fill(c->stream, b, y, N, out, 1));
-    int64_t step = rows_per_call(in, out);
+    int64_t step = rows_per_call(c, in, out);
     for (int64_t r = 0; r < N; r += step) {
         int rows = (int)(N - r < step ? N - r : step);
         if ((st = gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, rows, (int)in, W, (int)in, x + r * in, (int)in,
@@ -57,7 +57,7 @@ hr_status hr_cuda_linear_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, vo
     if (in > INT_MAX || out > INT_MAX) return hr_error_set(HR_ERR_UNSUPPORTED, "Linear: more than 2^31 features");
     hr_status st = use_workspace(c, g, n, ptr);
     if (st) return st;
-    int64_t step = rows_per_call(in, out);
+    int64_t step = rows_per_call(c, in, out);
     for (int64_t r = 0; r < N; r += step) {
         int rows = (int)(N - r < step ? N - r : step);
         if (n->out[0] >= 0) { /* dx^T (in, rows) = W^T-as-stored (in, out) . dy^T (out, rows) */

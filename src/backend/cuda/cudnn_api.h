@@ -13,10 +13,7 @@ typedef struct cudnnTensorStruct *cudnnTensorDescriptor_t;
 typedef struct cudnnFilterStruct *cudnnFilterDescriptor_t;
 typedef struct cudnnConvolutionStruct *cudnnConvolutionDescriptor_t;
 
-typedef int cudnnStatus_t; /* CUDNN_STATUS_SUCCESS = 0 */
-typedef int cudnnConvolutionFwdAlgo_t;
-typedef int cudnnConvolutionBwdDataAlgo_t;
-typedef int cudnnConvolutionBwdFilterAlgo_t;
+typedef int hr_cudnn_status; /* cudnnStatus_t: CUDNN_STATUS_SUCCESS = 0 */
 
 enum { HR_CUDNN_DATA_FLOAT = 0 };
 enum { HR_CUDNN_TENSOR_NCHW = 0 };
@@ -29,7 +26,7 @@ enum { HR_CUDNN_FWD_ALGO_COUNT = 8, HR_CUDNN_BWD_DATA_ALGO_COUNT = 6, HR_CUDNN_B
 /* cudnnConvolution{Fwd,BwdData,BwdFilter}AlgoPerf_t share this layout. */
 typedef struct {
     int algo;
-    cudnnStatus_t status;
+    hr_cudnn_status status;
     float time;
     size_t memory;
     int determinism;

@@ -35,6 +35,7 @@ typedef struct {
     int device;
     char device_name[256];
     bool allow_tf32;
+    int64_t max_elems;        /* per library call (cuBLAS, cuDNN take int sizes); tests lower it */
     cudaStream_t stream;      /* every kernel and library call */
     cudaStream_t copy_stream; /* host-to-device batch copies */
     cudaEvent_t compute_ev;   /* marks the compute stream when an upload is queued */
@@ -54,8 +55,7 @@ typedef struct {
     int cur;
     cudaEvent_t slot_ev[2];
     size_t want_slot;         /* learnt from the last program planned (workspace_size) */
-    const void *seen_graph;
-    int seen_nt;
+    const void *seen_graph;   /* the first program planned on this backend */
     /* convolution plans by shape */
     hr_cuda_conv **conv;
     int nconv, capconv;

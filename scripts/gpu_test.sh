@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# gpu_test.sh — runs every GPU test (build/tests/gpu/test_*) and prints one
+# last line "N passed, N failed" (checks, from the tests' RESULT lines; a test
+# that crashes counts as one failure). Run it from anywhere on the GPU machine
+# after building here:   scripts/gpu_test.sh --build   (any machine with nvcc)
+# Logs go to $OUT/<test>.log when OUT is set (the device machine's output folder).
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+GPU_TESTS=$(ls tests/gpu/test_*.c | sed "s|^tests/|$BUILD/tests/|; s|\.c\$||")
+
+if [ "${1:-}" = "--build" ]; then
+    exec make -j"$(nproc)" BUILD="$BUILD" all $GPU_TESTS
+fi
+
+export NCCL_NVLS_ENABLE=0
+# cuDNN is loaded at run time: the system's libcudnn.so.9, else PyTorch's copy.
+if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9 '; then
+    d=$(python3 -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
+    if [ -n "$d" ] && [ -d "$d" ]; then
+        export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        echo "cuDNN from $d"
+    fi
+fi
+
+pass=0
+fail=0
+for t in $GPU_TESTS; do
+    name=$(basename "$t")
+    if [ ! -x "$t" ]; then
+        echo "MISSING $t (build it: scripts/gpu_test.sh --build)"
+        fail=$((fail + 1))
+        continue
+    fi
+    log=$(mktemp)
+    timeout "${GPU_TEST_TIMEOUT:-240}" "$t" >"$log" 2>&1
+    rc=$?
+    cat "$log"
+    [ -n "${OUT:-}" ] && cp "$log" "$OUT/$name.log"
+    res=$(grep '^RESULT ' "$log" | awk '{p += $3; f += $4} END {print p + 0, f + 0, NR}')
+    rm -f "$log"
+    set -- $res
+    pass=$((pass + $1))
+    fail=$((fail + $2))
+    if [ "$rc" -ne 0 ] && [ "$2" -eq 0 ]; then
+        echo "$name exited with status $rc"
+        fail=$((fail + 1))
+    fi
+done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,565 @@
+/* test_cuda_ops.c — the CUDA backend against the CPU backend (the reference
+ * semantics): every op code node by node with identical inputs, whole steps
+ * of small models, the three seed models for 5 Adam steps, and the memory
+ * promises: no device allocation in 100 steady-state steps, measured device
+ * memory equal to the planned arena plus the measured overhead, a clean
+ * HR_ERR_DEVICE_OOM for a plan that cannot fit, and injected allocation
+ * failures that leak nothing. Skips (passing) where no GPU is present. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "exec/session.h"
+
+size_t hr_cuda_pinned_bytes(const hr_backend *be);
+size_t hr_cuda_used_at_start(const hr_backend *be);
+
+/* ---- data ------------------------------------------------------------------ */
+static uint64_t rng_state = 0x1234567;
+static float frand(void) { /* [-1, 1) */
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+typedef struct {
+    float *x;
+    void *labels;
+} batch;
+
+static batch make_batch(hr_session_t *s) {
+    const hr_graph *g = &s->prog.g;
+    batch b = {0};
+    int64_t nx = hr_shape_numel(&g->t[s->prog.input].shape);
+    b.x = malloc(sizeof(float) * (size_t)nx);
+    for (int64_t i = 0; i < nx; i++) b.x[i] = frand();
+    if (s->prog.label >= 0) {
+        const hr_tensor *lt = &g->t[s->prog.label];
+        int64_t nl = hr_shape_numel(&lt->shape);
+        b.labels = malloc(4 * (size_t)nl);
+        if (lt->dtype == HR_I32) {
+            int64_t C = g->t[s->prog.output].shape.d[1];
+            for (int64_t i = 0; i < nl; i++) ((int32_t *)b.labels)[i] = (int32_t)((frand() + 1.0f) * 0.5f * (float)C) % (int32_t)C;
+        } else {
+            for (int64_t i = 0; i < nl; i++) ((float *)b.labels)[i] = frand();
+        }
+    }
+    return b;
+}
+
+static void free_batch(batch *b) {
+    free(b->x);
+    free(b->labels);
+}
+
+/* ---- errors ---------------------------------------------------------------- */
+/* max|a-b| / max(1, max|b|), b the CPU's */
+static double nerr(const float *a, const float *b, int64_t n) {
+    double mx = 1, e = 0;
+    for (int64_t i = 0; i < n; i++) {
+        mx = fmax(mx, fabs(b[i]));
+        double d = fabs((double)a[i] - b[i]);
+        if (d != d || (isinf(a[i]) != 0) != (isinf(b[i]) != 0)) d = INFINITY; /* NaN or inf on one side only */
+        if (a[i] != a[i] && b[i] != b[i]) d = 0;
+        e = fmax(e, d);
+    }
+    return e / mx;
+}
+
+/* Per op: the bound this test holds the GPU to, and what it measured. */
+static double bound[HR_OP_COUNT], worst[HR_OP_COUNT];
+static int seen[HR_OP_COUNT];
+
+static void set_bounds(void) {
+    for (int i = 0; i < HR_OP_COUNT; i++) bound[i] = 1e-6; /* same arithmetic, summation order aside */
+    /* pure data movement and selections: identical bits */
+    int exact[] = {HR_OP_RELU, HR_OP_RELU_BWD, HR_OP_DROPOUT, HR_OP_DROPOUT_BWD, HR_OP_ADD, HR_OP_RESHAPE, HR_OP_COPY,
+                   HR_OP_CONCAT, HR_OP_CONCAT_BWD, HR_OP_MAXPOOL, HR_OP_MAXPOOL_BWD, HR_OP_AVGPOOL, HR_OP_AVGPOOL_BWD,
+                   HR_OP_SGD, HR_OP_ADAM, HR_OP_MSE_BWD};
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) bound[exact[i]] = 0;
+    /* FP32 products of hundreds to thousands of terms, summed in another order */
+    bound[HR_OP_LINEAR] = bound[HR_OP_LINEAR_BWD] = 2e-5;
+    bound[HR_OP_CONV2D] = bound[HR_OP_CONV2D_BWD] = 5e-5;
+    bound[HR_OP_BATCHNORM] = 1e-5;
+    bound[HR_OP_BATCHNORM_BWD] = 1e-4;
+    bound[HR_OP_SOFTMAX_BWD] = bound[HR_OP_LOGSOFTMAX_BWD] = 2e-6; /* expf vs glibc's */
+}
+
+/* ---- node by node ---------------------------------------------------------- */
+static size_t tbytes(const hr_graph *g, int t) {
+    return (size_t)hr_shape_numel(&g->t[t].shape) * hr_dtype_size(g->t[t].dtype);
+}
+
+static char *scratch;
+static size_t scratch_n;
+static void *scratch_for(size_t n) {
+    if (n > scratch_n) {
+        free(scratch);
+        scratch = malloc(n);
+        scratch_n = n;
+    }
+    return scratch;
+}
+
+/* The CPU session's tensor t into the GPU session's. */
+static void push(hr_session_t *a, hr_session_t *b, int t) {
+    const hr_graph *g = &a->prog.g;
+    if (t < 0 || !a->ptr[t] || !b->ptr[t]) return;
+    size_t n = tbytes(g, t);
+    CHECK(b->be->upload(b->be, b->ptr[t], a->ptr[t], n) == HR_OK, "upload %s: %s", g->t[t].name, hr_last_error());
+}
+
+/* Compares tensor t after node k; returns the normalised error. */
+static double compare_tensor(hr_session_t *a, hr_session_t *b, int t, const char *what) {
+    const hr_graph *g = &a->prog.g;
+    size_t n = tbytes(g, t);
+    void *h = scratch_for(n);
+    CHECK(b->be->download(b->be, h, b->ptr[t], n) == HR_OK, "download: %s", hr_last_error());
+    if (g->t[t].dtype == HR_F32) return nerr(h, a->ptr[t], (int64_t)(n / 4));
+    bool same = memcmp(h, a->ptr[t], n) == 0;
+    CHECK(same, "%s: %s differs (dtype %s)", what, g->t[t].name, hr_dtype_name(g->t[t].dtype));
+    return same ? 0 : INFINITY;
+}
+
+static hr_session_t *open_session(const hr_model_t *m, hr_config_t c, hr_device dev) {
+    c.device = dev;
+    hr_session_t *s = hr_compile(m, &c);
+    CHECK(s != NULL, "compile on %s: %s", dev == HR_DEVICE_CUDA ? "cuda" : "cpu", hr_last_error());
+    if (s && hr_session_alloc(s) != HR_OK) {
+        CHECK(0, "alloc on %s: %s", dev == HR_DEVICE_CUDA ? "cuda" : "cpu", hr_last_error());
+        hr_session_free(s);
+        s = NULL;
+    }
+    return s;
+}
+
+/* Gives the CPU session random buffers (running statistics) so inference
+ * BatchNorm has something to normalise with; the GPU gets them by push. */
+static void randomise_buffers(hr_session_t *a) {
+    for (int i = 0; i < hr_state_count(a); i++) {
+        const char *nm = hr_state_name(a, i);
+        bool var = strstr(nm, "running_var") != NULL;
+        if (!strstr(nm, "running_")) continue;
+        int64_t n = 1;
+        for (int d = 0; d < hr_state_ndim(a, i); d++) n *= hr_state_dim(a, i, d);
+        float *v = malloc(sizeof(float) * (size_t)n);
+        for (int64_t j = 0; j < n; j++) v[j] = var ? 0.5f + fabsf(frand()) : 0.3f * frand();
+        hr_state_write(a, i, v);
+        free(v);
+    }
+}
+
+static void run_nodes(const char *name, const hr_model_t *m, hr_config_t c) {
+    c.keep_grads = true;
+    hr_session_t *a = open_session(m, c, HR_DEVICE_CPU), *b = open_session(m, c, HR_DEVICE_CUDA);
+    if (!a || !b) goto out;
+    const hr_graph *g = &a->prog.g;
+    CHECK(g->nn == b->prog.g.nn, "%s: %d nodes on the CPU, %d on the GPU", name, g->nn, b->prog.g.nn);
+    if (g->nn != b->prog.g.nn) goto out;
+    randomise_buffers(a);
+    batch bt = make_batch(a);
+    memcpy(a->ptr[a->prog.input], bt.x, tbytes(g, a->prog.input));
+    if (a->prog.label >= 0) memcpy(a->ptr[a->prog.label], bt.labels, tbytes(g, a->prog.label));
+    hr_step_info si = {0, c.optim.lr, c.seed, c.optim, a->prog.sqnorm};
+    printf("  %-14s %3d nodes\n", name, g->nn);
+    for (int k = 0; k < g->nn; k++) {
+        const hr_node *na = &g->n[k], *nb = &b->prog.g.n[k];
+        CHECK(na->op == nb->op, "%s node %d: ops differ", name, k);
+        if (k == a->prog.n_bwd_end) si.t = 1;
+        for (int i = 0; i < na->nin; i++) push(a, b, na->in[i]);
+        for (int i = 0; i < na->nout; i++)
+            if (na->accum[i]) push(a, b, na->out[i]);
+        hr_status sa = a->be->run(a->be, g, na, a->ptr, &si);
+        hr_status sb = b->be->run(b->be, &b->prog.g, nb, b->ptr, &si);
+        if (sb == HR_OK) sb = b->be->sync(b->be);
+        CHECK(sa == HR_OK && sb == HR_OK, "%s node %d (%s): %s", name, k, hr_op_name(na->op), hr_last_error());
+        if (sa || sb) continue;
+        /* what the node wrote: its outputs, and state it updates in place */
+        int written[HR_NODE_MAX_IO + 4], nw = 0;
+        for (int i = 0; i < na->nout; i++)
+            if (na->out[i] >= 0) written[nw++] = na->out[i];
+        if (na->op == HR_OP_BATCHNORM && na->a.train) written[nw++] = na->in[3], written[nw++] = na->in[4];
+        if (na->op == HR_OP_SGD || na->op == HR_OP_ADAM)
+            for (int i = 0; i < 4; i++)
+                if (i != 1 && na->in[i] >= 0) written[nw++] = na->in[i];
+        double e = 0;
+        for (int i = 0; i < nw; i++) e = fmax(e, compare_tensor(a, b, written[i], name));
+        seen[na->op]++;
+        worst[na->op] = fmax(worst[na->op], e);
+        CHECK(e <= bound[na->op], "%s node %d (%s, layer %s): normalised error %.3g > %.1g", name, k,
+              hr_op_name(na->op), na->layer >= 0 ? g->l[na->layer].name : "-", e, bound[na->op]);
+    }
+    free_batch(&bt);
+out:
+    hr_session_free(a);
+    hr_session_free(b);
+}
+
+/* ---- whole steps ------------------------------------------------------------ */
+static double grads_err(hr_session_t *a, hr_session_t *b) {
+    double e = 0;
+    for (int i = 0; i < hr_state_count(a); i++) {
+        if (!hr_state_is_param(a, i)) continue;
+        int64_t n = 1;
+        for (int d = 0; d < hr_state_ndim(a, i); d++) n *= hr_state_dim(a, i, d);
+        float *ga = malloc(sizeof(float) * (size_t)n), *gb = malloc(sizeof(float) * (size_t)n);
+        if (hr_grad_read(a, hr_state_name(a, i), ga) == HR_OK) {
+            CHECK(hr_grad_read(b, hr_state_name(a, i), gb) == HR_OK, "%s", hr_last_error());
+            e = fmax(e, nerr(gb, ga, n));
+        }
+        free(ga);
+        free(gb);
+    }
+    return e;
+}
+
+/* `steps` train steps on both backends from the same weights and batches:
+ * every gradient of the first step, the losses, and every parameter, buffer
+ * and optimizer state at the end (max and rms differences). */
+static void run_steps(const char *name, const hr_model_t *m, hr_config_t c, int steps, double loss_tol,
+                      double param_tol, double rms_tol, double grad_tol) {
+    c.keep_grads = true;
+    hr_session_t *a = open_session(m, c, HR_DEVICE_CPU), *b = open_session(m, c, HR_DEVICE_CUDA);
+    if (!a || !b) goto out;
+    double lerr = 0, perr = 0, gerr = 0, prms = 0;
+    int64_t pn = 0;
+    for (int t = 0; t < steps; t++) {
+        batch bt = make_batch(a);
+        float la = 0, lb = 0;
+        CHECK(hr_train_step(a, bt.x, bt.labels, &la) == HR_OK, "%s cpu step: %s", name, hr_last_error());
+        CHECK(hr_train_step(b, bt.x, bt.labels, &lb) == HR_OK, "%s gpu step: %s", name, hr_last_error());
+        lerr = fmax(lerr, fabs((double)la - lb) / fmax(1e-30, fabs(la)));
+        if (t == 0) gerr = grads_err(a, b);
+        free_batch(&bt);
+    }
+    for (int i = 0; i < hr_state_count(a); i++) {
+        int64_t n = 1;
+        for (int d = 0; d < hr_state_ndim(a, i); d++) n *= hr_state_dim(a, i, d);
+        float *pa = malloc(sizeof(float) * (size_t)n), *pb = malloc(sizeof(float) * (size_t)n);
+        hr_state_read(a, i, pa);
+        CHECK(hr_state_read(b, i, pb) == HR_OK, "%s read %s: %s", name, hr_state_name(a, i), hr_last_error());
+        if (hr_state_is_param(a, i)) {
+            perr = fmax(perr, nerr(pb, pa, n));
+            for (int64_t j = 0; j < n; j++) prms += ((double)pa[j] - pb[j]) * ((double)pa[j] - pb[j]);
+            pn += n;
+        }
+        free(pa);
+        free(pb);
+    }
+    prms = sqrt(prms / (double)(pn ? pn : 1));
+    printf("  %-14s first grads nerr %.2e; %d steps: loss rel err %.2e, params nerr %.2e (rms %.1e)\n", name, gerr,
+           steps, lerr, perr, prms);
+    CHECK(gerr <= grad_tol, "%s: first-step gradient error %.3g > %.1g", name, gerr, grad_tol);
+    CHECK(lerr <= loss_tol, "%s: loss relative error %.3g > %.1g", name, lerr, loss_tol);
+    CHECK(perr <= param_tol, "%s: parameter error %.3g > %.1g", name, perr, param_tol);
+    CHECK(prms <= rms_tol, "%s: parameter rms difference %.3g > %.1g", name, prms, rms_tol);
+out:
+    hr_session_free(a);
+    hr_session_free(b);
+}
+
+/* ---- models ----------------------------------------------------------------- */
+static hr_model_t *mlp_dropout(void) { /* Linear ReLU Dropout Linear, CE */
+    hr_model_t *m = hr_model_new("mlp_dropout");
+    int x = hr_input(m, "x", 1, (int64_t[]){20});
+    x = hr_linear(m, NULL, x, 20, 32, true);
+    x = hr_relu(m, NULL, x);
+    x = hr_dropout(m, NULL, x, 0.3f);
+    x = hr_linear(m, NULL, x, 32, 10, true);
+    hr_loss_cross_entropy(m, x, 10);
+    return m;
+}
+
+static hr_model_t *cnn_bn(void) { /* Conv BN ReLU MaxPool Conv AvgPool Dropout Flatten Linear, CE */
+    hr_model_t *m = hr_model_new("cnn_bn");
+    int x = hr_input(m, "x", 3, (int64_t[]){3, 12, 12});
+    x = hr_conv2d(m, NULL, x, 3, 8, 3, 1, 1, true);
+    x = hr_batchnorm(m, NULL, x, 8, 1e-5f, 0.1f);
+    x = hr_relu(m, NULL, x);
+    x = hr_maxpool2d(m, NULL, x, 2, 2);               /* 8x6x6 */
+    x = hr_conv2d(m, NULL, x, 8, 8, 3, 1, 0, false);  /* 8x4x4 */
+    x = hr_avgpool2d(m, NULL, x, 2, 2);               /* 8x2x2 */
+    x = hr_dropout(m, NULL, x, 0.25f);
+    x = hr_flatten(m, NULL, x);
+    x = hr_linear(m, NULL, x, 32, 10, true);
+    hr_loss_cross_entropy(m, x, 10);
+    return m;
+}
+
+static hr_model_t *res_concat(void) { /* two convs, Add, Concat, global pool, LogSoftmax, CE */
+    hr_model_t *m = hr_model_new("res_concat");
+    int x = hr_input(m, "x", 3, (int64_t[]){4, 8, 8});
+    int a = hr_conv2d(m, NULL, x, 4, 4, 3, 1, 1, true);
+    int b = hr_conv2d(m, NULL, x, 4, 4, 1, 1, 0, true);
+    int c = hr_add(m, NULL, a, b);
+    int y = hr_concat(m, NULL, 2, (int[]){c, a});
+    y = hr_relu(m, NULL, y);
+    y = hr_conv2d(m, NULL, y, 8, 6, 3, 2, 1, true); /* 6x4x4, strided */
+    y = hr_global_avgpool(m, NULL, y);
+    y = hr_flatten(m, NULL, y);
+    y = hr_linear(m, NULL, y, 6, 6, true);
+    y = hr_log_softmax(m, NULL, y);
+    hr_loss_cross_entropy(m, y, 6);
+    return m;
+}
+
+static hr_model_t *bn1d_softmax_mse(void) { /* Linear BN1d ReLU Linear Softmax, MSE */
+    hr_model_t *m = hr_model_new("bn1d_softmax");
+    int x = hr_input(m, "x", 1, (int64_t[]){10});
+    x = hr_linear(m, NULL, x, 10, 16, true);
+    x = hr_batchnorm(m, NULL, x, 16, 1e-5f, 0.1f);
+    x = hr_relu(m, NULL, x);
+    x = hr_linear(m, NULL, x, 16, 5, true);
+    x = hr_softmax(m, NULL, x);
+    hr_loss_mse(m, x);
+    return m;
+}
+
+static hr_model_t *overlap_pool(void) { /* overlapping windows and ReLU's zeros: ties in max pooling */
+    hr_model_t *m = hr_model_new("overlap_pool");
+    int x = hr_input(m, "x", 3, (int64_t[]){2, 9, 9});
+    x = hr_conv2d(m, NULL, x, 2, 3, 3, 1, 1, true);
+    x = hr_relu(m, NULL, x);
+    x = hr_maxpool2d(m, NULL, x, 3, 2); /* 3x4x4 */
+    x = hr_avgpool2d(m, NULL, x, 3, 1); /* 3x2x2 */
+    x = hr_flatten(m, NULL, x);
+    x = hr_linear(m, NULL, x, 12, 5, true);
+    hr_loss_cross_entropy(m, x, 5);
+    return m;
+}
+
+static hr_model_t *seed_mlp(void) {
+    hr_model_t *m = hr_model_new("mlp");
+    int x = hr_input(m, "x", 1, (int64_t[]){1000});
+    x = hr_linear(m, NULL, x, 1000, 2000, true);
+    x = hr_relu(m, NULL, x);
+    x = hr_linear(m, NULL, x, 2000, 1000, true);
+    x = hr_relu(m, NULL, x);
+    x = hr_linear(m, NULL, x, 1000, 10, true);
+    hr_loss_cross_entropy(m, x, 10);
+    return m;
+}
+
+static hr_model_t *seed_simple_cnn(void) {
+    hr_model_t *m = hr_model_new("simple_cnn");
+    int x = hr_input(m, "x", 3, (int64_t[]){3, 32, 32});
+    x = hr_conv2d(m, NULL, x, 3, 16, 3, 1, 1, true);
+    x = hr_relu(m, NULL, x);
+    x = hr_maxpool2d(m, NULL, x, 2, 2);
+    x = hr_flatten(m, NULL, x);
+    x = hr_linear(m, NULL, x, 4096, 10, true);
+    hr_loss_cross_entropy(m, x, 10);
+    return m;
+}
+
+static hr_model_t *seed_deep_cnn(void) {
+    hr_model_t *m = hr_model_new("deep_cnn");
+    int x = hr_input(m, "x", 3, (int64_t[]){3, 64, 64});
+    int ch[4] = {3, 32, 64, 128};
+    for (int i = 0; i < 3; i++) {
+        x = hr_conv2d(m, NULL, x, ch[i], ch[i + 1], 3, 1, 1, true);
+        x = hr_relu(m, NULL, x);
+        x = hr_maxpool2d(m, NULL, x, 2, 2);
+    }
+    x = hr_flatten(m, NULL, x);
+    x = hr_linear(m, NULL, x, 8192, 10, true);
+    hr_loss_cross_entropy(m, x, 10);
+    return m;
+}
+
+static hr_config_t config(int64_t nb, hr_optim_kind k) {
+    hr_config_t c = hr_config_default();
+    c.batch = nb;
+    c.seed = 42;
+    c.optim.kind = k;
+    return c;
+}
+
+/* ---- memory ----------------------------------------------------------------- */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void test_memory(void) {
+    hr_model_t *m = seed_mlp();
+    hr_config_t c = config(256, HR_OPTIM_ADAM);
+    c.device = HR_DEVICE_CUDA;
+    hr_session_t *s = hr_compile(m, &c);
+    CHECK(s != NULL, "compile: %s", hr_last_error());
+    if (!s) goto out;
+    hr_backend *be = s->be;
+    int64_t a0 = be->alloc_count(be);
+    CHECK(a0 == 0, "compile made %lld device allocations", (long long)a0);
+    CHECK(hr_session_alloc(s) == HR_OK, "alloc: %s", hr_last_error());
+    if (!s->arena) goto out;
+    int64_t a1 = be->alloc_count(be);
+    size_t pinned = hr_cuda_pinned_bytes(be);
+    printf("  arena_alloc made %lld allocations (arena + pinned staging of %zu bytes)\n", (long long)(a1 - a0), pinned);
+    CHECK(a1 - a0 == 1 + (pinned > 0), "allocations at alloc: %lld", (long long)(a1 - a0));
+    batch bt = make_batch(s);
+    float loss;
+    for (int i = 0; i < 2; i++) /* warm-up: lazily loaded kernels */
+        CHECK(hr_train_step(s, bt.x, bt.labels, &loss) == HR_OK, "step: %s", hr_last_error());
+    size_t f0, t0, f1, t1;
+    be->mem_info(be, &f0, &t0);
+    int64_t a2 = be->alloc_count(be);
+    double t_start = now_s();
+    for (int i = 0; i < 100; i++) {
+        hr_status st = hr_train_step(s, bt.x, bt.labels, i == 99 ? &loss : NULL);
+        if (st != HR_OK) {
+            CHECK(0, "step %d: %s", i, hr_last_error());
+            break;
+        }
+    }
+    be->sync(be);
+    double dt = now_s() - t_start;
+    be->mem_info(be, &f1, &t1);
+    int64_t a3 = be->alloc_count(be);
+    printf("  100 steps of the MLP at batch 256: %.2f ms a step, loss %.4f\n", dt * 10, loss);
+    CHECK(a3 == a2, "100 steady-state steps made %lld device allocations", (long long)(a3 - a2));
+    CHECK(f1 == f0, "free device memory moved by %lld bytes over 100 steps", (long long)f0 - (long long)f1);
+    /* measured: device bytes in use now, less those in use when the backend
+     * was made, plus the measured overhead (context and handles) */
+    size_t arena = s->plan.arena_bytes, over = be->overhead(be);
+    size_t used = t1 - f1, start = hr_cuda_used_at_start(be);
+    double measured = (double)used - (double)start + (double)over, planned = (double)arena + (double)over;
+    printf("  memory: planned arena %zu + overhead %zu = %.0f; measured %.0f (in use since the backend was made: "
+           "%lld, %.3f%% off)\n",
+           arena, over, planned, measured, (long long)used - (long long)start, 100.0 * fabs(measured - planned) / planned);
+    CHECK(fabs(measured - planned) <= 0.01 * planned, "measured %.0f vs planned %.0f bytes", measured, planned);
+    CHECK(s->overhead == over, "session overhead %zu vs backend %zu", s->overhead, over);
+    free_batch(&bt);
+out:
+    hr_session_free(s);
+    hr_model_free(m);
+}
+
+static void test_oom(void) {
+    hr_model_t *m = seed_mlp();
+    hr_config_t c = config((int64_t)1 << 24, HR_OPTIM_ADAM); /* about half a terabyte of activations */
+    c.device = HR_DEVICE_CUDA;
+    hr_session_t *s = hr_compile(m, &c);
+    CHECK(s != NULL, "compile of a huge batch must plan: %s", hr_last_error());
+    if (s) {
+        size_t f0, t0, f1, t1;
+        s->be->mem_info(s->be, &f0, &t0);
+        hr_status st = hr_session_alloc(s);
+        s->be->mem_info(s->be, &f1, &t1);
+        CHECK(st == HR_ERR_DEVICE_OOM, "huge batch: status %s, %s", hr_status_name(st), hr_last_error());
+        CHECK(s->be->alloc_count(s->be) == 0, "huge batch: %lld allocations tried", (long long)s->be->alloc_count(s->be));
+        CHECK(f1 == f0, "huge batch: free memory moved by %lld bytes", (long long)f0 - (long long)f1);
+        CHECK(!s->arena, "huge batch: an arena is set");
+        printf("  OOM message:\n    %s\n", hr_last_error());
+    }
+    hr_session_free(s);
+    hr_model_free(m);
+}
+
+static void test_faults(void) {
+    hr_model_t *m = seed_simple_cnn();
+    hr_config_t c = config(32, HR_OPTIM_ADAM);
+    c.device = HR_DEVICE_CUDA;
+    int device_faults = 0, k;
+    for (k = 1; k < 64; k++) {
+        hr_session_t *s = hr_compile(m, &c);
+        CHECK(s != NULL, "compile: %s", hr_last_error());
+        if (!s) break;
+        size_t f0, t0, f1, t1;
+        s->be->mem_info(s->be, &f0, &t0);
+        hr_fault_fail_at(k);
+        hr_status st = hr_session_alloc(s);
+        hr_fault_fail_at(0);
+        s->be->mem_info(s->be, &f1, &t1);
+        if (st == HR_OK) {
+            batch bt = make_batch(s);
+            float loss;
+            CHECK(hr_train_step(s, bt.x, bt.labels, &loss) == HR_OK && isfinite(loss), "step after faults: %s",
+                  hr_last_error());
+            free_batch(&bt);
+            hr_session_free(s);
+            break;
+        }
+        if (st == HR_ERR_DEVICE_OOM) device_faults++;
+        CHECK(st == HR_ERR_OOM || st == HR_ERR_DEVICE_OOM, "fault %d: status %s (%s)", k, hr_status_name(st),
+              hr_last_error());
+        CHECK(f1 == f0, "fault %d (%s): %lld device bytes leaked", k, hr_last_error(), (long long)f0 - (long long)f1);
+        CHECK(!s->arena && !s->ptr, "fault %d: the session holds an arena", k);
+        hr_session_free(s);
+    }
+    printf("  alloc succeeded once allocation %d no longer failed; %d device-arena faults seen\n", k, device_faults);
+    CHECK(device_faults == 1, "the device arena fault was hit %d times", device_faults);
+    hr_model_free(m);
+}
+
+int main(void) {
+    if (!hr_backend_cuda_available()) {
+        printf("SKIP: no CUDA device (%s)\n", hr_backend_cuda_new(NULL) ? "?" : hr_last_error());
+        TEST_END();
+    }
+    set_bounds();
+    /* the memory test first: its overhead then includes the context */
+    printf("memory\n");
+    test_memory();
+    test_oom();
+    test_faults();
+
+    printf("node by node, CUDA vs CPU on identical inputs\n");
+    hr_model_t *ms[5] = {mlp_dropout(), cnn_bn(), res_concat(), bn1d_softmax_mse(), overlap_pool()};
+    hr_config_t c1 = config(16, HR_OPTIM_ADAM);
+    c1.optim.clip_norm = 0.5f;
+    hr_config_t c2 = config(8, HR_OPTIM_SGD);
+    c2.optim.lr = 0.01f, c2.optim.momentum = 0.9f, c2.optim.nesterov = true, c2.optim.weight_decay = 1e-4f;
+    hr_config_t c3 = config(6, HR_OPTIM_ADAMW);
+    c3.optim.weight_decay = 0.01f;
+    hr_config_t c4 = config(12, HR_OPTIM_SGD);
+    c4.optim.lr = 0.05f, c4.optim.clip_norm = 1.0f;
+    hr_config_t c5 = config(5, HR_OPTIM_ADAM);
+    hr_config_t ci = config(8, HR_OPTIM_ADAM);
+    ci.mode = HR_MODE_INFER;
+    run_nodes("mlp_dropout", ms[0], c1);
+    run_nodes("cnn_bn", ms[1], c2);
+    run_nodes("res_concat", ms[2], c3);
+    run_nodes("bn1d_softmax", ms[3], c4);
+    run_nodes("overlap_pool", ms[4], c5);
+    run_nodes("cnn_bn infer", ms[1], ci);
+    /* the batch cut into several library calls, as for tensors of 2^31 elements */
+    setenv("HR_CUDA_MAX_CALL_ELEMS", "2000", 1); /* first conv: 1 sample a call; second: 6, then 2 */
+    run_nodes("cnn_bn chunked", ms[1], c2);
+    setenv("HR_CUDA_MAX_CALL_ELEMS", "64", 1); /* Linear: 4 rows a call */
+    run_nodes("bn1d chunked", ms[3], c4);
+    unsetenv("HR_CUDA_MAX_CALL_ELEMS");
+    printf("\n  %-20s %6s %12s %10s\n", "op", "nodes", "max nerr", "bound");
+    for (int op = 0; op < HR_OP_COUNT; op++) {
+        printf("  %-20s %6d %12.3g %10.1g\n", hr_op_name((hr_op)op), seen[op], worst[op], bound[op]);
+        CHECK(seen[op] > 0, "op %s was never run", hr_op_name((hr_op)op));
+    }
+
+    printf("whole steps, CUDA vs CPU\n");
+    run_steps("mlp_dropout", ms[0], c1, 3, 1e-5, 1e-4, 1e-5, 1e-5);
+    run_steps("cnn_bn", ms[1], c2, 3, 1e-5, 1e-4, 1e-5, 1e-5);
+    run_steps("res_concat", ms[2], c3, 3, 1e-5, 1e-4, 1e-5, 1e-5);
+    run_steps("bn1d_softmax", ms[3], c4, 3, 1e-5, 1e-4, 1e-5, 1e-5);
+    run_steps("overlap_pool", ms[4], c5, 3, 1e-5, 1e-4, 1e-5, 1e-5);
+    for (int i = 0; i < 5; i++) hr_model_free(ms[i]);
+
+    printf("seed models, 5 Adam steps, CUDA vs CPU\n");
+    hr_model_t *seeds[3] = {seed_mlp(), seed_simple_cnn(), seed_deep_cnn()};
+    int64_t batches[3] = {64, 32, 16};
+    const char *names[3] = {"mlp", "simple_cnn", "deep_cnn"};
+    /* Adam moves a weight by about lr a step whatever its gradient's size, so
+     * where a gradient is rounding noise around 0 the two may differ by up to
+     * 2 lr a step: the max bound is 5 steps of that (1e-2); the rms bound says
+     * such weights are rare (a tenth of lr); the first gradients are tight. */
+    for (int i = 0; i < 3; i++)
+        run_steps(names[i], seeds[i], config(batches[i], HR_OPTIM_ADAM), 5, 1e-4, 1e-2, 1e-4, 1e-5);
+    /* TF32 allowed: products round their inputs to 10-bit mantissas */
+    hr_config_t tf = config(32, HR_OPTIM_ADAM);
+    tf.allow_tf32 = true;
+    run_steps("simple_cnn tf32", seeds[1], tf, 2, 1e-2, 1e-2, 1e-3, 2e-2);
+    for (int i = 0; i < 3; i++) hr_model_free(seeds[i]);
+    free(scratch);
+    TEST_END();
+}
