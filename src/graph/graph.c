@@ -130,7 +130,7 @@ void hr_model_free(hr_model_t *m) {
 void hr_model_set_source(hr_model_t *m, const char *file, int line) {
     if (!m) return;
     char *f = file ? hr_strdup(file) : NULL;
-    if (file && !f) m->broken = true; /* out of memory: the next builder reports it */
+    if (file && !f) m->broken = m->oom = true; /* the next builder reports it */
     hr_free(m->src_file);
     m->src_file = f;
     m->src_line = line;
@@ -181,6 +181,10 @@ const char *hr_layer_where(const hr_model_t *m, int layer, char *buf, size_t n) 
 bool hr_model_check_tensor(hr_model_t *m, int t, const char *what) {
     if (!m) {
         hr_error_set(HR_ERR_INVALID_ARG, "%s: the model is NULL", what);
+        return false;
+    }
+    if (m->broken && m->oom) {
+        hr_error_set(HR_ERR_OOM, "%s: out of host memory while building the model", what);
         return false;
     }
     if (m->broken) {

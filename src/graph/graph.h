@@ -109,6 +109,7 @@ struct hr_model {
     int input, label, output, loss;
     int nparams;    /* layers with parameters get them in this order (state_dict order) */
     bool broken;    /* a builder failed: compile refuses */
+    bool oom;       /* ... because host memory ran out */
 };
 
 /* Helpers for the builders in src/ops/. */
