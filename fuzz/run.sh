@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run.sh — builds the libFuzzer targets in fuzz/ with ASan and UBSan and runs
 # each for N seconds (default 10) from its seed corpus: `fuzz/run.sh [N] [target]`.
-# Targets: modelfile, safetensors (see docs/fuzzing.md to add one, e.g. idx).
+# Targets: modelfile, safetensors, idx (see docs/fuzzing.md to add one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-10}
@@ -80,5 +80,13 @@ if [ -z "$ONLY" ] || [ "$ONLY" = safetensors ]; then
     seed_safetensors "$OUT/seeds_safetensors"
     build fuzz_safetensors
     run fuzz_safetensors "$OUT/seeds_safetensors"
+fi
+if [ -z "$ONLY" ] || [ "$ONLY" = idx ]; then
+    seeds="$OUT/seeds_idx"
+    mkdir -p "$seeds"
+    # a 3-image 2x2 set and its labels, split after the 2-byte cut marker
+    printf '\x00\x1c\x00\x00\x08\x03\x00\x00\x00\x03\x00\x00\x00\x02\x00\x00\x00\x02AAAABBBBCCCC\x00\x00\x08\x01\x00\x00\x00\x03\x01\x02\x03' > "$seeds/small"
+    build fuzz_idx
+    run fuzz_idx "$seeds"
 fi
 echo "fuzzing done: no crashes (artifacts would be in $OUT/crash_*)"
