@@ -153,7 +153,7 @@ typedef struct {
 } hr_top_tensor;
 
 typedef struct {
-    size_t category_bytes[HR_CAT_COUNT]; /* sum of the sizes of the tensors of each category */
+    size_t category_bytes[HR_CAT_COUNT]; /* bytes placed for each category (tensors rounded up to 256 bytes) */
     size_t category_at_peak[HR_CAT_COUNT]; /* what each category holds at the peak moment */
     size_t arena_bytes;      /* the device (or host) arena: the predicted peak of planned memory */
     size_t lower_bound;      /* largest sum of live bytes at any point of the schedule */

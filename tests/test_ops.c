@@ -34,29 +34,31 @@ static double *dalloc(int64_t n) { return calloc((size_t)(n ? n : 1), sizeof(dou
 /* Worst error per op, for the summary. */
 typedef struct {
     char name[80];
-    double worst, tol;
+    double worst, tol; /* tol: the bound of the worst error */
+    bool failed;
 } op_stat;
 static op_stat stats[64];
 static int nstats;
 
 static void note(const char *op, double err, double tol) {
-    for (int i = 0; i < nstats; i++)
-        if (strcmp(stats[i].name, op) == 0) {
-            if (err > stats[i].worst) stats[i].worst = err;
-            return;
-        }
-    if (nstats < 64) {
-        snprintf(stats[nstats].name, sizeof stats[nstats].name, "%s", op);
-        stats[nstats].worst = err;
-        stats[nstats++].tol = tol;
+    int i = 0;
+    while (i < nstats && strcmp(stats[i].name, op) != 0) i++;
+    if (i == 64) return;
+    if (i == nstats) {
+        snprintf(stats[i].name, sizeof stats[i].name, "%s", op);
+        stats[i].worst = -1;
+        nstats++;
     }
+    if (err > stats[i].worst) stats[i].worst = err, stats[i].tol = tol;
+    if (!(err <= tol)) stats[i].failed = true;
 }
 
 /* max|got - ref| / max(1, max|ref|), with NaN counted as infinite. */
 static double rel_err(const float *got, const double *ref, int64_t n) {
     double mx = 1, e = 0;
-    for (int64_t i = 0; i < n; i++) mx = fabs(ref[i]) > mx ? fabs(ref[i]) : mx;
+    for (int64_t i = 0; i < n; i++) mx = ref[i] == ref[i] && fabs(ref[i]) > mx ? fabs(ref[i]) : mx;
     for (int64_t i = 0; i < n; i++) {
+        if (ref[i] != ref[i]) continue; /* a kink: not compared */
         double d = fabs((double)got[i] - ref[i]);
         if (d != d) d = INFINITY;
         if (d > e) e = d;
@@ -151,6 +153,30 @@ static void fd_grad(loss_fn f, void *ctx, double *a, int64_t n, double *g) {
         a[i] = v;
         g[i] = (lp - lm) / (2 * h);
     }
+}
+
+/* As fd_grad, but an element whose differences with h and h/2 disagree has
+ * a kink within h (a ReLU or max input near its switch, where float32 and
+ * float64 may take different sides): it gets NaN, which compare skips.
+ * Smooth, the two differ by O(h^2) ~ 1e-10. Returns how many were skipped. */
+static int fd_grad_smooth(loss_fn f, void *ctx, double *a, int64_t n, double *g) {
+    const double h = 1e-5;
+    int kinks = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double v = a[i], d[2];
+        for (int k = 0; k < 2; k++) {
+            double hk = h / (k + 1);
+            a[i] = v + hk;
+            double lp = f(ctx);
+            a[i] = v - hk;
+            double lm = f(ctx);
+            d[k] = (lp - lm) / (2 * hk);
+        }
+        a[i] = v;
+        g[i] = d[0];
+        if (fabs(d[0] - d[1]) > 1e-7 * (fabs(g[i]) > 1 ? fabs(g[i]) : 1)) g[i] = NAN, kinks++;
+    }
+    return kinks;
 }
 
 /* Checks a backward node: outputs out[0..nout) against grads ref[i] (NULL: not
@@ -701,6 +727,7 @@ static void test_batchnorm(int N, int C, int H, int W, bool twod) {
 
     /* inference: the running statistics, y = (x - rm) / sqrt(rv + eps) g + b */
     const char *opi = twod ? "BatchNorm2d(eval)" : "BatchNorm1d(eval)";
+    fill(rv, C, 1e-4, 1e-3); /* small variances: eps matters */
     kt_set(&k, trm, rm), kt_set(&k, trv, rv);
     f.a.train = false, f.nout = 1, f.out[1] = f.out[2] = -1;
     kt_run(&k, &f);
@@ -788,7 +815,8 @@ static void test_softmax(bool lg) {
     int n = c.N * c.C;
     c.x = dalloc(n), c.w = dalloc(n), c.y = dalloc(n);
     fill(c.x, n, -3, 3), fill(c.w, n, -1, 1);
-    for (int j = 0; j < c.C; j++) c.x[4 * c.C + j] = 80.0 + 2.0 * j; /* large logits: no overflow */
+    /* large logits: exp overflows even a double without the max subtracted */
+    for (int j = 0; j < c.C; j++) c.x[4 * c.C + j] = 1000.0 + 2.0 * j;
     kt k;
     kt_init(&k);
     int tx = KT(&k, c.N, c.C), ty = KT(&k, c.N, c.C), tdy = KT(&k, c.N, c.C), tdx = KT(&k, c.N, c.C);
@@ -1031,7 +1059,7 @@ static double fwd_c(void *c_) {
 
 static void e2e_check(const char *op, hr_model_t *m, int B, int64_t in_numel, bool ce, int nclasses_or_outputs,
                       double (*fwd)(void *)) {
-    const double tol = 1e-4;
+    const double tol = 2e-5;
     hr_config_t cfg = hr_config_default();
     cfg.batch = B, cfg.optim.kind = HR_OPTIM_SGD, cfg.optim.lr = 0.0f, cfg.keep_grads = true, cfg.seed = 11;
     e2e e = {0};
@@ -1074,18 +1102,26 @@ static void e2e_check(const char *op, hr_model_t *m, int B, int64_t in_numel, bo
     snprintf(opg, sizeof opg, "%s: loss", op);
     compare(opg, "loss", &loss, &L, 1, 1e-5);
     snprintf(opg, sizeof opg, "%s: grads", op);
+    int kinks = 0;
     for (int i = 0; i < e.np; i++) {
         double *g = dalloc(e.n[i]);
         float *got = malloc(sizeof(float) * (size_t)e.n[i]);
-        fd_grad(fwd, &e, e.p[i], e.n[i], g);
+        kinks += fd_grad_smooth(fwd, &e, e.p[i], e.n[i], g);
         st = hr_grad_read(e.s, e.names[i], got);
         CHECK(st == HR_OK, "%s: grad_read %s: %s", op, e.names[i], hr_last_error());
         char what[64];
         snprintf(what, sizeof what, "grad of %s", e.names[i]);
         if (st == HR_OK) compare(opg, what, got, g, e.n[i], tol);
+        if (getenv("HR_DEBUG_E2E"))
+            for (int64_t j = 0; j < e.n[i]; j++) printf("    %s[%lld] got %.9g want %.9g\n", e.names[i], (long long)j, got[j], g[j]);
         free(g), free(got);
     }
     for (int i = 0; i < e.np; i++) free(e.p[i]);
+    int64_t total = 0;
+    for (int i = 0; i < e.np; i++) total += e.n[i];
+    if (kinks) printf("  %s: %d of %lld parameter elements on a kink, not compared\n", op, kinks, (long long)total);
+    CHECK(kinks * 10 <= total, "%s: %d of %lld elements on kinks: the check compares too little", op, kinks,
+          (long long)total);
     hr_session_free(e.s);
     free(xf), free(tf), free(e.x), free(e.lab), free(e.tgt);
 }
@@ -1191,6 +1227,6 @@ int main(void) {
     printf("  %-56s %12s %10s\n", "op", "worst error", "bound");
     for (int i = 0; i < nstats; i++)
         printf("  %-56s %12.3g %10.3g%s\n", stats[i].name, stats[i].worst, stats[i].tol,
-               stats[i].worst <= stats[i].tol ? "" : "  FAIL");
+               stats[i].failed ? "  FAIL" : "");
     TEST_END();
 }

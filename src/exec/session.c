@@ -64,6 +64,7 @@ hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_back
             if (is_state(&g->t[i]) && (g->t[i].kind == HR_T_OPTSTATE) == (pass == 1)) s->state[s->nstate++] = i;
     return s;
 fail:
+    s->be = NULL; /* the caller owns the backend */
     hr_session_free(s);
     return NULL;
 }
@@ -98,7 +99,7 @@ void hr_session_free(hr_session_t *s) {
     hr_free(s);
 }
 
-const hr_report_t *hr_session_report(const hr_session_t *s) { return &s->plan.report; }
+const hr_report_t *hr_session_report(const hr_session_t *s) { return s ? &s->plan.report : NULL; }
 
 /* ---- allocation and initial values ------------------------------------------ */
 /* Uniform [0,1) from a counter: the generator the golden tests share with
@@ -298,14 +299,16 @@ hr_status hr_forward(hr_session_t *s, const float *x, float *out) {
 }
 
 hr_status hr_read_output(hr_session_t *s, float *out) {
+    if (!s || !out) return hr_error_set(HR_ERR_INVALID_ARG, "read_output: NULL argument");
     const hr_tensor *t = &s->prog.g.t[s->prog.output];
     if (!s->ptr || !s->ptr[s->prog.output]) return hr_error_set(HR_ERR_INVALID_ARG, "read_output: nothing has run");
     hr_status st = s->be->download(s->be, out, s->ptr[s->prog.output], (size_t)hr_shape_numel(&t->shape) * sizeof(float));
     return st ? st : s->be->sync(s->be);
 }
 
-int64_t hr_step_count(const hr_session_t *s) { return s->t; }
+int64_t hr_step_count(const hr_session_t *s) { return s ? s->t : -1; }
 hr_status hr_set_step_count(hr_session_t *s, int64_t t) {
+    if (!s) return hr_error_set(HR_ERR_INVALID_ARG, "set_step_count: the session is NULL");
     if (t < 0) return hr_error_set(HR_ERR_INVALID_ARG, "step count %lld is negative", (long long)t);
     s->t = t;
     return HR_OK;
@@ -313,17 +316,18 @@ hr_status hr_set_step_count(hr_session_t *s, int64_t t) {
 
 /* ---- named state --------------------------------------------------------------- */
 static const hr_tensor *state_t(const hr_session_t *s, int i) { return &s->prog.g.t[s->state[i]]; }
-int hr_state_count(const hr_session_t *s) { return s->nstate; }
-const char *hr_state_name(const hr_session_t *s, int i) { return i >= 0 && i < s->nstate ? state_t(s, i)->name : NULL; }
-int hr_state_ndim(const hr_session_t *s, int i) { return i >= 0 && i < s->nstate ? state_t(s, i)->shape.ndim : -1; }
+int hr_state_count(const hr_session_t *s) { return s ? s->nstate : 0; }
+const char *hr_state_name(const hr_session_t *s, int i) { return s && i >= 0 && i < s->nstate ? state_t(s, i)->name : NULL; }
+int hr_state_ndim(const hr_session_t *s, int i) { return s && i >= 0 && i < s->nstate ? state_t(s, i)->shape.ndim : -1; }
 int64_t hr_state_dim(const hr_session_t *s, int i, int d) {
-    if (i < 0 || i >= s->nstate || d < 0 || d >= state_t(s, i)->shape.ndim) return -1;
+    if (!s || i < 0 || i >= s->nstate || d < 0 || d >= state_t(s, i)->shape.ndim) return -1;
     return state_t(s, i)->shape.d[d];
 }
 bool hr_state_is_param(const hr_session_t *s, int i) {
-    return i >= 0 && i < s->nstate && state_t(s, i)->kind != HR_T_OPTSTATE;
+    return s && i >= 0 && i < s->nstate && state_t(s, i)->kind != HR_T_OPTSTATE;
 }
 int hr_state_find(const hr_session_t *s, const char *name) {
+    if (!s || !name) return -1;
     for (int i = 0; i < s->nstate; i++)
         if (strcmp(state_t(s, i)->name, name) == 0) return i;
     return -1;
@@ -336,6 +340,7 @@ static hr_status state_check(hr_session_t *s, int i, const void *buf) {
 }
 
 hr_status hr_state_read(hr_session_t *s, int i, float *dst) {
+    if (!s) return hr_error_set(HR_ERR_INVALID_ARG, "state_read: the session is NULL");
     hr_status st = state_check(s, i, dst);
     if (st) return st;
     size_t n = (size_t)hr_shape_numel(&state_t(s, i)->shape) * sizeof(float);
@@ -344,6 +349,7 @@ hr_status hr_state_read(hr_session_t *s, int i, float *dst) {
 }
 
 hr_status hr_state_write(hr_session_t *s, int i, const float *src) {
+    if (!s) return hr_error_set(HR_ERR_INVALID_ARG, "state_write: the session is NULL");
     hr_status st = state_check(s, i, src);
     if (st) return st;
     size_t n = (size_t)hr_shape_numel(&state_t(s, i)->shape) * sizeof(float);
@@ -352,6 +358,7 @@ hr_status hr_state_write(hr_session_t *s, int i, const float *src) {
 }
 
 hr_status hr_grad_read(hr_session_t *s, const char *param, float *dst) {
+    if (!s || !param || !dst) return hr_error_set(HR_ERR_INVALID_ARG, "grad_read: NULL argument");
     hr_graph *g = &s->prog.g;
     if (!s->prog.cfg.keep_grads)
         return hr_error_set(HR_ERR_INVALID_ARG, "grad_read: gradients die at their update; compile with keep_grads");
@@ -367,6 +374,7 @@ hr_status hr_grad_read(hr_session_t *s, const char *param, float *dst) {
 }
 
 hr_status hr_mem_stats(hr_session_t *s, hr_mem_stats_t *out) {
+    if (!s || !out) return hr_error_set(HR_ERR_INVALID_ARG, "mem_stats: NULL argument");
     memset(out, 0, sizeof *out);
     out->allocated = out->reserved = out->peak_allocated = s->arena ? s->plan.arena_bytes : 0;
     if (s->be->mem_info) s->be->mem_info(s->be, &out->device_free, &out->device_total);

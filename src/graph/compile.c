@@ -181,6 +181,11 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_backe
     for (int s = 0; s < p->g.nn; s++) {
         size_t ws = be && be->workspace_size ? be->workspace_size(be, &p->g, &p->g.n[s]) : 0;
         if (!ws) continue;
+        if (ws > ((size_t)1 << 61)) {
+            st = hr_error_set(HR_ERR_INVALID_ARG, "%s needs %zu bytes of workspace; plan a smaller batch",
+                              hr_op_name(p->g.n[s].op), ws);
+            goto fail;
+        }
         char nm[300];
         snprintf(nm, sizeof nm, "%s.workspace", hr_op_name(p->g.n[s].op));
         int layer = p->g.n[s].layer;

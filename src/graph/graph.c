@@ -229,6 +229,7 @@ int64_t hr_tensor_dim(const hr_model_t *m, int t, int i) {
 int hr_model_output(const hr_model_t *m) { return m ? m->output : -1; }
 
 hr_status hr_model_freeze(hr_model_t *m, const char *param_name) {
+    if (!m || !param_name) return hr_error_set(HR_ERR_INVALID_ARG, "freeze: NULL model or parameter name");
     for (int i = 0; i < m->g.nt; i++)
         if (m->g.t[i].kind == HR_T_PARAM && strcmp(m->g.t[i].name, param_name) == 0) {
             m->g.t[i].requires_grad = false;

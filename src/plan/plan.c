@@ -68,7 +68,7 @@ static void lifetimes(hr_program *p) {
     }
     /* results the host reads after the step */
     if (p->loss >= 0) g->t[p->loss].last = T - 1;
-    if (p->output >= 0 && p->cfg.mode == HR_MODE_INFER) g->t[p->output].last = T - 1;
+    if (p->output >= 0) g->t[p->output].last = T - 1; /* hr_read_output after a step */
     if (p->sqnorm >= 0) g->t[p->sqnorm].last = T - 1;
 }
 
@@ -115,6 +115,10 @@ static int by_offset(const void *a, const void *b) {
 
 /* Greedy by size: the largest blocks first, each into the tightest gap among
  * the already placed blocks whose lifetimes overlap it. */
+static hr_status too_big(void) {
+    return hr_error_set(HR_ERR_INVALID_ARG, "the plan needs more than 2^64 bytes; plan a smaller batch");
+}
+
 static hr_status place(block *b, int nb, size_t base, size_t *top) {
     qsort(b, (size_t)nb, sizeof *b, by_size_desc);
     block **live = hr_malloc(sizeof *live * (size_t)(nb ? nb : 1));
@@ -131,11 +135,16 @@ static hr_status place(block *b, int nb, size_t base, size_t *top) {
                 best_gap = live[j]->offset - at;
                 best = at;
             }
-            size_t end = live[j]->offset + live[j]->bytes;
+            size_t end = live[j]->offset + live[j]->bytes; /* placed blocks end below SIZE_MAX: checked below */
             if (end > at) at = end;
         }
         b[i].offset = best != SIZE_MAX ? best : at;
-        if (b[i].offset + b[i].bytes > *top) *top = b[i].offset + b[i].bytes;
+        size_t end;
+        if (__builtin_add_overflow(b[i].offset, b[i].bytes, &end)) {
+            hr_free(live);
+            return too_big();
+        }
+        if (end > *top) *top = end;
     }
     hr_free(live);
     return HR_OK;
@@ -170,7 +179,11 @@ hr_status hr_plan_make(hr_program *p, hr_plan *pl) {
         if (pl->root[i] != i) continue;
         if (persistent(t)) {
             t->offset = top;
-            top += t->bytes;
+            if (__builtin_add_overflow(top, t->bytes, &top)) {
+                hr_free(b);
+                hr_plan_free(pl);
+                return too_big();
+            }
         } else {
             size_t bytes = 0; /* the group's largest member */
             for (int j = 0; j < g->nt; j++)
@@ -179,10 +192,11 @@ hr_status hr_plan_make(hr_program *p, hr_plan *pl) {
         }
     }
     size_t persist = top;
-    if (place(b, nb, persist, &top) != HR_OK) {
+    hr_status st = place(b, nb, persist, &top);
+    if (st != HR_OK) {
         hr_free(b);
         hr_plan_free(pl);
-        return hr_error_prefix("planning");
+        return st == HR_ERR_OOM ? hr_error_prefix("planning") : st;
     }
     for (int i = 0; i < nb; i++) g->t[b[i].id].offset = b[i].offset;
     for (int i = 0; i < g->nt; i++)

@@ -130,11 +130,13 @@ int64_t hr_largest_batch_on(const hr_model_t *m, const hr_config_t *cfg, size_t 
     int64_t lo = 0;
     if (hi < 1) return 0;
     int f = plan_fits(m, cfg, hi, budget, overhead, be);
+    if (f < 0 && hr_last_status() == HR_ERR_OOM) return -1;
     if (f < 0 && hi > 1) f = 0; /* too large to even plan: search below */
     if (f == 1) return hi;
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
         int r = plan_fits(m, cfg, mid, budget, overhead, be);
+        if (r < 0 && hr_last_status() == HR_ERR_OOM) return -1; /* no answer rather than a wrong one */
         if (r == 1)
             lo = mid;
         else

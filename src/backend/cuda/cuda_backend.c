@@ -8,6 +8,7 @@
 #include <dlfcn.h>
 #include <limits.h>
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -220,10 +221,31 @@ static void cuda_arena_free(hr_backend *be, void *base) {
     cudaGetLastError();
 }
 
+/* Staging copies: from 256 KiB up, by up to 8 threads (one thread's memcpy
+ * moves well under what the host link takes). */
+#define HR_STAGE_PAR_MIN ((size_t)256 << 10)
+static void stage_copy(unsigned char *dst, const unsigned char *src, size_t n) {
+    int th = omp_get_max_threads();
+    th = th > 8 ? 8 : th;
+    if (n < HR_STAGE_PAR_MIN || th <= 1) {
+        memcpy(dst, src, n);
+        return;
+    }
+    size_t piece = hr_align_up((n + (size_t)th - 1) / (size_t)th, 4096);
+#pragma omp parallel for num_threads(th) schedule(static)
+    for (int i = 0; i < th; i++) {
+        size_t off = (size_t)i * piece;
+        if (off < n) memcpy(dst + off, src + off, n - off < piece ? n - off : piece);
+    }
+}
+
 /* Through a pinned slot on the copy stream, after the compute queued so far
  * (which may still read dst) and before the compute queued next. The host
  * returns once the bytes are staged: it may prepare the next batch while the
- * device works. A transfer larger than a slot goes straight, in order. */
+ * device works. The bytes are staged and sent in chunks of 1 MiB, so that the
+ * host's copy of one chunk overlaps the link's transfer of the one before.
+ * A transfer larger than a slot goes straight, in order. */
+#define HR_UPLOAD_CHUNK ((size_t)1 << 20)
 static hr_status cuda_upload(hr_backend *be, void *dst, const void *src, size_t n) {
     hr_cuda *c = ctx_of(be);
     if (n == 0) return HR_OK;
@@ -238,10 +260,13 @@ static hr_status cuda_upload(hr_backend *be, void *dst, const void *src, size_t 
         c->fill[s] = 0;
     }
     unsigned char *stage = c->pinned + (size_t)s * c->slot_bytes + c->fill[s];
-    memcpy(stage, src, n);
     HR_CU(cudaEventRecord(c->compute_ev, c->stream));
     HR_CU(cudaStreamWaitEvent(c->copy_stream, c->compute_ev, 0));
-    HR_CU(cudaMemcpyAsync(dst, stage, n, cudaMemcpyHostToDevice, c->copy_stream));
+    for (size_t off = 0; off < n; off += HR_UPLOAD_CHUNK) {
+        size_t k = n - off < HR_UPLOAD_CHUNK ? n - off : HR_UPLOAD_CHUNK;
+        stage_copy(stage + off, (const unsigned char *)src + off, k);
+        HR_CU(cudaMemcpyAsync((unsigned char *)dst + off, stage + off, k, cudaMemcpyHostToDevice, c->copy_stream));
+    }
     HR_CU(cudaEventRecord(c->slot_ev[s], c->copy_stream));
     HR_CU(cudaStreamWaitEvent(c->stream, c->slot_ev[s], 0));
     c->fill[s] += hr_align_up(n, 256);

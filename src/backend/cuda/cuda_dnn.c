@@ -50,6 +50,7 @@ struct hr_cuda_dnn {
     hr_cudnn_status (*BackwardFilter)(cudnnHandle_t, const void *, cudnnTensorDescriptor_t, const void *,
                                     cudnnTensorDescriptor_t, const void *, cudnnConvolutionDescriptor_t, int, void *,
                                     size_t, const void *, cudnnFilterDescriptor_t, void *);
+    cudaEvent_t ev[2]; /* timing the candidates (autotune); made at the first use */
 };
 
 /* One convolution shape (N is a chunk of the batch: cuDNN's legacy API takes
@@ -63,6 +64,14 @@ struct hr_cuda_conv {
     int algo[3], math[3]; /* forward, backward data, backward filter; algo -1: not chosen */
     size_t ws[3];
     hr_cudnn_status err[3]; /* nonzero: no algorithm could be chosen */
+    /* autotune: the precise candidates whose workspace the plan holds, timed
+     * at the first run on the real buffers; tuned: the fastest was taken */
+    int ncand[3];
+    struct {
+        int algo, math;
+        size_t ws;
+    } cand[3][8];
+    bool tuned[3];
 };
 
 enum { FWD = 0, BWD_DATA = 1, BWD_FILTER = 2 };
@@ -158,6 +167,8 @@ void hr_cuda_dnn_close(hr_cuda *c) {
     c->conv = NULL;
     c->nconv = c->capconv = 0;
     if (!c->dnn) return;
+    for (int i = 0; i < 2; i++)
+        if (c->dnn->ev[i]) cudaEventDestroy(c->dnn->ev[i]);
     c->dnn->Destroy(c->dnn->h);
     dlclose(c->dnn->lib);
     hr_free(c->dnn);
@@ -240,9 +251,50 @@ static bool verbose(void) {
     return v;
 }
 
+/* Which algorithms come first (HR_CUDNN_ALGO):
+ *   precise        (default) cuDNN's heuristic order among the GEMM-like
+ *                  algorithms, deterministic or not, then any;
+ *   deterministic  precise and deterministic, then deterministic, then any:
+ *                  a rerun gives the same bits (slower backward passes);
+ *   heuristic      cuDNN's heuristic first choice, whatever it is. */
+enum { PICK_PRECISE = 0, PICK_DETERMINISTIC, PICK_HEURISTIC };
+
+static int pick_mode(void) {
+    static int m = -1;
+    if (m < 0) {
+        const char *e = getenv("HR_CUDNN_ALGO");
+        m = !e || !*e                         ? PICK_PRECISE
+            : !strcmp(e, "deterministic")     ? PICK_DETERMINISTIC
+            : !strcmp(e, "heuristic")         ? PICK_HEURISTIC
+                                              : PICK_PRECISE;
+    }
+    return m;
+}
+
+/* In the precise mode, the GEMM-like candidates are also timed once on the
+ * real buffers at the first run, and the fastest is kept: the heuristics'
+ * ranking is often wrong for FP32. Their workspace, up to
+ * HR_CUDA_CONV_TUNE_WS, is planned. HR_CUDNN_AUTOTUNE=0 keeps the
+ * heuristics' choice. */
+#define HR_CUDA_CONV_TUNE_WS ((size_t)64 << 20)
+static bool autotune(void) {
+    static int a = -1;
+    if (a < 0) {
+        const char *e = getenv("HR_CUDNN_AUTOTUNE");
+        a = pick_mode() == PICK_PRECISE && !(e && *e == '0');
+    }
+    return a;
+}
+
+static hr_cudnn_status ws_size(hr_cuda_dnn *d, hr_cuda_conv *p, int which, int algo, size_t *ws) {
+    if (which == FWD) return d->GetFwdWs(d->h, p->xd, p->wd, p->cd, p->yd, algo, ws);
+    if (which == BWD_DATA) return d->GetBwdDataWs(d->h, p->wd, p->yd, p->cd, p->xd, algo, ws);
+    return d->GetBwdFilterWs(d->h, p->xd, p->yd, p->cd, p->wd, algo, ws);
+}
+
 /* The first algorithm of cuDNN's heuristic ranking that succeeds, keeps to
- * FP32 arithmetic unless TF32 is allowed, and whose workspace fits the cap;
- * preferring, in turn, precise and deterministic, deterministic, any. */
+ * FP32 arithmetic unless TF32 is allowed, and whose workspace fits the cap,
+ * in the preference order of pick_mode(). */
 static hr_status choose(hr_cuda *c, hr_cuda_conv *p, int which) {
     hr_cuda_dnn *d = c->dnn;
     if (p->algo[which] >= 0 || p->err[which]) return HR_OK;
@@ -261,22 +313,20 @@ static hr_status choose(hr_cuda *c, hr_cuda_conv *p, int which) {
         p->err[which] = st;
         return HR_OK;
     }
+    int mode = pick_mode();
     for (int pass = 0; pass < 3 && p->algo[which] < 0; pass++)
         for (int i = 0; i < got; i++) {
             const hr_cudnn_perf *r = &perf[i];
             bool math_ok = p->tf32 || r->mathType == HR_CUDNN_FMA_MATH || r->mathType == HR_CUDNN_DEFAULT_MATH;
             if (r->status != 0 || !math_ok || r->memory > HR_CUDA_CONV_WS_CAP) continue;
-            if (pass < 2 && r->determinism != HR_CUDNN_DETERMINISTIC) continue;
-            if (pass < 1 && !precise(which, r->algo)) continue;
+            bool want_det = mode == PICK_DETERMINISTIC && pass < 2;
+            bool want_precise = mode != PICK_HEURISTIC && pass < 1;
+            if (want_det && r->determinism != HR_CUDNN_DETERMINISTIC) continue;
+            if (want_precise && !precise(which, r->algo)) continue;
             size_t ws = 0;
             int math = p->tf32 ? r->mathType : HR_CUDNN_FMA_MATH;
             DNN(d, d->SetConvolutionMathType(p->cd, math));
-            if (which == FWD)
-                st = d->GetFwdWs(d->h, p->xd, p->wd, p->cd, p->yd, r->algo, &ws);
-            else if (which == BWD_DATA)
-                st = d->GetBwdDataWs(d->h, p->wd, p->yd, p->cd, p->xd, r->algo, &ws);
-            else
-                st = d->GetBwdFilterWs(d->h, p->xd, p->yd, p->cd, p->wd, r->algo, &ws);
+            st = ws_size(d, p, which, r->algo, &ws);
             if (st != 0 || ws > HR_CUDA_CONV_WS_CAP) continue;
             p->algo[which] = r->algo;
             p->math[which] = math;
@@ -284,6 +334,25 @@ static hr_status choose(hr_cuda *c, hr_cuda_conv *p, int which) {
             break;
         }
     if (p->algo[which] < 0) p->err[which] = 9; /* CUDNN_STATUS_NOT_SUPPORTED */
+    if (p->algo[which] >= 0 && autotune()) {
+        for (int i = 0; i < got && p->ncand[which] < 8; i++) {
+            const hr_cudnn_perf *r = &perf[i];
+            bool math_ok = p->tf32 || r->mathType == HR_CUDNN_FMA_MATH || r->mathType == HR_CUDNN_DEFAULT_MATH;
+            if (r->status != 0 || !math_ok || !precise(which, r->algo)) continue;
+            int math = p->tf32 ? r->mathType : HR_CUDNN_FMA_MATH;
+            bool dup = false;
+            for (int k = 0; k < p->ncand[which]; k++)
+                dup |= p->cand[which][k].algo == r->algo && p->cand[which][k].math == math;
+            size_t ws = 0;
+            if (dup || d->SetConvolutionMathType(p->cd, math) != 0 || ws_size(d, p, which, r->algo, &ws) != 0) continue;
+            if (ws > HR_CUDA_CONV_TUNE_WS && !(r->algo == p->algo[which] && math == p->math[which])) continue;
+            int k = p->ncand[which]++;
+            p->cand[which][k].algo = r->algo, p->cand[which][k].math = math, p->cand[which][k].ws = ws;
+        }
+        if (p->ncand[which] < 2) p->tuned[which] = true; /* nothing to compare */
+    } else {
+        p->tuned[which] = true;
+    }
     if (verbose()) {
         static const char *what[] = {"forward", "backward-data", "backward-filter"};
         fprintf(stderr, "cuda: conv N=%d C=%d %dx%d K=%d k=%dx%d s=%d p=%d: %s algo %d (math %d, workspace %zu) of", p->N,
@@ -309,7 +378,11 @@ static size_t ws_of(hr_cuda *c, hr_cuda_conv *p, int which) {
     if (!p) return 0;
     hr_status st = choose(c, p, which);
     if (st) hr_error_clear();
-    return p->algo[which] >= 0 ? p->ws[which] : 0;
+    if (p->algo[which] < 0) return 0;
+    size_t ws = p->ws[which];
+    for (int k = 0; k < p->ncand[which]; k++)
+        if (!p->tuned[which] && p->cand[which][k].ws > ws) ws = p->cand[which][k].ws;
+    return ws;
 }
 
 size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n) {
@@ -331,6 +404,11 @@ size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n) {
             if (n->out[1] >= 0) w[2] = ws_of(c, ps[i], BWD_FILTER);
         }
         for (int k = 0; k < 3; k++) ws = w[k] > ws ? w[k] : ws;
+    }
+    /* the bias gradient's partial sums reuse the scratch once cuDNN is done */
+    if (n->op == HR_OP_CONV2D_BWD && n->out[2] >= 0) {
+        size_t part = hr_chan_sum_ws(s.N, s.K, s.OH * s.OW);
+        ws = part > ws ? part : ws;
     }
     return ws;
 }
@@ -364,6 +442,66 @@ static size_t ws_bytes(const hr_graph *g, const hr_node *n) {
     return n->ws >= 0 ? (size_t)hr_shape_numel(&g->t[n->ws].shape) : 0;
 }
 
+/* One call of algorithm `algo` on the first chunk: a, b are the inputs (x, W;
+ * W, dy; x, dy), out the output, written (beta 0). */
+static hr_cudnn_status call_algo(hr_cuda_dnn *d, hr_cuda_conv *p, int which, int algo, const void *a, const void *b,
+                                 void *out, void *ws, size_t wsz) {
+    float one = 1.0f, zero = 0.0f;
+    if (which == FWD) return d->Forward(d->h, &one, p->xd, a, p->wd, b, p->cd, algo, ws, wsz, &zero, p->yd, out);
+    if (which == BWD_DATA)
+        return d->BackwardData(d->h, &one, p->wd, a, p->yd, b, p->cd, algo, ws, wsz, &zero, p->xd, out);
+    return d->BackwardFilter(d->h, &one, p->xd, a, p->yd, b, p->cd, algo, ws, wsz, &zero, p->wd, out);
+}
+
+/* Times each candidate (one call to warm up, then the median of three) on the
+ * real buffers, before the node's real work overwrites `out`, and keeps the
+ * fastest. Only where the node does not accumulate into `out`. */
+static hr_status tune(hr_cuda *c, hr_cuda_conv *p, int which, const void *a, const void *b, void *out, void *ws,
+                      size_t wsz) {
+    hr_cuda_dnn *d = c->dnn;
+    if (p->tuned[which] || p->algo[which] < 0) return HR_OK;
+    p->tuned[which] = true;
+    for (int i = 0; i < 2; i++)
+        if (!d->ev[i]) HR_CU(cudaEventCreate(&d->ev[i]));
+    float best = -1, times[8];
+    int pick = -1;
+    for (int k = 0; k < p->ncand[which]; k++) {
+        times[k] = -1;
+        if (p->cand[which][k].ws > wsz || d->SetConvolutionMathType(p->cd, p->cand[which][k].math) != 0) continue;
+        int algo = p->cand[which][k].algo;
+        if (call_algo(d, p, which, algo, a, b, out, ws, wsz) != 0) continue;
+        float t[3];
+        bool ok = true;
+        for (int r = 0; r < 3 && ok; r++) {
+            HR_CU(cudaEventRecord(d->ev[0], c->stream));
+            ok = call_algo(d, p, which, algo, a, b, out, ws, wsz) == 0;
+            HR_CU(cudaEventRecord(d->ev[1], c->stream));
+            HR_CU(cudaEventSynchronize(d->ev[1]));
+            HR_CU(cudaEventElapsedTime(&t[r], d->ev[0], d->ev[1]));
+        }
+        if (!ok) continue;
+        float lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
+        float med = t[2] < lo ? lo : t[2] > hi ? hi : t[2];
+        times[k] = med;
+        if (pick < 0 || med < best) best = med, pick = k;
+    }
+    HR_CU(cudaGetLastError());
+    if (pick >= 0) {
+        p->algo[which] = p->cand[which][pick].algo;
+        p->math[which] = p->cand[which][pick].math;
+        p->ws[which] = p->cand[which][pick].ws;
+    }
+    if (verbose()) {
+        static const char *what[] = {"forward", "backward-data", "backward-filter"};
+        fprintf(stderr, "cuda: conv N=%d C=%d %dx%d K=%d: %s tuned: algo %d of", p->N, p->C, p->H, p->W, p->K,
+                what[which], p->algo[which]);
+        for (int k = 0; k < p->ncand[which]; k++)
+            fprintf(stderr, " %d:%.3fms", p->cand[which][k].algo, (double)times[k]);
+        fprintf(stderr, "\n");
+    }
+    return HR_OK;
+}
+
 /* in {x, W, b}, out {y}: y = b (broadcast), then y = conv(x, W) + y */
 hr_status hr_cuda_conv2d(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr) {
     conv_shape s;
@@ -377,6 +515,7 @@ hr_status hr_cuda_conv2d(hr_cuda *c, const hr_graph *g, const hr_node *n, void *
     void *ws = n->ws >= 0 ? ptr[n->ws] : NULL;
     size_t wsz = ws_bytes(g, n);
     float one = 1.0f, beta = b ? 1.0f : 0.0f;
+    if (!full->tuned[FWD] && (st = tune(c, full, FWD, x, w, y, ws, wsz)) != HR_OK) return st;
     if (b) HR_CU(hrk_bias_fill(c->stream, b, y, s.N, s.K, s.OH * s.OW));
     for (int64_t n0 = 0; n0 < s.N; n0 += s.chunk) {
         hr_cuda_conv *p = s.N - n0 >= s.chunk ? full : tail;
@@ -400,6 +539,10 @@ hr_status hr_cuda_conv2d_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, vo
     void *ws = n->ws >= 0 ? ptr[n->ws] : NULL;
     size_t wsz = ws_bytes(g, n);
     float one = 1.0f, zero = 0.0f;
+    if (dx && !n->accum[0] && !full->tuned[BWD_DATA] && (st = tune(c, full, BWD_DATA, w, dy, dx, ws, wsz)) != HR_OK)
+        return st;
+    if (dw && !n->accum[1] && !full->tuned[BWD_FILTER] && (st = tune(c, full, BWD_FILTER, x, dy, dw, ws, wsz)) != HR_OK)
+        return st;
     for (int64_t n0 = 0; n0 < s.N; n0 += s.chunk) {
         hr_cuda_conv *p = s.N - n0 >= s.chunk ? full : tail;
         const float *dyc = dy + n0 * s.K * s.OH * s.OW;
@@ -415,6 +558,9 @@ hr_status hr_cuda_conv2d_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, vo
                                      p->algo[BWD_FILTER], ws, wsz, add ? &one : &zero, p->wd, dw));
         }
     }
-    if (db) HR_CU(hrk_channel_sum(c->stream, dy, db, s.N, s.K, s.OH * s.OW, n->accum[2]));
+    if (db) {
+        bool fits = ws && wsz >= hr_chan_sum_ws(s.N, s.K, s.OH * s.OW);
+        HR_CU(hrk_channel_sum_ws(c->stream, dy, db, s.N, s.K, s.OH * s.OW, n->accum[2], fits ? ws : NULL));
+    }
     return HR_OK;
 }

@@ -126,6 +126,21 @@ cudaError_t hrk_bn_bwd(cudaStream_t s, const float *x, const float *gm, const fl
                        bool acc1, bool acc2);
 cudaError_t hrk_bias_fill(cudaStream_t s, const float *b, float *y, int64_t N, int64_t C, int64_t HW);
 cudaError_t hrk_channel_sum(cudaStream_t s, const float *dy, float *db, int64_t N, int64_t C, int64_t HW, bool acc);
+/* The same sum spread over many blocks: (N, C) is cut into hr_chan_splits
+ * slices of samples per channel, whose partial sums (doubles, in `part`,
+ * hr_chan_sum_ws bytes) are added in a fixed order. part NULL: one block a
+ * channel, as hrk_channel_sum. */
+static inline int64_t hr_chan_splits(int64_t N, int64_t C) {
+    int64_t k = (1024 + C - 1) / (C > 0 ? C : 1);
+    if (k > N) k = N;
+    if (k > 1024) k = 1024;
+    return k < 1 ? 1 : k;
+}
+static inline size_t hr_chan_sum_ws(int64_t N, int64_t C, int64_t HW) {
+    return HW > 1 && hr_chan_splits(N, C) > 1 ? (size_t)(C * hr_chan_splits(N, C)) * sizeof(double) : 0;
+}
+cudaError_t hrk_channel_sum_ws(cudaStream_t s, const float *dy, float *db, int64_t N, int64_t C, int64_t HW, bool acc,
+                               void *part);
 /* loss.cu: ws holds HR_CUDA_RED_BLOCKS doubles */
 /* out[0] = (acc ? out[0] : 0) + sum(part[0..n)) / div, in double */
 cudaError_t hr_finish_launch(cudaStream_t s, const double *part, int n, float *out, bool acc, double div);

@@ -111,6 +111,35 @@ __global__ void k_chan_sum(const float *dy, float *db, int64_t N, int64_t C, int
     if (threadIdx.x == 0) db[c] = (acc ? db[c] : 0.0f) + (float)s;
 }
 
+/* Block (k, c) sums the samples [k N / S, (k+1) N / S) of channel c, row by
+ * row (HW contiguous floats a row, no division per element); a thread keeps
+ * the same elements whatever the timing, so the sum's bits are fixed. */
+__global__ void k_chan_part(const float *dy, double *part, int64_t N, int64_t C, int64_t HW, int64_t S) {
+    __shared__ double sh[32];
+    int64_t k = blockIdx.x, c = blockIdx.y;
+    int64_t n0 = k * N / S, n1 = (k + 1) * N / S;
+    int t = threadIdx.x, nt = blockDim.x;
+    int64_t P = HW >= nt ? 1 : nt / HW;    /* rows a pass */
+    int64_t j = HW >= nt ? 0 : t / HW;     /* this thread's row in a pass */
+    int64_t h0 = HW >= nt ? t : t % HW, hs = HW >= nt ? nt : HW;
+    double s = 0;
+    if (j < P)
+        for (int64_t n = n0 + j; n < n1; n += P) {
+            const float *row = dy + (n * C + c) * HW;
+            for (int64_t h = h0; h < HW; h += hs) s += row[h];
+        }
+    s = hr_block_sum(s, sh);
+    if (t == 0) part[c * S + k] = s;
+}
+
+__global__ void k_chan_finish(const double *part, float *db, int64_t C, int64_t S, bool acc) {
+    HR_GRID_STRIDE(c, C) {
+        double s = 0;
+        for (int64_t k = 0; k < S; k++) s += part[c * S + k];
+        db[c] = (acc ? db[c] : 0.0f) + (float)s;
+    }
+}
+
 static unsigned chan_grid(int64_t C) { return (unsigned)C; } /* C <= 2^31 by the model's checks */
 
 extern "C" {
@@ -144,6 +173,17 @@ cudaError_t hrk_channel_sum(cudaStream_t s, const float *dy, float *db, int64_t 
         k_col_sum<<<(unsigned)((C + 31) / 32), 256, 0, s>>>(dy, db, N, C, acc);
     else
         k_chan_sum<<<chan_grid(C), BN_THREADS, 0, s>>>(dy, db, N, C, HW, acc);
+    return cudaGetLastError();
+}
+
+cudaError_t hrk_channel_sum_ws(cudaStream_t s, const float *dy, float *db, int64_t N, int64_t C, int64_t HW, bool acc,
+                               void *part) {
+    int64_t S = hr_chan_splits(N, C);
+    if (!part || HW <= 1 || S <= 1 || C > 65535) return hrk_channel_sum(s, dy, db, N, C, HW, acc);
+    k_chan_part<<<dim3((unsigned)S, (unsigned)C), 256, 0, s>>>(dy, (double *)part, N, C, HW, S);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return e;
+    k_chan_finish<<<hr_grid(C), HR_THREADS, 0, s>>>((const double *)part, db, C, S, acc);
     return cudaGetLastError();
 }
 

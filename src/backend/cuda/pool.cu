@@ -51,6 +51,29 @@ __global__ void k_maxpool_bwd(const float *x, const float *dy, float *dx, int64_
     }
 }
 
+/* Windows that tile the plane exactly (stride = kernel, no remainder): one
+ * thread a window finds its maximum once and writes the whole window of dx,
+ * with the same arithmetic per element as k_maxpool_bwd (each element lies
+ * in exactly one window). */
+__global__ void k_maxpool_bwd_tiled(const float *x, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W,
+                                    int64_t OH, int64_t OW, int kh, int kw, bool acc) {
+    int64_t n = NC * OH * OW;
+    HR_GRID_STRIDE(i, n) {
+        int64_t c = i / (OH * OW), r = i - c * OH * OW, oh = r / OW, ow = r - oh * OW;
+        const float *xc = x + c * H * W;
+        float *dc = dx + c * H * W;
+        int64_t best = window_argmax(xc, W, oh, ow, kh, kw, kh, kw);
+        float g = dy[i];
+        for (int a = 0; a < kh; a++)
+            for (int b = 0; b < kw; b++) {
+                int64_t k = (oh * kh + a) * W + ow * kw + b;
+                float v = acc ? dc[k] : 0.0f;
+                if (k == best) v += g;
+                dc[k] = v;
+            }
+    }
+}
+
 __global__ void k_avgpool(const float *x, float *y, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW, int kh,
                           int kw, int sh, int sw, float inv) {
     int64_t n = NC * OH * OW;
@@ -90,7 +113,10 @@ cudaError_t hrk_maxpool(cudaStream_t s, const float *x, float *y, int64_t NC, in
 
 cudaError_t hrk_maxpool_bwd(cudaStream_t s, const float *x, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W,
                             int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, bool acc) {
-    k_maxpool_bwd<<<hr_grid(NC * H * W), HR_THREADS, 0, s>>>(x, dy, dx, NC, H, W, OH, OW, kh, kw, sh, sw, acc);
+    if (kh == sh && kw == sw && OH * kh == H && OW * kw == W)
+        k_maxpool_bwd_tiled<<<hr_grid(NC * OH * OW), HR_THREADS, 0, s>>>(x, dy, dx, NC, H, W, OH, OW, kh, kw, acc);
+    else
+        k_maxpool_bwd<<<hr_grid(NC * H * W), HR_THREADS, 0, s>>>(x, dy, dx, NC, H, W, OH, OW, kh, kw, sh, sw, acc);
     return cudaGetLastError();
 }
 

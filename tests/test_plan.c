@@ -1,0 +1,965 @@
+/* test_plan.c — the planner, checked by an independent checker: lifetimes are
+ * recomputed here from the program's nodes, and any two tensors that share a
+ * byte must live at different times or be a view / in-place pair this file
+ * recognises on its own (hr_plan_verify and the planner's alias groups are not
+ * used). Then: a run with every tensor in its own buffer must give what the
+ * planned arena gives; arena vs lower bound on the seed models; categories;
+ * huge and bad batch sizes; hr_largest_batch; frozen parameters; 200+ random
+ * layer stacks. */
+#include "check.h"
+#include "exec/session.h"
+#include "io/io.h"
+
+#include <dirent.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Runs fn(arg) in a child process, so that a crash in the library is one
+ * failure here, not the end of the test; the child's checks must all pass. */
+static void isolated(const char *label, void (*fn)(void *), void *arg) {
+    fflush(stdout), fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int f0 = check_fail;
+        fn(arg);
+        fflush(stdout), fflush(stderr);
+        _exit(check_fail > f0 ? 1 : 0);
+    }
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    if (WIFSIGNALED(ws))
+        CHECK(0, "%s: crashed (signal %d, %s)", label, WTERMSIG(ws), strsignal(WTERMSIG(ws)));
+    else
+        CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "%s: failed (above)", label);
+}
+
+/* ---- a seeded generator for the random stacks ----------------------------- */
+static uint64_t prng_s;
+static uint64_t prng(void) {
+    uint64_t x = (prng_s += 0x9E3779B97F4A7C15ULL);
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+static int below(int n) { return (int)(prng() % (uint64_t)n); }
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- the independent checker ----------------------------------------------- */
+typedef struct {
+    bool used;
+    int first, last;   /* steps: first write (0 for state and the batch), last read */
+    size_t off, size;  /* exact bytes, no alignment padding */
+    int view;          /* union-find over Reshape in/out: the view class */
+} life;
+
+static int vfind(life *L, int i) {
+    while (L[i].view != i) i = L[i].view = L[L[i].view].view;
+    return i;
+}
+
+static bool is_state(hr_tensor_kind k) { return k == HR_T_PARAM || k == HR_T_BUFFER || k == HR_T_OPTSTATE; }
+
+/* May node n write output `o` over input `i`'s bytes? Only where every output
+ * element reads only the same element of that input: the elementwise ops. */
+static bool inplace_ok(const hr_node *n, int in_idx, int out_idx) {
+    if (out_idx != 0) return false;
+    switch (n->op) {
+    case HR_OP_RELU: case HR_OP_DROPOUT: case HR_OP_COPY: case HR_OP_RESHAPE: return in_idx == 0;
+    case HR_OP_ADD: case HR_OP_RELU_BWD: return in_idx <= 1;
+    case HR_OP_DROPOUT_BWD: return in_idx == 1;
+    default: return false;
+    }
+}
+
+typedef struct {
+    size_t arena, my_lb, report_lb;
+    int clashes;
+} check_out;
+
+/* Returns the number of problems found; describes the first in `why`. */
+static int check_plan(const hr_session_t *s, char *why, size_t whylen, check_out *out) {
+    const hr_program *p = &s->prog;
+    const hr_graph *g = &p->g;
+    int T = g->nn, nt = g->nt, bad = 0;
+    life *L = calloc((size_t)nt, sizeof *L);
+    why[0] = 0;
+#define PROBLEM(...)                                            \
+    do {                                                        \
+        if (!bad++) snprintf(why, whylen, __VA_ARGS__);         \
+    } while (0)
+    for (int i = 0; i < nt; i++) L[i].view = i, L[i].first = -1, L[i].last = -1;
+    for (int st = 0; st < T; st++) {
+        const hr_node *n = &g->n[st];
+        for (int k = 0; k < n->nin; k++) {
+            int t = n->in[k];
+            if (t < 0) continue;
+            if (!L[t].used && !is_state(g->t[t].kind) && g->t[t].kind != HR_T_INPUT && g->t[t].kind != HR_T_LABEL)
+                PROBLEM("%s is read at step %d (%s) before anything wrote it", g->t[t].name, st, hr_op_name(n->op));
+            if (!L[t].used) L[t].used = true, L[t].first = st;
+            L[t].last = st;
+        }
+        for (int k = 0; k < n->nout; k++) {
+            int t = n->out[k];
+            if (t < 0) continue;
+            if (!L[t].used && n->accum[k] && !is_state(g->t[t].kind))
+                PROBLEM("%s is first written at step %d (%s) by accumulating into garbage", g->t[t].name, st,
+                        hr_op_name(n->op));
+            if (!L[t].used) L[t].used = true, L[t].first = st;
+            L[t].last = st;
+        }
+        if (n->ws >= 0) {
+            int t = n->ws;
+            if (!L[t].used) L[t].used = true, L[t].first = st;
+            L[t].last = st;
+        }
+        if (n->op == HR_OP_RESHAPE && n->in[0] >= 0 && n->out[0] >= 0) {
+            int a = vfind(L, n->in[0]), b = vfind(L, n->out[0]);
+            if (a != b) L[b].view = a;
+        }
+    }
+    for (int i = 0; i < nt; i++) {
+        const hr_tensor *t = &g->t[i];
+        if (!L[i].used) continue;
+        if (is_state(t->kind)) L[i].first = 0, L[i].last = T - 1;
+        if (t->kind == HR_T_INPUT || t->kind == HR_T_LABEL) L[i].first = 0;
+        /* kept gradients outlive the step (hr_grad_read, accumulation across steps) */
+        if (t->kind == HR_T_GRAD && p->cfg.keep_grads) L[i].first = 0, L[i].last = T - 1;
+        L[i].off = t->offset;
+        L[i].size = (size_t)hr_shape_numel(&t->shape) * hr_dtype_size(t->dtype);
+        if (L[i].off % HR_ALIGN) PROBLEM("%s at offset %zu is not %d-aligned", t->name, L[i].off, HR_ALIGN);
+        if (L[i].off + L[i].size > s->plan.arena_bytes || L[i].off + L[i].size < L[i].off)
+            PROBLEM("%s [%zu, +%zu) ends past the arena (%zu)", t->name, L[i].off, L[i].size, s->plan.arena_bytes);
+    }
+    if (p->loss >= 0 && L[p->loss].used) L[p->loss].last = T - 1;
+    if (p->cfg.mode == HR_MODE_INFER && p->output >= 0 && L[p->output].used) L[p->output].last = T - 1;
+    if (p->sqnorm >= 0 && L[p->sqnorm].used) L[p->sqnorm].last = T - 1;
+
+    int clashes = 0;
+    for (int i = 0; i < nt; i++) {
+        if (!L[i].used || !L[i].size) continue;
+        for (int j = i + 1; j < nt; j++) {
+            if (!L[j].used || !L[j].size) continue;
+            bool space = L[i].off < L[j].off + L[j].size && L[j].off < L[i].off + L[i].size;
+            if (!space) continue;
+            bool time = L[i].first <= L[j].last && L[j].first <= L[i].last;
+            if (!time) continue;
+            /* a view: the same bytes under another shape */
+            if (vfind(L, i) == vfind(L, j) && L[i].off == L[j].off && L[i].size == L[j].size) continue;
+            /* in place: one dies at step s as an input, the other is born
+             * there as the output, on the same first byte */
+            bool legit = false;
+            for (int pass = 0; pass < 2 && !legit; pass++) {
+                int a = pass ? j : i, b = pass ? i : j;
+                if (L[a].last != L[b].first || L[a].off != L[b].off) continue;
+                const hr_node *n = &g->n[L[a].last];
+                for (int k = 0; k < n->nin; k++)
+                    for (int o = 0; o < n->nout; o++)
+                        if (n->in[k] == a && n->out[o] == b && !n->accum[o] && inplace_ok(n, k, o)) legit = true;
+            }
+            if (legit) continue;
+            clashes++;
+            PROBLEM("%s [%zu, +%zu) steps %d-%d and %s [%zu, +%zu) steps %d-%d share bytes", g->t[i].name, L[i].off,
+                    L[i].size, L[i].first, L[i].last, g->t[j].name, L[j].off, L[j].size, L[j].first, L[j].last);
+        }
+    }
+    /* the bytes this plan's sharing needs at its busiest step: the union of
+     * the (aligned) ranges live there; in 128 bits so a wrap would show */
+    unsigned __int128 best = 0;
+    size_t *lo = malloc(sizeof(size_t) * (size_t)(nt ? nt : 1)), *hi = malloc(sizeof(size_t) * (size_t)(nt ? nt : 1));
+    for (int st = 0; st < T; st++) {
+        int k = 0;
+        for (int i = 0; i < nt; i++)
+            if (L[i].used && L[i].size && L[i].first <= st && st <= L[i].last)
+                lo[k] = L[i].off, hi[k] = L[i].off + hr_align_up(L[i].size, HR_ALIGN), k++;
+        /* sort by start (insertion: k is small) and merge */
+        for (int a = 1; a < k; a++)
+            for (int b = a; b > 0 && lo[b - 1] > lo[b]; b--) {
+                size_t t1 = lo[b], t2 = hi[b];
+                lo[b] = lo[b - 1], hi[b] = hi[b - 1], lo[b - 1] = t1, hi[b - 1] = t2;
+            }
+        unsigned __int128 u = 0;
+        size_t cs = 0, ce = 0;
+        for (int a = 0; a < k; a++) {
+            if (a == 0 || lo[a] > ce) {
+                u += ce - cs;
+                cs = lo[a], ce = hi[a];
+            } else if (hi[a] > ce) {
+                ce = hi[a];
+            }
+        }
+        if (k) u += ce - cs;
+        if (u > best) best = u;
+    }
+    free(lo), free(hi);
+    if (best > (unsigned __int128)s->plan.arena_bytes)
+        PROBLEM("the live bytes at the peak (%.4g) exceed the arena (%zu)", (double)best, s->plan.arena_bytes);
+    if (out) {
+        out->arena = s->plan.arena_bytes;
+        out->my_lb = (size_t)best;
+        out->report_lb = hr_session_report(s)->lower_bound;
+        out->clashes = clashes;
+    }
+    free(L);
+    return bad;
+#undef PROBLEM
+}
+
+/* Compiles, checks, frees; returns the session if keep. */
+static hr_session_t *compile_checked(const hr_model_t *m, const hr_config_t *cfg, const char *label, check_out *o,
+                                     bool keep) {
+    hr_session_t *s = hr_compile(m, cfg);
+    CHECK(s != NULL, "%s: compile: %s", label, hr_last_error());
+    if (!s) return NULL;
+    char why[512];
+    int bad = check_plan(s, why, sizeof why, o);
+    CHECK(bad == 0, "%s: %d plan problems; first: %s", label, bad, why);
+    if (!keep) {
+        hr_session_free(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* ---- run on the arena vs run with every tensor in its own buffer ---------- */
+/* The oracle knows nothing of the plan: each tensor gets its own zeroed
+ * buffer, the initial state is copied from the planned session, and the nodes
+ * run in order on the same backend. A clash in the plan shows as a
+ * difference in the loss, the outputs, the updated state or the gradients. */
+static double max_rel(const float *a, const float *b, int64_t n) {
+    double e = 0, mx = 1e-3;
+    for (int64_t i = 0; i < n; i++) mx = fabs((double)b[i]) > mx ? fabs((double)b[i]) : mx;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - (double)b[i]);
+        if (d != d) d = INFINITY;
+        e = d > e ? d : e;
+    }
+    return e / mx;
+}
+
+static void oracle(const hr_model_t *m, const hr_config_t *cfg, const char *label, double *worst) {
+    hr_session_t *s = hr_compile(m, cfg);
+    CHECK(s != NULL, "%s: compile: %s", label, hr_last_error());
+    if (!s) return;
+    hr_status st = hr_session_alloc(s);
+    CHECK(st == HR_OK, "%s: alloc: %s", label, hr_last_error());
+    if (st) {
+        hr_session_free(s);
+        return;
+    }
+    hr_graph *g = &s->prog.g;
+    int nt = g->nt;
+    void **own = calloc((size_t)nt, sizeof(void *));
+    for (int i = 0; i < nt; i++) {
+        size_t n = (size_t)hr_shape_numel(&g->t[i].shape) * hr_dtype_size(g->t[i].dtype);
+        own[i] = calloc(n ? n : 1, 1);
+        if (s->ptr[i] && is_state(g->t[i].kind)) memcpy(own[i], s->ptr[i], n);
+    }
+    const hr_tensor *xin = &g->t[s->prog.input];
+    int64_t nx = hr_shape_numel(&xin->shape);
+    float *x = malloc(sizeof(float) * (size_t)nx);
+    for (int64_t i = 0; i < nx; i++) x[i] = (float)((int64_t)(prng() % 2001) - 1000) / 500.0f;
+    memcpy(own[s->prog.input], x, sizeof(float) * (size_t)nx);
+    void *labels = NULL;
+    bool train = cfg->mode == HR_MODE_TRAIN;
+    if (train) {
+        const hr_tensor *lt = &g->t[s->prog.label];
+        int64_t nl = hr_shape_numel(&lt->shape);
+        labels = malloc(sizeof(float) * (size_t)nl);
+        if (lt->dtype == HR_I32) {
+            int64_t C = g->t[s->prog.output].shape.d[1];
+            for (int64_t i = 0; i < nl; i++) ((int32_t *)labels)[i] = (int32_t)(prng() % (uint64_t)C);
+        } else {
+            for (int64_t i = 0; i < nl; i++) ((float *)labels)[i] = (float)(prng() % 1000) / 1000.0f;
+        }
+        memcpy(own[s->prog.label], labels, (size_t)nl * hr_dtype_size(lt->dtype));
+    }
+    /* the planned run */
+    float loss = NAN;
+    st = train ? hr_train_step(s, x, labels, &loss) : hr_forward(s, x, NULL);
+    CHECK(st == HR_OK, "%s: step: %s", label, hr_last_error());
+    /* the unshared run: the session's schedule, node by node, with the step
+     * numbers hr_train_step uses (0 for the forward and backward, 1 for the
+     * update) */
+    hr_step_info si = {0, cfg->optim.lr, cfg->seed, cfg->optim, s->prog.sqnorm};
+    int end = train ? g->nn : s->prog.n_fwd;
+    for (int k = 0; k < end && st == HR_OK; k++) {
+        if (k == s->prog.n_bwd_end) si.t = 1;
+        hr_status r = s->be->run(s->be, g, &g->n[k], own, &si);
+        CHECK(r == HR_OK, "%s: oracle node %d: %s", label, k, hr_last_error());
+    }
+    double e = 0;
+    char what[160] = "";
+    if (st == HR_OK) {
+        if (train) {
+            double d = max_rel(&loss, own[s->prog.loss], 1);
+            if (d > e) e = d, snprintf(what, sizeof what, "loss");
+        } else {
+            int o = s->prog.output;
+            double d = max_rel(s->ptr[o], own[o], hr_shape_numel(&g->t[o].shape));
+            if (d > e) e = d, snprintf(what, sizeof what, "output");
+        }
+        for (int i = 0; i < nt; i++) {
+            const hr_tensor *t = &g->t[i];
+            bool cmp = is_state(t->kind) || (t->kind == HR_T_GRAD && cfg->keep_grads);
+            if (!cmp || !s->ptr[i] || t->dtype != HR_F32) continue;
+            double d = max_rel(s->ptr[i], own[i], hr_shape_numel(&t->shape));
+            if (d > e) e = d, snprintf(what, sizeof what, "%s", t->name);
+        }
+    }
+    if (e > *worst) *worst = e;
+    CHECK(e <= 1e-5, "%s: the planned arena and separate buffers differ by %.3g in %s", label, e, what);
+    for (int i = 0; i < nt; i++) free(own[i]);
+    free(own), free(x), free(labels);
+    hr_session_free(s);
+}
+
+/* ---- the seed models ---------------------------------------------------------- */
+static hr_model_t *mlp(void) {
+    hr_model_t *m = hr_model_new("mlp");
+    int x = hr_input(m, "x", 1, (int64_t[]){1000});
+    x = hr_linear(m, NULL, x, 1000, 2000, true);
+    x = hr_relu(m, NULL, x);
+    x = hr_linear(m, NULL, x, 2000, 1000, true);
+    x = hr_relu(m, NULL, x);
+    x = hr_linear(m, NULL, x, 1000, 10, true);
+    hr_loss_cross_entropy(m, x, 10);
+    return m;
+}
+static hr_model_t *simple_cnn(void) {
+    hr_model_t *m = hr_model_new("simple_cnn");
+    int x = hr_input(m, "x", 3, (int64_t[]){3, 32, 32});
+    x = hr_conv2d(m, NULL, x, 3, 16, 3, 1, 1, true);
+    x = hr_relu(m, NULL, x);
+    x = hr_maxpool2d(m, NULL, x, 2, 2);
+    x = hr_flatten(m, NULL, x);
+    x = hr_linear(m, NULL, x, 4096, 10, true);
+    hr_loss_cross_entropy(m, x, 10);
+    return m;
+}
+static hr_model_t *deep_cnn(void) {
+    hr_model_t *m = hr_model_new("deep_cnn");
+    int x = hr_input(m, "x", 3, (int64_t[]){3, 64, 64});
+    x = hr_conv2d(m, NULL, x, 3, 32, 3, 1, 1, true);
+    x = hr_relu(m, NULL, x);
+    x = hr_maxpool2d(m, NULL, x, 2, 2);
+    x = hr_conv2d(m, NULL, x, 32, 64, 3, 1, 1, true);
+    x = hr_relu(m, NULL, x);
+    x = hr_maxpool2d(m, NULL, x, 2, 2);
+    x = hr_conv2d(m, NULL, x, 64, 128, 3, 1, 1, true);
+    x = hr_relu(m, NULL, x);
+    x = hr_maxpool2d(m, NULL, x, 2, 2);
+    x = hr_flatten(m, NULL, x);
+    x = hr_linear(m, NULL, x, 8192, 10, true);
+    hr_loss_cross_entropy(m, x, 10);
+    return m;
+}
+
+typedef struct {
+    const char *name;
+    hr_model_t *(*make)(void);
+    int64_t batch, params, in_numel;
+} seed_model;
+static const seed_model seeds[] = {
+    {"MLP", mlp, 1024, 1000LL * 2000 + 2000 + 2000LL * 1000 + 1000 + 1000LL * 10 + 10, 1000},
+    {"SimpleCNN", simple_cnn, 128, 16LL * 3 * 9 + 16 + 4096LL * 10 + 10, 3 * 32 * 32},
+    {"DeepCNN", deep_cnn, 64, 32LL * 27 + 32 + 64LL * 32 * 9 + 64 + 128LL * 64 * 9 + 128 + 8192LL * 10 + 10, 3 * 64 * 64},
+};
+#define NSEEDS 3
+
+static hr_config_t cfg_for(int64_t batch, int variant) {
+    hr_config_t c = hr_config_default();
+    c.batch = batch;
+    switch (variant) {
+    case 0: c.optim.kind = HR_OPTIM_ADAM; break;
+    case 1: c.optim.kind = HR_OPTIM_SGD, c.optim.lr = 0.1f; break;
+    case 2: c.optim.kind = HR_OPTIM_SGD, c.optim.lr = 0.1f, c.optim.momentum = 0.9f; break;
+    case 3: c.optim.kind = HR_OPTIM_ADAMW, c.optim.clip_norm = 1.0f, c.optim.weight_decay = 0.01f; break;
+    case 4: c.optim.kind = HR_OPTIM_SGD, c.optim.momentum = 0.9f, c.optim.nesterov = true, c.optim.clip_norm = 5; break;
+    case 5: c.optim.kind = HR_OPTIM_ADAM, c.keep_grads = true; break;
+    case 6: c.mode = HR_MODE_INFER; break;
+    }
+    return c;
+}
+static const char *variant_name[] = {"train Adam", "train SGD", "train SGD momentum", "train AdamW clip_norm",
+                                     "train SGD nesterov clip_norm", "train Adam keep_grads", "inference"};
+#define NVARIANTS 7
+
+static void test_seed_models(void) {
+    printf("  %-10s %-30s %12s %12s %12s %9s %9s\n", "model", "config", "arena", "lower bound", "report lb", "arena/lb",
+           "/report");
+    for (int k = 0; k < NSEEDS; k++) {
+        hr_model_t *m = seeds[k].make();
+        size_t arena_train = 0, arena_infer = 0;
+        for (int v = 0; v < NVARIANTS; v++) {
+            hr_config_t c = cfg_for(seeds[k].batch, v);
+            char label[96];
+            snprintf(label, sizeof label, "%s %s batch %lld", seeds[k].name, variant_name[v], (long long)c.batch);
+            check_out o = {0};
+            hr_session_t *s = compile_checked(m, &c, label, &o, true);
+            if (!s) continue;
+            const hr_report_t *r = hr_session_report(s);
+            double ratio = (double)o.arena / (double)o.my_lb, ratio2 = (double)o.arena / (double)o.report_lb;
+            printf("  %-10s %-30s %12zu %12zu %12zu %9.4f %9.4f\n", seeds[k].name, variant_name[v], o.arena, o.my_lb,
+                   o.report_lb, ratio, ratio2);
+            CHECK(ratio <= 1.05, "%s: arena %zu is %.4fx the lower bound %zu", label, o.arena, ratio, o.my_lb);
+            CHECK(o.arena >= o.my_lb, "%s: arena below the live bytes", label);
+            /* categories */
+            size_t p4 = 4 * (size_t)seeds[k].params;
+            /* categories count bytes as placed: each tensor is rounded up to
+             * HR_ALIGN, so at most 255 bytes of padding per tensor (<= 16 here) */
+            CHECK(r->category_bytes[HR_CAT_PARAMS] >= p4 && r->category_bytes[HR_CAT_PARAMS] < p4 + 16 * HR_ALIGN,
+                  "%s: parameters %zu bytes, 4 x %lld parameters = %zu (+ padding)", label,
+                  r->category_bytes[HR_CAT_PARAMS], (long long)seeds[k].params, p4);
+            size_t at_peak = 0, total = 0;
+            for (int q = 0; q < HR_CAT_COUNT; q++) at_peak += r->category_at_peak[q], total += r->category_bytes[q];
+            CHECK(at_peak == r->lower_bound, "%s: categories at the peak sum to %zu, the lower bound is %zu", label,
+                  at_peak, r->lower_bound);
+            CHECK(at_peak <= r->arena_bytes, "%s: at peak %zu > arena %zu", label, at_peak, r->arena_bytes);
+            CHECK(total >= at_peak, "%s: category totals %zu < at peak %zu", label, total, at_peak);
+            size_t in_bytes = 4 * (size_t)seeds[k].in_numel * (size_t)c.batch;
+            size_t lab_bytes = c.mode == HR_MODE_TRAIN ? 4 * (size_t)c.batch : 0;
+            CHECK(r->category_bytes[HR_CAT_INPUTS] == hr_align_up(in_bytes, HR_ALIGN) + hr_align_up(lab_bytes, HR_ALIGN),
+                  "%s: inputs %zu bytes; the batch is %zu bytes and its labels %zu", label,
+                  r->category_bytes[HR_CAT_INPUTS], in_bytes, lab_bytes);
+            if (c.mode == HR_MODE_INFER) {
+                arena_infer = o.arena;
+                CHECK(r->category_bytes[HR_CAT_GRADS] == 0 && r->category_bytes[HR_CAT_OPTSTATE] == 0,
+                      "%s: inference plans %zu gradient and %zu optimizer bytes", label, r->category_bytes[HR_CAT_GRADS],
+                      r->category_bytes[HR_CAT_OPTSTATE]);
+                CHECK(r->category_bytes[HR_CAT_SAVED] == 0, "%s: inference saves %zu bytes for a backward pass", label,
+                      r->category_bytes[HR_CAT_SAVED]);
+            } else {
+                if (v == 0) arena_train = o.arena;
+                /* one gradient per parameter, 0, 1 or 2 optimizer tensors: the
+                 * same accounting as the parameters' */
+                size_t pc = r->category_bytes[HR_CAT_PARAMS];
+                size_t want_opt = c.optim.kind != HR_OPTIM_SGD ? 2 * pc : c.optim.momentum != 0 ? pc : 0;
+                CHECK(r->category_bytes[HR_CAT_GRADS] == pc, "%s: gradients %zu bytes, parameters %zu", label,
+                      r->category_bytes[HR_CAT_GRADS], pc);
+                CHECK(r->category_bytes[HR_CAT_OPTSTATE] == want_opt, "%s: optimizer state %zu bytes, expected %zu",
+                      label, r->category_bytes[HR_CAT_OPTSTATE], want_opt);
+            }
+            hr_session_free(s);
+        }
+        CHECK(arena_infer > 0 && arena_infer < arena_train, "%s: inference arena %zu not below train arena %zu",
+              seeds[k].name, arena_infer, arena_train);
+        hr_model_free(m);
+    }
+}
+
+/* Planning 10^7 samples: fast, consistent, linear in the batch. */
+static void test_big_batches(void) {
+    for (int k = 0; k < NSEEDS; k++) {
+        hr_model_t *m = seeds[k].make();
+        size_t a[3] = {0};
+        int64_t bs[3] = {100000, 1000000, 10000000};
+        for (int i = 0; i < 3; i++) {
+            hr_config_t c = cfg_for(bs[i], 0);
+            char label[96];
+            snprintf(label, sizeof label, "%s batch %lld", seeds[k].name, (long long)bs[i]);
+            double t0 = now();
+            hr_session_t *s = hr_compile(m, &c);
+            double dt = now() - t0;
+            CHECK(s != NULL, "%s: compile: %s", label, hr_last_error());
+            if (!s) continue;
+            a[i] = s->plan.arena_bytes;
+            if (i == 2) {
+                char buf[32];
+                printf("  %-10s batch 10^7: planned in %.2f ms, arena %s (%.4fx lower bound)\n", seeds[k].name,
+                       1e3 * dt, hr_format_bytes(a[i], buf, sizeof buf),
+                       (double)a[i] / (double)hr_session_report(s)->lower_bound);
+                CHECK(dt < 1.0, "%s: planning took %.3f s", label, dt);
+                char why[512];
+                check_out o;
+                int nbad = check_plan(s, why, sizeof why, &o);
+                CHECK(nbad == 0, "%s: %s", label, why);
+                CHECK((double)o.arena <= 1.05 * (double)o.my_lb, "%s: arena %zu vs lower bound %zu", label, o.arena,
+                      o.my_lb);
+                CHECK(a[i] >= 4 * (size_t)seeds[k].in_numel * (size_t)bs[i], "%s: arena %zu smaller than the input",
+                      label, a[i]);
+            }
+            hr_session_free(s);
+        }
+        /* bytes per extra sample, between 10^5 and 10^6 and between 10^6 and 10^7 */
+        double s1 = ((double)a[1] - (double)a[0]) / 9e5, s2 = ((double)a[2] - (double)a[1]) / 9e6;
+        CHECK(a[0] < a[1] && a[1] < a[2] && fabs(s1 - s2) <= 0.01 * s2,
+              "%s: arena not linear in the batch: %.1f vs %.1f bytes a sample", seeds[k].name, s1, s2);
+        hr_model_free(m);
+    }
+}
+
+typedef struct {
+    const hr_model_t *m;
+    const hr_config_t *c;
+    const char *needle;
+} bad_compile_arg;
+
+/* hr_compile must refuse, with a message that contains `needle`. */
+static void bad_compile(void *a_) {
+    bad_compile_arg *a = a_;
+    hr_error_clear();
+    hr_session_t *s = hr_compile(a->m, a->c);
+    CHECK(s == NULL, "batch %lld compiled", (long long)a->c->batch);
+    CHECK(strstr(hr_last_error(), a->needle) != NULL, "batch %lld: message '%s'", (long long)a->c->batch,
+          hr_last_error());
+    hr_session_free(s);
+}
+
+typedef struct {
+    const hr_model_t *m;
+    hr_config_t c;
+    const char *label;
+    int64_t in_numel;
+} huge_arg;
+
+/* A batch too large to allocate: a plan whose bytes are right, or a clear
+ * refusal; never a wrapped size. */
+static void huge_compile(void *a_) {
+    huge_arg *a = a_;
+    hr_error_clear();
+    hr_session_t *s = hr_compile(a->m, &a->c);
+    if (!s) {
+        const char *e = hr_last_error();
+        printf("  %s: refused: %s\n", a->label, e);
+        CHECK(strlen(e) > 10 && strcmp(e, "no error") != 0, "%s: no message", a->label);
+        return;
+    }
+    char buf[32];
+    printf("  %s: planned, arena %s\n", a->label, hr_format_bytes(s->plan.arena_bytes, buf, sizeof buf));
+    if (a->in_numel) { /* the input alone, in 128 bits, so that a wrapped size_t shows */
+        unsigned __int128 in = (unsigned __int128)4 * (unsigned __int128)a->in_numel * (unsigned __int128)a->c.batch;
+        CHECK((unsigned __int128)s->plan.arena_bytes >= in, "%s: arena %zu is smaller than its input (%.4g bytes)",
+              a->label, s->plan.arena_bytes, (double)in);
+    }
+    char why[512];
+    check_out o;
+    CHECK(check_plan(s, why, sizeof why, &o) == 0, "%s: %s", a->label, why);
+    CHECK(a->c.batch <= (1LL << 40), "%s: beyond the documented limit of 2^40 samples", a->label);
+    hr_status st = hr_session_alloc(s); /* petabytes: must fail cleanly */
+    CHECK(st != HR_OK, "%s: allocating %zu bytes succeeded?", a->label, s->plan.arena_bytes);
+    CHECK(st == HR_ERR_OOM || st == HR_ERR_DEVICE_OOM, "%s: alloc status %s", a->label, hr_status_name(st));
+    CHECK(strlen(hr_last_error()) > 10, "%s: alloc failed without a message", a->label);
+    hr_session_free(s);
+}
+
+/* Batches that cannot be planned must say so; nothing may wrap around. */
+static void test_bad_batches(void) {
+    hr_model_t *m = mlp();
+    int64_t bad[] = {0, -1, -1000000000000LL, INT64_MIN};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        hr_config_t c = cfg_for(bad[i], 0);
+        char label[64];
+        snprintf(label, sizeof label, "compile with batch %lld", (long long)bad[i]);
+        bad_compile_arg a = {m, &c, "batch"};
+        isolated(label, bad_compile, &a);
+        /* the status, which hr_compile does not return: through the program builder */
+        hr_backend *be = hr_backend_cpu_new(&c);
+        hr_program p;
+        hr_status st = hr_program_build(m, &c, be, &p);
+        CHECK(st == HR_ERR_INVALID_ARG, "batch %lld: status %s", (long long)bad[i], hr_status_name(st));
+        if (st == HR_OK) hr_program_free(&p);
+        be->free(be);
+        CHECK(hr_largest_batch(m, &c, (size_t)1 << 30, 0, bad[i]) == 0, "largest_batch with hi %lld", (long long)bad[i]);
+    }
+    /* 10^12 and beyond: a plan whose bytes are right, or a clear refusal */
+    int64_t huge[] = {1000000000000LL, (1LL << 40), (1LL << 40) + 1, INT64_MAX};
+    for (int k = 0; k < NSEEDS; k++) {
+        hr_model_t *sm = seeds[k].make();
+        for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+            char label[96];
+            snprintf(label, sizeof label, "%s batch %lld", seeds[k].name, (long long)huge[i]);
+            huge_arg a = {sm, cfg_for(huge[i], 0), label, seeds[k].in_numel};
+            isolated(label, huge_compile, &a);
+        }
+        hr_model_free(sm);
+    }
+    /* Many tensors of 2^60 bytes each: the arena is beyond 2^64 bytes and must
+     * be refused, not wrapped. 24 BatchNorm1d layers save 24 activations. */
+    hr_model_t *w = hr_model_new("wide");
+    const int64_t F = 1 << 19;
+    int x = hr_input(w, "x", 1, &F);
+    for (int i = 0; i < 24; i++) x = hr_batchnorm(w, NULL, x, F, 1e-5f, 0.1f);
+    x = hr_linear(w, NULL, x, F, 2, true);
+    hr_loss_cross_entropy(w, x, 2);
+    huge_arg a = {w, cfg_for(1LL << 39, 1), "24 BatchNorm1d(2^19) at batch 2^39 (24 x 2^60 bytes)", F};
+    isolated(a.label, huge_compile, &a);
+    hr_model_free(w);
+    hr_model_free(m);
+}
+
+static size_t arena_of(const hr_model_t *m, const hr_config_t *cfg, int64_t b) {
+    hr_config_t c = *cfg;
+    c.batch = b;
+    hr_session_t *s = hr_compile(m, &c);
+    size_t a = s ? s->plan.arena_bytes : SIZE_MAX;
+    hr_session_free(s);
+    return a;
+}
+
+static void test_largest_batch(void) {
+    const size_t budgets[] = {64u << 20, 300u << 20, 1u << 30};
+    for (int k = 0; k < NSEEDS; k++) {
+        hr_model_t *m = seeds[k].make();
+        for (int v = 0; v < NVARIANTS; v += 6) {
+            hr_config_t c = cfg_for(64, v);
+            for (size_t bi = 0; bi < 3; bi++)
+                for (size_t ov = 0; ov < 2; ov++) {
+                    size_t budget = budgets[bi], overhead = ov ? 10u << 20 : 0;
+                    int64_t b = hr_largest_batch(m, &c, budget, overhead, 1 << 22);
+                    size_t at = b > 0 ? arena_of(m, &c, b) : 0, next = arena_of(m, &c, b + 1);
+                    CHECK(b >= 0, "%s: largest_batch %lld", seeds[k].name, (long long)b);
+                    CHECK(b == 0 || at + overhead <= budget, "%s %s: batch %lld needs %zu + %zu > %zu", seeds[k].name,
+                          variant_name[v], (long long)b, at, overhead, budget);
+                    CHECK(next + overhead > budget, "%s %s: batch %lld + 1 still fits (%zu + %zu <= %zu)", seeds[k].name,
+                          variant_name[v], (long long)b, next, overhead, budget);
+                    if (bi == 1 && ov == 0)
+                        printf("  %-10s %-10s largest batch in 300 MiB: %lld\n", seeds[k].name,
+                               v ? "inference" : "train", (long long)b);
+                }
+            /* nothing fits: 0; everything up to hi fits: hi */
+            CHECK(hr_largest_batch(m, &c, 1000, 0, 1 << 20) == 0, "%s: 1000 bytes fits a batch?", seeds[k].name);
+            CHECK(hr_largest_batch(m, &c, (size_t)1 << 40, 0, 7) == 7, "%s: 1 TiB does not fit 7 samples?",
+                  seeds[k].name);
+            CHECK(hr_largest_batch(m, &c, (size_t)1 << 30, 0, 0) == 0, "%s: hi 0", seeds[k].name);
+        }
+        hr_model_free(m);
+    }
+}
+
+/* A frozen parameter: no gradient, no optimizer state, and it does not move. */
+static void test_frozen(void) {
+    hr_model_t *m = hr_model_new("frozen");
+    int x = hr_input(m, "x", 3, (int64_t[]){2, 6, 6});
+    x = hr_conv2d(m, NULL, x, 2, 4, 3, 1, 1, true);
+    x = hr_batchnorm(m, NULL, x, 4, 1e-5f, 0.1f);
+    x = hr_relu(m, NULL, x);
+    x = hr_flatten(m, NULL, x);
+    x = hr_linear(m, NULL, x, 144, 5, true);
+    hr_loss_cross_entropy(m, x, 5);
+    hr_config_t c = cfg_for(4, 0);
+    hr_session_t *s0 = hr_compile(m, &c);
+    CHECK(hr_model_freeze(m, "0.weight") == HR_OK, "freeze: %s", hr_last_error());
+    CHECK(hr_model_freeze(m, "1.bias") == HR_OK, "freeze: %s", hr_last_error());
+    CHECK(hr_model_freeze(m, "nope.weight") != HR_OK, "freezing a missing parameter succeeded");
+    check_out o;
+    hr_session_t *s = compile_checked(m, &c, "frozen 0.weight, 1.bias", &o, true);
+    if (!s || !s0) return;
+    const hr_graph *g = &s->prog.g;
+    for (int i = 0; i < g->nt; i++) {
+        const hr_tensor *t = &g->t[i];
+        if ((t->kind != HR_T_GRAD && t->kind != HR_T_OPTSTATE) || t->source < 0) continue;
+        const char *src = g->t[t->source].name;
+        bool used = false;
+        for (int n = 0; n < g->nn; n++) {
+            for (int k = 0; k < g->n[n].nout; k++) used |= g->n[n].out[k] == i;
+            for (int k = 0; k < g->n[n].nin; k++) used |= g->n[n].in[k] == i;
+        }
+        CHECK(!used || (strcmp(src, "0.weight") != 0 && strcmp(src, "1.bias") != 0), "frozen %s has %s (%s)", src,
+              t->name, t->kind == HR_T_GRAD ? "gradient" : "optimizer state");
+    }
+    CHECK(hr_state_find(s, "0.weight.exp_avg") < 0 && hr_state_find(s, "1.bias.exp_avg_sq") < 0,
+          "frozen parameters have optimizer state");
+    CHECK(hr_state_find(s, "0.bias.exp_avg") >= 0 && hr_state_find(s, "1.weight.exp_avg_sq") >= 0,
+          "trainable parameters lost their optimizer state");
+    const hr_report_t *r0 = hr_session_report(s0), *r = hr_session_report(s);
+    /* 0.weight (4,2,3,3) and 1.bias (4): exact bytes, or padded to HR_ALIGN
+     * each (whether categories count padding is checked with the seed models) */
+    size_t exact = 4 * 4 * 2 * 9 + 4 * 4, padded = hr_align_up(4 * 4 * 2 * 9, HR_ALIGN) + hr_align_up(4 * 4, HR_ALIGN);
+    size_t dg = r0->category_bytes[HR_CAT_GRADS] - r->category_bytes[HR_CAT_GRADS];
+    size_t dopt = r0->category_bytes[HR_CAT_OPTSTATE] - r->category_bytes[HR_CAT_OPTSTATE];
+    CHECK(dg == exact || dg == padded, "freezing saved %zu gradient bytes, expected %zu (%zu padded)", dg, exact,
+          padded);
+    CHECK(dopt == 2 * exact || dopt == 2 * padded, "freezing saved %zu optimizer bytes, expected %zu (%zu padded)",
+          dopt, 2 * exact, 2 * padded);
+    CHECK(r->category_bytes[HR_CAT_PARAMS] == r0->category_bytes[HR_CAT_PARAMS], "frozen parameters take other room");
+    /* a step: the frozen ones stay, the others move */
+    CHECK(hr_session_alloc(s) == HR_OK, "alloc: %s", hr_last_error());
+    float x0[4 * 72], before[72], after[72], bb[4], ba[4], cb[4], ca[4];
+    int32_t lab[4] = {0, 1, 2, 3};
+    for (int i = 0; i < 4 * 72; i++) x0[i] = (float)((i * 37) % 19) / 9.0f - 1.0f;
+    int iw = hr_state_find(s, "0.weight"), ib = hr_state_find(s, "1.bias"), ic = hr_state_find(s, "0.bias");
+    hr_state_read(s, iw, before), hr_state_read(s, ib, bb), hr_state_read(s, ic, cb);
+    CHECK(hr_train_step(s, x0, lab, NULL) == HR_OK, "step: %s", hr_last_error());
+    hr_state_read(s, iw, after), hr_state_read(s, ib, ba), hr_state_read(s, ic, ca);
+    CHECK(memcmp(before, after, sizeof before) == 0, "frozen 0.weight changed");
+    CHECK(memcmp(bb, ba, sizeof bb) == 0, "frozen 1.bias changed");
+    CHECK(memcmp(cb, ca, sizeof cb) != 0, "trainable 0.bias did not change");
+    hr_session_free(s);
+    hr_session_free(s0);
+    hr_model_free(m);
+
+    /* everything frozen: no backward at all, and the step still runs */
+    m = hr_model_new("all frozen");
+    x = hr_input(m, "x", 1, (int64_t[]){6});
+    x = hr_linear(m, NULL, x, 6, 3, true);
+    hr_loss_cross_entropy(m, x, 3);
+    hr_model_freeze(m, "0.weight"), hr_model_freeze(m, "0.bias");
+    s = compile_checked(m, &c, "all frozen", &o, true);
+    if (s) {
+        CHECK(hr_session_report(s)->category_bytes[HR_CAT_GRADS] == 0, "all frozen: gradients planned");
+        CHECK(hr_session_report(s)->category_bytes[HR_CAT_OPTSTATE] == 0, "all frozen: optimizer state planned");
+        CHECK(s->prog.g.nn == s->prog.n_fwd, "all frozen: %d backward/update nodes", s->prog.g.nn - s->prog.n_fwd);
+        float xx[24] = {0};
+        int32_t lab3[4] = {0, 1, 2, 0};
+        float loss = 0;
+        CHECK(hr_session_alloc(s) == HR_OK && hr_train_step(s, xx, lab3, &loss) == HR_OK, "all frozen step: %s",
+              hr_last_error());
+        CHECK(fabsf(loss - logf(3.0f)) < 0.5f, "all frozen: loss %g", loss);
+        hr_session_free(s);
+    }
+    hr_model_free(m);
+}
+
+/* ---- random layer stacks ---------------------------------------------------- */
+typedef struct {
+    hr_model_t *m;
+    char desc[1024];
+    size_t dl;
+} gen;
+
+static void gadd(gen *g, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (g->dl < sizeof g->desc) g->dl += (size_t)vsnprintf(g->desc + g->dl, sizeof g->desc - g->dl, fmt, ap);
+    va_end(ap);
+}
+#define ADD(...) gadd(g, __VA_ARGS__)
+#define CH(x) hr_tensor_dim(g->m, (x), 0)
+#define HH(x) hr_tensor_dim(g->m, (x), 1)
+#define WW(x) hr_tensor_dim(g->m, (x), 2)
+
+static int rconv(gen *g, int x, int64_t cout, bool any) {
+    int64_t H = HH(x), W = WW(x), mn = H < W ? H : W;
+    int k = any ? (int[]){1, 1, 2, 3, 3, 5}[below(6)] : 3, s = any ? 1 + below(2) : 1;
+    int p = any ? below(k / 2 + 1) : 1;
+    if (mn + 2 * p < k) k = 1, p = 0;
+    ADD("Conv(%lld,%lld,k%d,s%d,p%d) ", (long long)CH(x), (long long)cout, k, s, p);
+    return hr_conv2d(g->m, NULL, x, CH(x), cout, k, s, p, below(3) != 0);
+}
+
+static hr_model_t *random_stack(int idx, char *desc, size_t dlen) {
+    gen G = {0}, *g = &G;
+    (void)dlen;
+    char nm[32];
+    snprintf(nm, sizeof nm, "random%d", idx);
+    g->m = hr_model_new(nm);
+    int x;
+    if (below(4)) {
+        int64_t C = 1 + below(4), H = 3 + below(12), W = below(2) ? H : 3 + below(12);
+        x = hr_input(g->m, "x", 3, (int64_t[]){C, H, W});
+        ADD("in(%lld,%lld,%lld) ", (long long)C, (long long)H, (long long)W);
+        int nb = 1 + below(6);
+        for (int b = 0; b < nb && x >= 0; b++) {
+            int64_t h = HH(x), w = WW(x), mn = h < w ? h : w;
+            switch (below(8)) {
+            case 0: x = rconv(g, x, 1 + below(8), true); break;
+            case 1: ADD("BN "), x = hr_batchnorm(g->m, NULL, x, CH(x), 1e-5f, 0.1f); break;
+            case 2: ADD("ReLU "), x = hr_relu(g->m, NULL, x); break;
+            case 3:
+                if (mn >= 2) {
+                    int k = mn >= 3 ? 2 + below(2) : 2, s = (int[]){1, 2, 0}[below(3)];
+                    bool mx = below(2);
+                    ADD("%s(k%d,s%d) ", mx ? "MaxPool" : "AvgPool", k, s ? s : k);
+                    x = mx ? hr_maxpool2d(g->m, NULL, x, k, s) : hr_avgpool2d(g->m, NULL, x, k, s);
+                }
+                break;
+            case 4: {
+                float p = (float[]){0.0f, 0.1f, 0.5f}[below(3)];
+                ADD("Dropout(%g) ", p);
+                x = hr_dropout(g->m, NULL, x, p);
+                break;
+            }
+            case 5: { /* a residual block */
+                ADD("Residual[");
+                int y = rconv(g, x, CH(x), false);
+                if (below(2)) ADD("BN "), y = hr_batchnorm(g->m, NULL, y, CH(y), 1e-5f, 0.1f);
+                if (below(2)) ADD("ReLU "), y = hr_relu(g->m, NULL, y);
+                ADD("] ");
+                x = below(2) ? hr_add(g->m, NULL, x, y) : hr_add(g->m, NULL, y, x);
+                if (below(2)) ADD("ReLU "), x = hr_relu(g->m, NULL, x);
+                break;
+            }
+            case 6: { /* two or three branches of the same size, stacked */
+                int n = 2 + below(2), br[3];
+                ADD("Concat[");
+                for (int i = 0; i < n; i++) {
+                    int kind = below(3);
+                    if (kind == 0) {
+                        ADD("Conv1x1 ");
+                        br[i] = hr_conv2d(g->m, NULL, x, CH(x), 1 + below(4), 1, 1, 0, true);
+                    } else if (kind == 1) {
+                        br[i] = rconv(g, x, 1 + below(4), false);
+                    } else {
+                        ADD("ReLU ");
+                        br[i] = hr_relu(g->m, NULL, x);
+                    }
+                }
+                ADD("] ");
+                x = hr_concat(g->m, NULL, n, br);
+                break;
+            }
+            case 7:
+                if (below(3) == 0) ADD("GAP "), x = hr_global_avgpool(g->m, NULL, x);
+                break;
+            }
+        }
+        ADD("Flatten ");
+        if (x >= 0) x = hr_flatten(g->m, NULL, x);
+    } else {
+        int64_t F = 1 + below(40);
+        x = hr_input(g->m, "x", 1, &F);
+        ADD("in(%lld) ", (long long)F);
+    }
+    int nd = below(4);
+    for (int i = 0; i < nd && x >= 0; i++) {
+        int64_t F = hr_tensor_dim(g->m, x, 0), O = 1 + below(24);
+        ADD("Linear(%lld,%lld) ", (long long)F, (long long)O);
+        x = hr_linear(g->m, NULL, x, F, O, below(4) != 0);
+        if (x >= 0 && below(2)) ADD("BN1d "), x = hr_batchnorm(g->m, NULL, x, O, 1e-5f, 0.1f);
+        if (x >= 0 && below(2)) ADD("ReLU "), x = hr_relu(g->m, NULL, x);
+        if (x >= 0 && below(3) == 0) ADD("Dropout "), x = hr_dropout(g->m, NULL, x, 0.25f);
+    }
+    if (x >= 0) {
+        int64_t F = hr_tensor_dim(g->m, x, 0), K = 2 + below(9);
+        ADD("Linear(%lld,%lld) ", (long long)F, (long long)K);
+        x = hr_linear(g->m, NULL, x, F, K, true);
+        if (below(10) < 7) {
+            ADD("CE");
+            if (x >= 0) x = hr_loss_cross_entropy(g->m, x, K);
+        } else {
+            int f = below(3);
+            if (f == 1 && x >= 0) ADD("Softmax "), x = hr_softmax(g->m, NULL, x);
+            if (f == 2 && x >= 0) ADD("LogSoftmax "), x = hr_log_softmax(g->m, NULL, x);
+            ADD("MSE");
+            if (x >= 0) x = hr_loss_mse(g->m, x);
+        }
+    }
+    memcpy(desc, g->desc, sizeof g->desc);
+    if (x < 0) {
+        CHECK(0, "random stack %d failed to build: %s\n  %s", idx, hr_last_error(), g->desc);
+        hr_model_free(g->m);
+        return NULL;
+    }
+    if (below(5) == 0) { /* freeze a parameter now and then (the name may match none) */
+        char p[32];
+        snprintf(p, sizeof p, "%d.weight", below(6));
+        hr_model_freeze(g->m, p);
+        ADD(" [froze %s]", p);
+        memcpy(desc, g->desc, sizeof g->desc);
+    }
+    return g->m;
+}
+
+static void test_random_stacks(int n, uint64_t seed) {
+    prng_s = seed;
+    int with_problems = 0, planned = 0, worst_at = -1;
+    static char worst_desc[1024];
+    double worst = 0, worst_ratio = 0;
+    for (int i = 0; i < n; i++) {
+        char desc[1024];
+        hr_model_t *m = random_stack(i, desc, sizeof desc);
+        if (!m) continue;
+        hr_config_t c = hr_config_default();
+        c.seed = (uint64_t)i;
+        c.mode = below(4) == 0 ? HR_MODE_INFER : HR_MODE_TRAIN;
+        c.optim.kind = (hr_optim_kind)below(3);
+        c.optim.lr = 0.01f;
+        if (c.optim.kind == HR_OPTIM_SGD && below(2)) c.optim.momentum = 0.9f, c.optim.nesterov = below(2);
+        if (below(3) == 0) c.optim.clip_norm = 1.0f;
+        c.keep_grads = below(3) == 0;
+        int f0 = check_fail;
+        char label[64];
+        /* a large batch: plan only */
+        c.batch = 1 + below(4000);
+        snprintf(label, sizeof label, "random stack %d (batch %lld)", i, (long long)c.batch);
+        check_out o = {0};
+        compile_checked(m, &c, label, &o, false);
+        planned++;
+        if (o.my_lb && (double)o.arena / (double)o.my_lb > worst_ratio) {
+            worst_ratio = (double)o.arena / (double)o.my_lb;
+            worst_at = i;
+            snprintf(worst_desc, sizeof worst_desc, "%s", desc);
+        }
+        /* a small batch: plan, and run against separate buffers */
+        c.batch = 1 + below(6);
+        snprintf(label, sizeof label, "random stack %d (batch %lld)", i, (long long)c.batch);
+        compile_checked(m, &c, label, &o, false);
+        oracle(m, &c, label, &worst);
+        if (check_fail != f0) {
+            with_problems++;
+            fprintf(stderr, "  stack %d (%s, %s%s): %s\n", i, c.mode == HR_MODE_INFER ? "inference" : "train",
+                    c.optim.kind == HR_OPTIM_SGD ? "SGD" : c.optim.kind == HR_OPTIM_ADAM ? "Adam" : "AdamW",
+                    c.keep_grads ? ", keep_grads" : "", desc);
+        }
+        hr_model_free(m);
+    }
+    printf("  %d random stacks (seed %llu): %d with problems; worst arena-vs-unshared difference %.3g\n", planned,
+           (unsigned long long)seed, with_problems, worst);
+    if (worst_at >= 0)
+        printf("  worst arena/lower bound %.4f (not checked on random stacks), stack %d: %s\n", worst_ratio, worst_at,
+               worst_desc);
+}
+
+/* The example model files, when present (another engineer's): each plans
+ * cleanly in train and inference mode and runs as separate buffers do. */
+static void test_examples(void) {
+    const char *dir = getenv("HR_EXAMPLES") ? getenv("HR_EXAMPLES") : "examples";
+    DIR *d = opendir(dir);
+    if (!d) {
+        printf("SKIP %s: no %s/ directory (model files)\n", __FILE__, dir);
+        return;
+    }
+    struct dirent *e;
+    int n = 0;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (l < 7 || strcmp(e->d_name + l - 6, ".model") != 0 || strstr(e->d_name, "broken")) continue;
+        char path[512];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        hr_model_t *m = hr_modelfile_load(path);
+        CHECK(m != NULL, "%s: %s", path, hr_last_error());
+        if (!m) continue;
+        for (int v = 0; v < NVARIANTS; v += 3) {
+            hr_config_t c = cfg_for(32, v);
+            char label[600];
+            snprintf(label, sizeof label, "%s %s", path, variant_name[v]);
+            check_out o = {0};
+            compile_checked(m, &c, label, &o, false);
+            if (v == 0 && o.my_lb) printf("  %-28s arena/lower bound %.4f\n", path, (double)o.arena / (double)o.my_lb);
+            c.batch = 2;
+            double w = 0;
+            oracle(m, &c, label, &w);
+        }
+        n++;
+        hr_model_free(m);
+    }
+    closedir(d);
+    if (n == 0) printf("SKIP %s: no model files in %s/\n", __FILE__, dir);
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    /* test_plan [number of random stacks [seed]] */
+    int nrandom = argc > 1 ? atoi(argv[1]) : 240;
+    uint64_t seed = argc > 2 ? strtoull(argv[2], NULL, 0) : 20261126;
+    double t0 = now();
+    test_seed_models();
+    test_big_batches();
+    test_bad_batches();
+    test_largest_batch();
+    test_frozen();
+    test_random_stacks(nrandom, seed);
+    test_examples();
+    printf("  (%.2f s)\n", now() - t0);
+    TEST_END();
+}
