@@ -1,12 +1,36 @@
-/* bench_step.c — median training-step time of a model file on random data:
- * `bench_step MODEL BATCH [steps] [warmup] [cpu|cuda]`, one JSON line out.
- * On CUDA the step is timed with the host clock after a synchronising loss
- * read, which is what a training loop sees. */
+/* bench_step.c — training-step time and memory of a model file on random
+ * data, one JSON line out.
+ *
+ *   bench_step MODEL BATCH [steps=20] [warmup=3] [cpu|cuda]
+ *       Median (and mean, min, max) step time of Adam(1e-3) + the model's loss.
+ *       Every step is hr_train_step from a host (pageable) batch with the loss
+ *       read back, which synchronises: the host clock around it is what a
+ *       training loop sees. On CUDA the JSON also holds the memory story:
+ *       the planned arena, cudaMemGetInfo's free bytes before and after the
+ *       arena's allocation and after the timed steps (what the first steps
+ *       load lazily, e.g. library kernels), hr_mem_stats, the measured
+ *       runtime overhead and the device allocations made by the steps.
+ *
+ *   bench_step --largest MODEL BATCH [cuda|cpu]
+ *       The largest batch that fits this device, from the planner alone:
+ *       with the context and library handles made (a session compiled at
+ *       BATCH, nothing allocated), hr_largest_batch_on searches the plans
+ *       whose arena fits the free memory (budget = free + overhead, the
+ *       overhead being the measured context and handles). The free memory is
+ *       read again after the search (nothing may have been allocated). Then
+ *       one real training step at that batch confirms it: a session compiled
+ *       at that batch reads the free memory again just before allocating; if
+ *       the free memory moved so that the plan no longer fits, the batch is
+ *       re-planned with that session (plans only) and tried again; if the
+ *       allocation or the step fails, it is re-planned with a margin (512 MiB,
+ *       then 2 GiB). The JSON lists every attempt and why it failed. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "exec/session.h"
 #include "headroom.h"
 #include "io/io.h"
 
@@ -21,50 +45,246 @@ static int cmp(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-int main(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: bench_step MODEL BATCH [steps=20] [warmup=3] [cpu|cuda]\n");
-        return 2;
+static void json_escape(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; s && *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fprintf(f, "\\%c", *s);
+        else if ((unsigned char)*s < 32)
+            fprintf(f, "\\u%04x", *s);
+        else
+            fputc(*s, f);
     }
-    int64_t batch = atoll(argv[2]);
-    int steps = argc > 3 ? atoi(argv[3]) : 20, warm = argc > 4 ? atoi(argv[4]) : 3;
-    hr_model_t *m = hr_modelfile_load(argv[1]);
-    if (!m) return fprintf(stderr, "%s\n", hr_last_error()), 1;
+    fputc('"', f);
+}
+
+/* A random batch: uniform [-1, 1) inputs and uniform labels. Large batches
+ * repeat a 64 MiB random block (filling gigabytes one rand() at a time takes
+ * longer than the step). */
+typedef struct {
+    float *x;
+    int32_t *y;
+    int64_t per, classes;
+} batch_t;
+
+static uint64_t rng = 0x9E3779B97F4A7C15ULL;
+static uint64_t next_u64(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static int make_batch(const hr_model_t *m, int64_t batch, batch_t *b) {
+    int in = hr_model_input(m), out = hr_model_output(m);
+    b->per = 1;
+    for (int d = 0; d < hr_tensor_ndim(m, in); d++) b->per *= hr_tensor_dim(m, in, d);
+    b->classes = hr_tensor_dim(m, out, 0);
+    size_t n = (size_t)(b->per * batch);
+    b->x = malloc(sizeof(float) * n);
+    b->y = malloc(sizeof(int32_t) * (size_t)batch);
+    if (!b->x || !b->y) return -1;
+    size_t block = n < ((size_t)16 << 20) ? n : ((size_t)16 << 20);
+    for (size_t i = 0; i < block; i++) b->x[i] = (float)(next_u64() >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    for (size_t i = block; i < n; i += block) memcpy(b->x + i, b->x, sizeof(float) * (n - i < block ? n - i : block));
+    for (int64_t i = 0; i < batch; i++) b->y[i] = (int32_t)(next_u64() % (uint64_t)b->classes);
+    return 0;
+}
+
+static void free_batch(batch_t *b) {
+    free(b->x);
+    free(b->y);
+}
+
+static size_t overhead_of(hr_session_t *s) { return s->be->overhead ? s->be->overhead(s->be) : 0; }
+
+static int fail(const char *what, const char *model, long long batch) {
+    printf("{\"impl\": \"headroom\", \"model\": ");
+    json_escape(stdout, model);
+    printf(", \"batch\": %lld, \"error\": ", batch);
+    json_escape(stdout, what);
+    printf(", \"message\": ");
+    json_escape(stdout, hr_last_error());
+    printf("}\n");
+    fprintf(stderr, "bench_step: %s: %s\n", what, hr_last_error());
+    return 1;
+}
+
+/* ---- step time and memory ------------------------------------------------------ */
+static int bench(const char *model, int64_t batch, int steps, int warm, bool cuda) {
+    hr_model_t *m = hr_modelfile_load(model);
+    if (!m) return fail("load", model, batch);
     hr_config_t c = hr_config_default();
     c.batch = batch;
-    c.device = argc > 5 && !strcmp(argv[5], "cuda") ? HR_DEVICE_CUDA : HR_DEVICE_CPU;
+    c.device = cuda ? HR_DEVICE_CUDA : HR_DEVICE_CPU;
     hr_session_t *s = hr_compile(m, &c);
-    if (!s || hr_session_alloc(s) != HR_OK) return fprintf(stderr, "%s\n", hr_last_error()), 3;
-    int in = hr_model_input(m), out = hr_model_output(m);
-    int64_t per = 1;
-    for (int d = 0; d < hr_tensor_ndim(m, in); d++) per *= hr_tensor_dim(m, in, d);
-    int64_t classes = hr_tensor_dim(m, out, 0);
-    float *x = malloc(sizeof(float) * (size_t)(per * batch));
-    int32_t *y = malloc(sizeof(int32_t) * (size_t)batch);
-    srand(1);
-    for (int64_t i = 0; i < per * batch; i++) x[i] = (float)rand() / RAND_MAX * 2 - 1;
-    for (int64_t i = 0; i < batch; i++) y[i] = rand() % (int)classes;
-    double *t = malloc(sizeof(double) * (size_t)steps);
+    if (!s) return fail("compile", model, batch);
+    hr_mem_stats_t m0, m1, m2, m3;
+    hr_mem_stats(s, &m0); /* context and handles made, nothing allocated */
+    if (hr_session_alloc(s) != HR_OK) return fail("alloc", model, batch);
+    hr_mem_stats(s, &m1);
+    batch_t b;
+    if (make_batch(m, batch, &b)) return fail("host memory", model, batch);
+    double *t = malloc(sizeof(double) * (size_t)(steps > 0 ? steps : 1));
     float loss = 0;
     for (int i = 0; i < warm + steps; i++) {
+        if (i == warm) hr_mem_stats(s, &m2);
         double t0 = now();
-        if (hr_train_step(s, x, y, &loss) != HR_OK) return fprintf(stderr, "%s\n", hr_last_error()), 1;
+        if (hr_train_step(s, b.x, b.y, &loss) != HR_OK) return fail("step", model, batch);
         if (i >= warm) t[i - warm] = now() - t0;
     }
+    hr_mem_stats(s, &m3);
     qsort(t, (size_t)steps, sizeof *t, cmp);
     double mean = 0;
     for (int i = 0; i < steps; i++) mean += t[i] / steps;
+    double med = steps % 2 ? t[steps / 2] : 0.5 * (t[steps / 2 - 1] + t[steps / 2]);
     const hr_report_t *r = hr_session_report(s);
-    hr_mem_stats_t ms;
-    hr_mem_stats(s, &ms);
-    printf("{\"impl\": \"headroom\", \"model\": \"%s\", \"batch\": %lld, \"device\": \"%s\", \"median_ms\": %.3f, "
-           "\"mean_ms\": %.3f, \"samples_per_s\": %.1f, \"arena_bytes\": %zu, \"lower_bound\": %zu, \"loss\": %.5f}\n",
-           argv[1], (long long)batch, c.device == HR_DEVICE_CUDA ? "cuda" : "cpu", 1e3 * t[steps / 2], 1e3 * mean,
-           (double)batch / t[steps / 2], r->arena_bytes, r->lower_bound, loss);
+    printf("{\"impl\": \"headroom\", \"model\": ");
+    json_escape(stdout, model);
+    printf(", \"batch\": %lld, \"device\": \"%s\", \"steps\": %d, \"warmup\": %d, \"median_ms\": %.4f, \"mean_ms\": %.4f, "
+           "\"min_ms\": %.4f, \"max_ms\": %.4f, \"samples_per_s\": %.1f, \"loss\": %.5f",
+           (long long)batch, cuda ? "cuda" : "cpu", steps, warm, 1e3 * med, 1e3 * mean, 1e3 * t[0], 1e3 * t[steps - 1],
+           (double)batch / med, loss);
+    printf(", \"arena_bytes\": %zu, \"lower_bound\": %zu, \"pinned_bytes\": %zu, \"overhead_bytes\": %zu", r->arena_bytes,
+           r->lower_bound, r->pinned_bytes, overhead_of(s));
+    printf(", \"at_peak\": {");
+    for (int k = 0; k < HR_CAT_COUNT; k++)
+        printf("%s\"%s\": %zu", k ? ", " : "", hr_category_name((hr_category)k), r->category_at_peak[k]);
+    printf("}");
+    if (cuda) {
+        printf(", \"device_total\": %zu, \"free_before_alloc\": %zu, \"free_after_alloc\": %zu, \"free_after_steps\": %zu",
+               m0.device_total, m0.device_free, m1.device_free, m3.device_free);
+        printf(", \"alloc_delta\": %lld, \"lazy_after_alloc\": %lld, \"device_used_end\": %zu",
+               (long long)m0.device_free - (long long)m1.device_free,
+               (long long)m1.device_free - (long long)m3.device_free, m3.device_total - m3.device_free);
+        printf(", \"stats_allocated\": %zu, \"stats_reserved\": %zu, \"stats_peak_allocated\": %zu", m3.allocated,
+               m3.reserved, m3.peak_allocated);
+        printf(", \"device_allocs_in_timed_steps\": %lld", (long long)(m3.device_allocs - m2.device_allocs));
+    }
+    printf("}\n");
     free(t);
-    free(x);
-    free(y);
+    free_batch(&b);
     hr_session_free(s);
     hr_model_free(m);
     return 0;
+}
+
+/* ---- the largest batch that fits ------------------------------------------------ */
+typedef struct {
+    int64_t batch;
+    bool ok;
+    double secs;
+    float loss;
+    size_t free_before_alloc, arena;
+    char why[512];
+} attempt_t;
+
+/* Compiles at `batch`, reads the free memory, and allocates and runs one step
+ * if the plan fits it; otherwise (or if the step fails) plans, with this
+ * session's backend, the largest batch that fits what is free now (less
+ * `margin`) into *next. */
+static void try_batch(hr_model_t *m, const hr_config_t *base, int64_t batch, size_t margin, attempt_t *a,
+                      int64_t *next) {
+    memset(a, 0, sizeof *a);
+    a->batch = batch;
+    *next = 0;
+    hr_config_t c = *base;
+    c.batch = batch;
+    double t0 = now();
+    hr_session_t *s = hr_compile(m, &c);
+    batch_t b = {0};
+    if (!s) {
+        snprintf(a->why, sizeof a->why, "compile: %s", hr_last_error());
+        a->secs = now() - t0;
+        return;
+    }
+    hr_mem_stats_t ms;
+    hr_mem_stats(s, &ms);
+    size_t ov = overhead_of(s);
+    a->free_before_alloc = ms.device_free;
+    a->arena = hr_session_report(s)->arena_bytes;
+    const char *stage = "alloc";
+    if (a->arena + margin > ms.device_free) {
+        snprintf(a->why, sizeof a->why, "the free memory moved: arena %zu > free %zu (margin %zu); re-planned", a->arena,
+                 ms.device_free, margin);
+    } else if (hr_session_alloc(s) == HR_OK && (stage = "host memory", make_batch(m, batch, &b) == 0) &&
+               (stage = "step", hr_train_step(s, b.x, b.y, &a->loss) == HR_OK)) {
+        a->ok = isfinite(a->loss);
+        if (!a->ok) snprintf(a->why, sizeof a->why, "step: loss %g", (double)a->loss);
+    } else {
+        snprintf(a->why, sizeof a->why, "%s: %s", stage, hr_last_error());
+        if (margin < ((size_t)512 << 20)) margin = (size_t)512 << 20; /* failed beyond the plan: leave room */
+        else margin *= 4;
+    }
+    if (!a->ok && ms.device_free > margin)
+        *next = hr_largest_batch_on(m, &c, ms.device_free - margin + ov, ov, batch - 1, s->be);
+    a->secs = now() - t0;
+    free_batch(&b);
+    hr_session_free(s);
+}
+
+static int largest(const char *model, int64_t batch, bool cuda) {
+    hr_model_t *m = hr_modelfile_load(model);
+    if (!m) return fail("load", model, batch);
+    hr_config_t c = hr_config_default();
+    c.batch = batch;
+    c.device = cuda ? HR_DEVICE_CUDA : HR_DEVICE_CPU;
+    hr_session_t *s = hr_compile(m, &c);
+    if (!s) return fail("compile", model, batch);
+    hr_mem_stats_t m0, m1;
+    hr_mem_stats(s, &m0);
+    size_t ov = overhead_of(s), fr = m0.device_free;
+    const int64_t hi = (int64_t)1 << 28;
+    double t0 = now();
+    int64_t planned = hr_largest_batch_on(m, &c, fr + ov, ov, hi, s->be);
+    double search_s = now() - t0;
+    hr_mem_stats(s, &m1);
+    hr_session_free(s);
+    attempt_t at[5];
+    int na = 0;
+    int64_t n = planned, best = 0;
+    size_t margin = 0;
+    while (n > 0 && na < 5) {
+        int64_t next;
+        try_batch(m, &c, n, margin, &at[na], &next);
+        fprintf(stderr, "bench_step --largest %s: batch %lld: %s %s\n", model, (long long)n,
+                at[na].ok ? "ok" : "FAILED", at[na].why);
+        if (at[na].ok) best = n;
+        if (at[na++].ok) break;
+        if (strstr(at[na - 1].why, "step:") || strstr(at[na - 1].why, "alloc:"))
+            margin = margin < ((size_t)512 << 20) ? (size_t)512 << 20 : margin * 4;
+        n = next;
+    }
+    printf("{\"impl\": \"headroom\", \"mode\": \"largest\", \"model\": ");
+    json_escape(stdout, model);
+    printf(", \"seed_batch\": %lld, \"device\": \"%s\", \"device_total\": %zu, \"free_at_search\": %zu, "
+           "\"overhead_bytes\": %zu, \"search_s\": %.3f, \"free_after_search\": %zu, \"allocs_during_search\": %lld",
+           (long long)batch, cuda ? "cuda" : "cpu", m0.device_total, fr, ov, search_s, m1.device_free,
+           (long long)(m1.device_allocs - m0.device_allocs));
+    printf(", \"attempts\": [");
+    for (int i = 0; i < na; i++) {
+        printf("%s{\"batch\": %lld, \"ok\": %s, \"secs\": %.2f, \"loss\": %.5f, \"free_before_alloc\": %zu, "
+               "\"arena\": %zu, \"why\": ",
+               i ? ", " : "", (long long)at[i].batch, at[i].ok ? "true" : "false", at[i].secs, at[i].loss,
+               at[i].free_before_alloc, at[i].arena);
+        json_escape(stdout, at[i].why);
+        printf("}");
+    }
+    printf("], \"largest_planned\": %lld, \"largest_confirmed\": %lld, \"planner_exact\": %s}\n", (long long)planned,
+           (long long)best, na > 0 && at[0].ok ? "true" : "false");
+    hr_model_free(m);
+    return best > 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 4 && !strcmp(argv[1], "--largest"))
+        return largest(argv[2], atoll(argv[3]), !(argc > 4 && !strcmp(argv[4], "cpu")));
+    if (argc < 3) {
+        fprintf(stderr, "usage: bench_step MODEL BATCH [steps=20] [warmup=3] [cpu|cuda]\n"
+                        "       bench_step --largest MODEL BATCH [cuda|cpu]\n");
+        return 2;
+    }
+    int steps = argc > 3 ? atoi(argv[3]) : 20, warm = argc > 4 ? atoi(argv[4]) : 3;
+    if (steps < 1) steps = 1;
+    return bench(argv[1], atoll(argv[2]), steps, warm, argc > 5 && !strcmp(argv[5], "cuda"));
 }

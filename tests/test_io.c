@@ -386,7 +386,7 @@ static void test_corrupt(void) {
 static void test_atomic(void) {
     const char *path = tmp_path("atomic.safetensors");
     CHECK(write_sample(path, -1) == HR_OK, "first write: %s", hr_last_error());
-    size_t n0, n1;
+    size_t n0 = 0, n1 = 0;
     char *before = read_file(path, &n0);
     /* The data source fails at tensor 2, after the header and a tensor are written. */
     hr_status st = write_sample(path, 2);

@@ -80,7 +80,9 @@ hr_status hr_error_prefix(const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(pre, sizeof pre, fmt, ap);
     va_end(ap);
-    snprintf(old, sizeof old, "%s", err_msg);
+    size_t keep = strnlen(err_msg, sizeof old - 1);
+    memcpy(old, err_msg, keep);
+    old[keep] = 0;
     size_t k = strlen(pre);
     if (k > sizeof err_msg - 3) k = sizeof err_msg - 3;
     memcpy(err_msg, pre, k);
