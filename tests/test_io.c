@@ -676,7 +676,7 @@ void test_checkpoints(void) {
           "an unknown tensor is refused: %s", hr_last_error());
 
     /* Every allocation of save and load fails in turn. */
-    size_t n0, n1;
+    size_t n0 = 0, n1 = 0;
     char *good = read_file(path, &n0);
     int k;
     for (k = 1; k < 10000; k++) {
