@@ -20,10 +20,11 @@
  *       read again after the search (nothing may have been allocated). Then
  *       one real training step at that batch confirms it: a session compiled
  *       at that batch reads the free memory again just before allocating; if
- *       the free memory moved so that the plan no longer fits, the batch is
- *       re-planned with that session (plans only) and tried again; if the
- *       allocation or the step fails, it is re-planned with a margin (512 MiB,
- *       then 2 GiB). The JSON lists every attempt and why it failed. */
+ *       the plan does not fit it (cudaMalloc rounds the arena up to 2 MiB
+ *       pages, which the planner's fit test does not count), the batch is
+ *       re-planned with that session (plans only, budget less 2 MiB) and
+ *       tried again; if the allocation or the step fails, it is re-planned
+ *       with a margin (512 MiB, then 2 GiB). The JSON lists every attempt. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,9 +205,13 @@ static void try_batch(hr_model_t *m, const hr_config_t *base, int64_t batch, siz
     a->free_before_alloc = ms.device_free;
     a->arena = hr_session_report(s)->arena_bytes;
     const char *stage = "alloc";
-    if (a->arena + margin > ms.device_free) {
-        snprintf(a->why, sizeof a->why, "the free memory moved: arena %zu > free %zu (margin %zu); re-planned", a->arena,
-                 ms.device_free, margin);
+    /* cudaMalloc hands out 2 MiB pages: the arena takes its size rounded up */
+    const size_t gran = (size_t)2 << 20;
+    size_t need = (a->arena + gran - 1) / gran * gran;
+    if (need + margin > ms.device_free) {
+        snprintf(a->why, sizeof a->why,
+                 "does not fit what is free now: arena %zu (%zu in 2 MiB pages) + margin %zu > free %zu; re-planned",
+                 a->arena, need, margin, ms.device_free);
     } else if (hr_session_alloc(s) == HR_OK && (stage = "host memory", make_batch(m, batch, &b) == 0) &&
                (stage = "step", hr_train_step(s, b.x, b.y, &a->loss) == HR_OK)) {
         a->ok = isfinite(a->loss);
@@ -216,8 +221,8 @@ static void try_batch(hr_model_t *m, const hr_config_t *base, int64_t batch, siz
         if (margin < ((size_t)512 << 20)) margin = (size_t)512 << 20; /* failed beyond the plan: leave room */
         else margin *= 4;
     }
-    if (!a->ok && ms.device_free > margin)
-        *next = hr_largest_batch_on(m, &c, ms.device_free - margin + ov, ov, batch - 1, s->be);
+    if (!a->ok && ms.device_free > margin + gran)
+        *next = hr_largest_batch_on(m, &c, ms.device_free - margin - gran + ov, ov, batch - 1, s->be);
     a->secs = now() - t0;
     free_batch(&b);
     hr_session_free(s);
