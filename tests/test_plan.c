@@ -69,14 +69,18 @@ static int vfind(life *L, int i) {
 
 static bool is_state(hr_tensor_kind k) { return k == HR_T_PARAM || k == HR_T_BUFFER || k == HR_T_OPTSTATE; }
 
-/* May node n write output `o` over input `i`'s bytes? Only where every output
- * element reads only the same element of that input: the elementwise ops. */
+/* May node n write output `o` over input `i`'s bytes? Where every output
+ * element reads only the same element of that input (the elementwise ops),
+ * and Linear.backward's dx over x (below). */
 static bool inplace_ok(const hr_node *n, int in_idx, int out_idx) {
     if (out_idx != 0) return false;
     switch (n->op) {
     case HR_OP_RELU: case HR_OP_DROPOUT: case HR_OP_COPY: case HR_OP_RESHAPE: return in_idx == 0;
     case HR_OP_ADD: case HR_OP_RELU_BWD: return in_idx <= 1;
     case HR_OP_DROPOUT_BWD: return in_idx == 1;
+    /* not elementwise, but documented: the kernels finish reading x (for dW)
+     * before they write dx; the separate-buffers run below checks the numbers */
+    case HR_OP_LINEAR_BWD: return in_idx == 0;
     default: return false;
     }
 }

@@ -33,10 +33,12 @@ static hr_status add_batch(hr_program *p, int64_t batch) {
 
 static hr_status build_backward(hr_program *p) {
     hr_graph *g = &p->g;
-    int cap = 2 * g->nt + 16;
-    hr_autodiff ad = {g, hr_malloc(sizeof(int) * (size_t)cap), hr_calloc((size_t)cap, 1), hr_calloc((size_t)cap, 1)};
+    /* each tensor gets at most one gradient and each node at most one saved extra */
+    int cap = 2 * g->nt + g->nn + 16;
+    hr_autodiff ad = {g, hr_malloc(sizeof(int) * (size_t)cap), hr_calloc((size_t)cap, 1), hr_calloc((size_t)cap, 1),
+                      hr_calloc((size_t)cap, 1), cap, -1};
     hr_status st = HR_OK;
-    if (!ad.grad || !ad.needs_grad || !ad.written) {
+    if (!ad.grad || !ad.needs_grad || !ad.written || !ad.read) {
         st = HR_ERR_OOM;
         goto done;
     }
@@ -54,12 +56,14 @@ static hr_status build_backward(hr_program *p) {
     for (int s = p->n_fwd - 1; s >= 0; s--) {
         hr_node n = g->n[s]; /* copy: emitting may move g->n */
         if (!ad.needs_grad[n.out[0]] || !hr_ops[n.op].backward) continue;
+        ad.cur = s;
         if ((st = hr_ops[n.op].backward(&ad, &n)) != HR_OK) goto done;
     }
 done:
     hr_free(ad.grad);
     hr_free(ad.needs_grad);
     hr_free(ad.written);
+    hr_free(ad.read);
     if (st == HR_ERR_OOM) hr_error_prefix("building the backward pass");
     return st;
 }

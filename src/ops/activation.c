@@ -17,8 +17,9 @@ static int unary(hr_model_t *m, const char *name, const char *type, hr_op op, in
     return hr_build_node(m, &n);
 }
 
-/* ReLU: in {x}, out {y}; backward in {y, dy}, out {dx}: the mask comes from y,
- * so x can be overwritten in place. */
+/* ReLU: in {x}, out {y, mask}; the mask (bit i of byte i/8: y[i] > 0) is
+ * added in training by autodiff. Backward in {mask, dy}, out {dx}; a backward
+ * in {y, dy} (float y) is understood too. x may be overwritten in place. */
 int hr_relu(hr_model_t *m, const char *name, int x) {
     int L;
     return unary(m, name, "ReLU", HR_OP_RELU, x, &L);
@@ -123,8 +124,15 @@ static hr_status simple_backward(hr_autodiff *ad, const hr_node *f, hr_op op, in
     return hr_ad_emit(ad, &n) < 0 ? HR_ERR_OOM : HR_OK;
 }
 
+/* ReLU keeps one bit a value for its backward (where y > 0) rather than y:
+ * y is then free once the forward pass is done with it, unless another
+ * backward node reads it anyway (a following Linear does). */
 hr_status hr_relu_backward(hr_autodiff *ad, const hr_node *f) {
-    return simple_backward(ad, f, HR_OP_RELU_BWD, f->out[0], -1);
+    if (hr_ad_grad_in(ad, f->out[0]) < 0) return HR_OK;
+    int64_t n = hr_shape_numel(&ad->g->t[f->out[0]].shape);
+    int mask = hr_ad_add_saved(ad, "relu_mask", HR_U8, (n + 7) / 8);
+    if (mask < 0) return HR_ERR_OOM;
+    return simple_backward(ad, f, HR_OP_RELU_BWD, mask, -1);
 }
 hr_status hr_dropout_backward(hr_autodiff *ad, const hr_node *f) {
     return simple_backward(ad, f, HR_OP_DROPOUT_BWD, f->out[1], -1);
@@ -132,9 +140,20 @@ hr_status hr_dropout_backward(hr_autodiff *ad, const hr_node *f) {
 hr_status hr_softmax_backward(hr_autodiff *ad, const hr_node *f) {
     return simple_backward(ad, f, f->op == HR_OP_SOFTMAX ? HR_OP_SOFTMAX_BWD : HR_OP_LOGSOFTMAX_BWD, f->out[0], -1);
 }
-/* MaxPool2d.backward: in {x, dy} (the argmax is found again in x, which the
- * layer before keeps anyway), AvgPool2d.backward: in {dy}. */
+/* MaxPool2d: in {x}, out {y, argmax}: argmax (u8, y's shape) is each window's
+ * first maximum as i*kw + j, added in training by autodiff. Backward in
+ * {argmax, dy} or, when x is kept anyway, in {x, dy} (the argmax found
+ * again); AvgPool2d.backward: in {dy}. */
 hr_status hr_pool_backward(hr_autodiff *ad, const hr_node *f) {
-    if (f->op == HR_OP_MAXPOOL) return simple_backward(ad, f, HR_OP_MAXPOOL_BWD, f->in[0], -1);
+    if (f->op == HR_OP_MAXPOOL) {
+        /* Unless another backward node keeps x, keep each window's argmax as
+         * one byte (its offset in the window) instead of the whole of x. */
+        int x = f->in[0], saved = x;
+        if (!ad->read[x] && f->a.kh * f->a.kw <= 255 && hr_ad_grad_in(ad, f->out[0]) >= 0) {
+            saved = hr_ad_add_saved(ad, "argmax", HR_U8, hr_shape_numel(&ad->g->t[f->out[0]].shape));
+            if (saved < 0) return HR_ERR_OOM;
+        }
+        return simple_backward(ad, f, HR_OP_MAXPOOL_BWD, saved, -1);
+    }
     return simple_backward(ad, f, HR_OP_AVGPOOL_BWD, -1, -1);
 }

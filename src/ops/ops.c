@@ -19,8 +19,9 @@ const hr_op_info hr_ops[HR_OP_COUNT] = {
     [HR_OP_LOGSOFTMAX] = {hr_softmax_backward, false},
     [HR_OP_CROSS_ENTROPY] = {hr_loss_backward, false},
     [HR_OP_MSE] = {hr_loss_backward, false},
-    [HR_OP_RELU_BWD] = {NULL, true},
-    [HR_OP_DROPOUT_BWD] = {NULL, true},
+    [HR_OP_RELU_BWD] = {NULL, true, true},
+    [HR_OP_DROPOUT_BWD] = {NULL, true, true},
+    [HR_OP_LINEAR_BWD] = {NULL, true, false}, /* dx over x: the kernels write dx last */
 };
 
 int hr_ad_grad_out(hr_autodiff *ad, int x, bool *accum) {
@@ -56,7 +57,23 @@ int hr_ad_emit(hr_autodiff *ad, hr_node *n) {
     if (k < 0) return -1;
     for (int i = 0; i < n->nout; i++)
         if (n->out[i] >= 0) ad->written[n->out[i]] = true;
+    for (int i = 0; i < n->nin; i++)
+        if (n->in[i] >= 0) ad->read[n->in[i]] = true;
     return k;
+}
+
+int hr_ad_add_saved(hr_autodiff *ad, const char *suffix, hr_dtype dt, int64_t numel) {
+    hr_node *f = &ad->g->n[ad->cur];
+    if (ad->g->nt >= ad->cap || f->nout >= HR_NODE_MAX_IO) return -1;
+    char nm[300];
+    int layer = f->layer;
+    snprintf(nm, sizeof nm, "%s.%s", layer >= 0 ? ad->g->l[layer].name : "node", suffix);
+    int t = hr_graph_add_tensor(ad->g, nm, dt, hr_shape_make(1, &numel), false, HR_T_ACT, layer);
+    if (t < 0) return -1;
+    f = &ad->g->n[ad->cur]; /* adding a tensor does not move nodes, but be plain about it */
+    if (f->nout < 2) f->nout = 2;
+    f->out[1] = t;
+    return t;
 }
 
 int hr_build_fail(hr_model_t *m, int layer, hr_status st, const char *fmt, ...) {

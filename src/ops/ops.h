@@ -11,7 +11,14 @@ typedef struct {
     int *grad;         /* per tensor: its gradient, -1 while none */
     bool *needs_grad;  /* per tensor: a gradient must reach it */
     bool *written;     /* per gradient tensor: a node has written it already */
+    bool *read;        /* per tensor: a backward node emitted so far reads it */
+    int cap;           /* size of the arrays above */
+    int cur;           /* the forward node being differentiated (its backward may add saved outputs to it) */
 } hr_autodiff;
+
+/* Adds a saved output to the forward node being differentiated (a ReLU's
+ * bit mask, a max pool's window offsets); returns the tensor or -1. */
+int hr_ad_add_saved(hr_autodiff *ad, const char *suffix, hr_dtype dt, int64_t numel);
 
 /* The gradient that a backward node writes for forward tensor x: created on
  * first use; *accum tells whether the node must add into it. Returns -1 when x
@@ -25,8 +32,10 @@ int hr_ad_emit(hr_autodiff *ad, hr_node *n);
 typedef struct {
     /* Emits the backward nodes of forward node `n`. */
     hr_status (*backward)(hr_autodiff *ad, const hr_node *n);
-    /* Output 0 may take input 0's bytes when input 0 dies at this node. */
+    /* Output 0 may take the bytes of one input when that input dies at this
+     * node: input 0, or the last input (a backward node's dy). */
     bool inplace;
+    bool inplace_last;
 } hr_op_info;
 
 extern const hr_op_info hr_ops[HR_OP_COUNT];

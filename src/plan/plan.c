@@ -79,7 +79,7 @@ static void aliases(hr_program *p, int *root) {
     for (int i = 0; i < g->nt; i++) root[i] = i;
     for (int s = 0; s < g->nn; s++) {
         hr_node *n = &g->n[s];
-        int in = n->nin ? n->in[0] : -1, out = n->nout ? n->out[0] : -1;
+        int in = n->nin ? n->in[hr_ops[n->op].inplace_last ? n->nin - 1 : 0] : -1, out = n->nout ? n->out[0] : -1;
         if (in < 0 || out < 0 || n->accum[0]) continue;
         if (n->op == HR_OP_RESHAPE) {
             join(g, root, in, out);
@@ -91,7 +91,7 @@ static void aliases(hr_program *p, int *root) {
         bool dies_here = ti->last == s;
         bool same = ti->dtype == to->dtype && hr_shape_numel(&ti->shape) == hr_shape_numel(&to->shape);
         bool movable = !persistent(ti) && ti->kind != HR_T_INPUT && ti->kind != HR_T_LABEL && find(root, out) == out;
-        for (int i = 1; i < n->nin; i++) dies_here &= find(root, n->in[i]) != r;
+        for (int i = 0; i < n->nin; i++) dies_here &= n->in[i] == in || find(root, n->in[i]) != r;
         if (dies_here && same && movable) join(g, root, in, out);
     }
 }
@@ -108,6 +108,27 @@ static int by_size_desc(const void *a, const void *b) {
     return x->first - y->first;
 }
 
+/* Bytes times steps: the blocks that hold the most memory for longest first. */
+static int by_area_desc(const void *a, const void *b) {
+    const block *x = a, *y = b;
+    double ax = (double)x->bytes * (x->last - x->first + 1), ay = (double)y->bytes * (y->last - y->first + 1);
+    if (ax != ay) return ax < ay ? 1 : -1;
+    return by_size_desc(a, b);
+}
+
+/* In schedule order, as an allocator would see them. */
+static int by_first(const void *a, const void *b) {
+    const block *x = a, *y = b;
+    if (x->first != y->first) return x->first - y->first;
+    return by_size_desc(a, b);
+}
+
+static int by_life_desc(const void *a, const void *b) {
+    const block *x = a, *y = b;
+    if (x->last - x->first != y->last - y->first) return (y->last - y->first) - (x->last - x->first);
+    return by_size_desc(a, b);
+}
+
 static int by_offset(const void *a, const void *b) {
     const block *x = *(block *const *)a, *y = *(block *const *)b;
     return x->offset < y->offset ? -1 : x->offset > y->offset;
@@ -119,8 +140,8 @@ static hr_status too_big(void) {
     return hr_error_set(HR_ERR_INVALID_ARG, "the plan needs more than 2^64 bytes; plan a smaller batch");
 }
 
-static hr_status place(block *b, int nb, size_t base, size_t *top) {
-    qsort(b, (size_t)nb, sizeof *b, by_size_desc);
+static hr_status place(block *b, int nb, size_t base, size_t *top, int (*order)(const void *, const void *)) {
+    qsort(b, (size_t)nb, sizeof *b, order);
     block **live = hr_malloc(sizeof *live * (size_t)(nb ? nb : 1));
     if (!live) return HR_ERR_OOM;
     *top = base;
@@ -192,7 +213,23 @@ hr_status hr_plan_make(hr_program *p, hr_plan *pl) {
         }
     }
     size_t persist = top;
-    hr_status st = place(b, nb, persist, &top);
+    /* No one order of placement is best for every schedule: try a few,
+     * keep the smallest arena (each try is O(n^2) in the blocks; n is small). */
+    static int (*const orders[])(const void *, const void *) = {by_size_desc, by_area_desc, by_first, by_life_desc};
+    block *trial = hr_malloc(sizeof *b * (size_t)(nb ? nb : 1));
+    hr_status st = trial ? HR_OK : HR_ERR_OOM;
+    size_t best = SIZE_MAX;
+    for (size_t k = 0; st == HR_OK && k < sizeof orders / sizeof orders[0]; k++) {
+        size_t t = 0;
+        memcpy(trial, b, sizeof *b * (size_t)nb);
+        st = place(trial, nb, persist, &t, orders[k]);
+        if (st == HR_OK && t < best) {
+            best = t;
+            memcpy(b, trial, sizeof *b * (size_t)nb);
+        }
+    }
+    hr_free(trial);
+    top = best == SIZE_MAX ? persist : best;
     if (st != HR_OK) {
         hr_free(b);
         hr_plan_free(pl);

@@ -7,12 +7,28 @@
 
 static int64_t numel(const hr_graph *g, int t) { return hr_shape_numel(&T_(t).shape); }
 
+/* in {x}, out {y, mask?}: bit k of mask byte j is y[8j+k] > 0 */
 void hr_cpu_relu(const hr_graph *g, const hr_node *n, void *const *ptr) {
     const float *x = P_(n->in[0]);
     float *y = P_(n->out[0]);
     int64_t N = numel(g, n->in[0]);
+    uint8_t *mask = n->nout > 1 && n->out[1] >= 0 ? ptr[n->out[1]] : NULL;
+    if (!mask) {
 #pragma omp parallel for simd schedule(static) if (N > 65536)
-    for (int64_t i = 0; i < N; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        for (int64_t i = 0; i < N; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+        return;
+    }
+    int64_t nb = (N + 7) / 8;
+#pragma omp parallel for schedule(static) if (nb > 8192)
+    for (int64_t j = 0; j < nb; j++) {
+        uint8_t bits = 0;
+        for (int k = 0; k < 8 && 8 * j + k < N; k++) {
+            float v = x[8 * j + k];
+            bits |= (uint8_t)((v > 0.0f) << k);
+            y[8 * j + k] = v > 0.0f ? v : 0.0f;
+        }
+        mask[j] = bits;
+    }
 }
 
 /* in {y, dy}, out {dx}: y > 0 is where x was > 0. Two loops, so that each
@@ -20,7 +36,19 @@ void hr_cpu_relu(const hr_graph *g, const hr_node *n, void *const *ptr) {
 void hr_cpu_relu_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
     const float *y = P_(n->in[0]), *dy = P_(n->in[1]);
     float *dx = P_(n->out[0]);
-    int64_t N = numel(g, n->in[0]);
+    int64_t N = numel(g, n->in[1]);
+    if (T_(n->in[0]).dtype == HR_U8) { /* in {mask, dy} */
+        const uint8_t *mask = ptr[n->in[0]];
+        bool acc = n->accum[0];
+#pragma omp parallel for schedule(static) if (N > 65536)
+        for (int64_t j = 0; j < (N + 7) / 8; j++)
+            for (int k = 0; k < 8 && 8 * j + k < N; k++) {
+                int64_t i = 8 * j + k;
+                float v = (mask[j] >> k) & 1 ? dy[i] : 0.0f;
+                dx[i] = acc ? dx[i] + v : v;
+            }
+        return;
+    }
     if (n->accum[0]) {
 #pragma omp parallel for simd schedule(static) if (N > 65536)
         for (int64_t i = 0; i < N; i++) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;

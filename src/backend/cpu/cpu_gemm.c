@@ -48,12 +48,10 @@ void hr_cpu_linear(const hr_graph *g, const hr_node *n, void *const *ptr) {
     hr_cpu_sgemm(false, true, N, out, in, 1.0f, x, in, W, in, beta, y, out);
 }
 
-/* in {x, W, dy}, out {dx = dy W, dW = dy^T x, db = sum dy} */
+/* in {x, W, dy}, out {dx = dy W, dW = dy^T x, db = sum dy}; dx is written last */
 void hr_cpu_linear_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
     int N = (int)T_(n->in[0]).shape.d[0], in = (int)n->a.in_f, out = (int)n->a.out_f;
     const float *x = P_(n->in[0]), *W = P_(n->in[1]), *dy = P_(n->in[2]);
-    if (n->out[0] >= 0)
-        hr_cpu_sgemm(false, false, N, in, out, 1.0f, dy, out, W, in, n->accum[0] ? 1.0f : 0.0f, P_(n->out[0]), in);
     if (n->out[1] >= 0)
         hr_cpu_sgemm(true, false, out, in, N, 1.0f, dy, out, x, in, n->accum[1] ? 1.0f : 0.0f, P_(n->out[1]), in);
     if (n->out[2] >= 0) {
@@ -64,6 +62,9 @@ void hr_cpu_linear_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
             for (int j = 0; j < out; j++) db[j] += r[j];
         }
     }
+    /* dx last: the planner may give it the bytes of x */
+    if (n->out[0] >= 0)
+        hr_cpu_sgemm(false, false, N, in, out, 1.0f, dy, out, W, in, n->accum[0] ? 1.0f : 0.0f, P_(n->out[0]), in);
 }
 
 /* ---- Conv2d ---------------------------------------------------------------- */

@@ -60,10 +60,25 @@ static void maxpool22(const pool_dims *d, const float *xc, float *yc, float *dc,
     }
 }
 
+/* in {x}, out {y, argmax?}: argmax holds the window offset i*kw + j of the max */
 void hr_cpu_maxpool(const hr_graph *g, const hr_node *n, void *const *ptr) {
     pool_dims d = dims_of(g, n, n->in[0], n->out[0]);
     const float *x = P_(n->in[0]);
     float *y = P_(n->out[0]);
+    uint8_t *am = n->nout > 1 && n->out[1] >= 0 ? ptr[n->out[1]] : NULL;
+    if (am) {
+#pragma omp parallel for schedule(static) if (d.NC > 64)
+        for (int64_t c = 0; c < d.NC; c++) {
+            const float *xc = x + c * d.H * d.W;
+            for (int64_t oh = 0; oh < d.OH; oh++)
+                for (int64_t ow = 0; ow < d.OW; ow++) {
+                    int64_t k = ARGMAX(&d, xc, oh, ow), o = c * d.OH * d.OW + oh * d.OW + ow;
+                    y[o] = xc[k];
+                    am[o] = (uint8_t)((k / d.W - oh * d.sh) * d.kw + (k % d.W - ow * d.sw));
+                }
+        }
+        return;
+    }
     bool k22 = d.kh == 2 && d.kw == 2 && d.sh == 2 && d.sw == 2;
 #pragma omp parallel for schedule(static) if (d.NC > 64)
     for (int64_t c = 0; c < d.NC; c++) {
@@ -80,9 +95,26 @@ void hr_cpu_maxpool(const hr_graph *g, const hr_node *n, void *const *ptr) {
 
 /* in {x, dy}, out {dx} */
 void hr_cpu_maxpool_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
-    pool_dims d = dims_of(g, n, n->in[0], n->in[1]);
     const float *x = P_(n->in[0]), *dy = P_(n->in[1]);
     float *dx = P_(n->out[0]);
+    if (T_(n->in[0]).dtype == HR_U8) { /* in {argmax, dy} */
+        pool_dims d = dims_of(g, n, n->out[0], n->in[1]);
+        const uint8_t *am = ptr[n->in[0]];
+#pragma omp parallel for schedule(static) if (d.NC > 64)
+        for (int64_t c = 0; c < d.NC; c++) {
+            float *dc = dx + c * d.H * d.W;
+            const float *gc = dy + c * d.OH * d.OW;
+            const uint8_t *ac = am + c * d.OH * d.OW;
+            if (!n->accum[0]) memset(dc, 0, sizeof(float) * (size_t)(d.H * d.W));
+            for (int64_t oh = 0; oh < d.OH; oh++)
+                for (int64_t ow = 0; ow < d.OW; ow++) {
+                    int a = ac[oh * d.OW + ow];
+                    dc[(oh * d.sh + a / d.kw) * d.W + ow * d.sw + a % d.kw] += gc[oh * d.OW + ow];
+                }
+        }
+        return;
+    }
+    pool_dims d = dims_of(g, n, n->in[0], n->in[1]);
     bool k22 = d.kh == 2 && d.kw == 2 && d.sh == 2 && d.sw == 2;
 #pragma omp parallel for schedule(static) if (d.NC > 64)
     for (int64_t c = 0; c < d.NC; c++) {

@@ -340,16 +340,23 @@ static hr_status pool(hr_cuda *c, const hr_graph *g, const hr_node *n, void *con
     const hr_attr *a = &n->a;
     bool bwd = n->op == HR_OP_MAXPOOL_BWD || n->op == HR_OP_AVGPOOL_BWD;
     /* the big side (x or dx) and the pooled side (y or dy) */
-    int big = n->op == HR_OP_AVGPOOL_BWD ? n->out[0] : n->in[0];
+    bool am = n->op == HR_OP_MAXPOOL_BWD && g->t[n->in[0]].dtype == HR_U8; /* in {argmax, dy} */
+    int big = n->op == HR_OP_AVGPOOL_BWD || am ? n->out[0] : n->in[0];
     int small = n->op == HR_OP_MAXPOOL_BWD ? n->in[1] : n->op == HR_OP_AVGPOOL_BWD ? n->in[0] : n->out[0];
     const hr_shape *xs = &g->t[big].shape, *ys = &g->t[small].shape;
     int64_t NC = xs->d[0] * xs->d[1], H = xs->d[2], W = xs->d[3], OH = ys->d[2], OW = ys->d[3];
     bool acc = bwd && n->accum[0];
     switch (n->op) {
     case HR_OP_MAXPOOL:
-        HR_CU(hrk_maxpool(c->stream, P_F(n->in[0]), P_F(n->out[0]), NC, H, W, OH, OW, a->kh, a->kw, a->sh, a->sw));
+        HR_CU(hrk_maxpool(c->stream, P_F(n->in[0]), P_F(n->out[0]), n->nout > 1 && n->out[1] >= 0 ? ptr[n->out[1]] : NULL,
+                          NC, H, W, OH, OW, a->kh, a->kw, a->sh, a->sw));
         break;
     case HR_OP_MAXPOOL_BWD:
+        if (am) {
+            HR_CU(hrk_maxpool_bwd_am(c->stream, ptr[n->in[0]], P_F(n->in[1]), P_F(n->out[0]), NC, H, W, OH, OW, a->kh,
+                                     a->kw, a->sh, a->sw, acc));
+            break;
+        }
         HR_CU(hrk_maxpool_bwd(c->stream, P_F(n->in[0]), P_F(n->in[1]), P_F(n->out[0]), NC, H, W, OH, OW, a->kh, a->kw,
                               a->sh, a->sw, acc));
         break;
@@ -447,9 +454,17 @@ static hr_status cuda_run(hr_backend *be, const hr_graph *g, const hr_node *n, v
     case HR_OP_LINEAR_BWD: return hr_cuda_linear_bwd(c, g, n, ptr);
     case HR_OP_CONV2D: return hr_cuda_conv2d(c, g, n, ptr);
     case HR_OP_CONV2D_BWD: return hr_cuda_conv2d_bwd(c, g, n, ptr);
-    case HR_OP_RELU: HR_CU(hrk_relu(s, P_F(n->in[0]), P_F(n->out[0]), numel(g, n->in[0]))); return HR_OK;
+    case HR_OP_RELU:
+        if (n->nout > 1 && n->out[1] >= 0)
+            HR_CU(hrk_relu_mask(s, P_F(n->in[0]), P_F(n->out[0]), ptr[n->out[1]], numel(g, n->in[0])));
+        else
+            HR_CU(hrk_relu(s, P_F(n->in[0]), P_F(n->out[0]), numel(g, n->in[0])));
+        return HR_OK;
     case HR_OP_RELU_BWD:
-        HR_CU(hrk_relu_bwd(s, P_F(n->in[0]), P_F(n->in[1]), P_F(n->out[0]), numel(g, n->in[0]), n->accum[0]));
+        if (g->t[n->in[0]].dtype == HR_U8) /* in {mask, dy} */
+            HR_CU(hrk_relu_bwd_mask(s, ptr[n->in[0]], P_F(n->in[1]), P_F(n->out[0]), numel(g, n->in[1]), n->accum[0]));
+        else
+            HR_CU(hrk_relu_bwd(s, P_F(n->in[0]), P_F(n->in[1]), P_F(n->out[0]), numel(g, n->in[0]), n->accum[0]));
         return HR_OK;
     case HR_OP_DROPOUT: return dropout(c, g, n, ptr, si);
     case HR_OP_DROPOUT_BWD:

@@ -50,7 +50,8 @@ hr_status hr_cuda_linear(hr_cuda *c, const hr_graph *g, const hr_node *n, void *
     return HR_OK;
 }
 
-/* in {x, W, dy}, out {dx = dy W, dW = dy^T x, db = sum dy} */
+/* in {x, W, dy}, out {dx = dy W, dW = dy^T x, db = sum dy}. db and each chunk's
+ * dW come before its dx: the planner may give dx the bytes of x. */
 hr_status hr_cuda_linear_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr) {
     int64_t N = g->t[n->in[0]].shape.d[0], in = n->a.in_f, out = n->a.out_f;
     const float *x = ptr[n->in[0]], *W = ptr[n->in[1]], *dy = ptr[n->in[2]];
@@ -58,14 +59,9 @@ hr_status hr_cuda_linear_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, vo
     hr_status st = use_workspace(c, g, n, ptr);
     if (st) return st;
     int64_t step = rows_per_call(c, in, out);
+    if (n->out[2] >= 0) HR_CU(hrk_channel_sum(c->stream, dy, ptr[n->out[2]], N, out, 1, n->accum[2]));
     for (int64_t r = 0; r < N; r += step) {
         int rows = (int)(N - r < step ? N - r : step);
-        if (n->out[0] >= 0) { /* dx^T (in, rows) = W^T-as-stored (in, out) . dy^T (out, rows) */
-            float *dx = ptr[n->out[0]];
-            if ((st = gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, rows, (int)out, W, (int)in, dy + r * out, (int)out,
-                           n->accum[0] ? 1.0f : 0.0f, dx + r * in, (int)in)))
-                return st;
-        }
         if (n->out[1] >= 0) { /* dW^T (in, out) = x^T (in, rows) . dy (rows, out) */
             float *dW = ptr[n->out[1]];
             bool add = r > 0 || n->accum[1];
@@ -73,7 +69,12 @@ hr_status hr_cuda_linear_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, vo
                            (int)out, add ? 1.0f : 0.0f, dW, (int)in)))
                 return st;
         }
+        if (n->out[0] >= 0) { /* dx^T (in, rows) = W^T-as-stored (in, out) . dy^T (out, rows) */
+            float *dx = ptr[n->out[0]];
+            if ((st = gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, rows, (int)out, W, (int)in, dy + r * out, (int)out,
+                           n->accum[0] ? 1.0f : 0.0f, dx + r * in, (int)in)))
+                return st;
+        }
     }
-    if (n->out[2] >= 0) HR_CU(hrk_channel_sum(c->stream, dy, ptr[n->out[2]], N, out, 1, n->accum[2]));
     return HR_OK;
 }

@@ -14,6 +14,28 @@ __global__ void k_relu_bwd(const float *y, const float *dy, float *dx, int64_t n
     }
 }
 
+/* With a bit mask (training): one thread a mask byte, i.e. 8 values, so no
+ * two threads write the same byte. Bit k of byte j is y[8j+k] > 0. */
+__global__ void k_relu_mask(const float *x, float *y, uint8_t *mask, int64_t n) {
+    int64_t nb = (n + 7) / 8;
+    HR_GRID_STRIDE(j, nb) {
+        uint8_t bits = 0;
+        for (int k = 0; k < 8 && 8 * j + k < n; k++) {
+            float v = x[8 * j + k];
+            bits |= (uint8_t)((v > 0.0f) << k);
+            y[8 * j + k] = v > 0.0f ? v : 0.0f;
+        }
+        mask[j] = bits;
+    }
+}
+
+__global__ void k_relu_bwd_mask(const uint8_t *mask, const float *dy, float *dx, int64_t n, bool acc) {
+    HR_GRID_STRIDE(i, n) {
+        float v = (mask[i >> 3] >> (i & 7)) & 1 ? dy[i] : 0.0f;
+        dx[i] = acc ? dx[i] + v : v;
+    }
+}
+
 /* The keep decision is hr_rng_uniform(seed, stream, i) >= p, as on the CPU. */
 __global__ void k_dropout(const float *x, float *y, uint8_t *mask, int64_t n, float p, float scale, uint64_t seed,
                           uint64_t stream) {
@@ -88,6 +110,16 @@ extern "C" {
 
 cudaError_t hrk_relu(cudaStream_t s, const float *x, float *y, int64_t n) {
     k_relu<<<hr_grid(n), HR_THREADS, 0, s>>>(x, y, n);
+    return cudaGetLastError();
+}
+
+cudaError_t hrk_relu_mask(cudaStream_t s, const float *x, float *y, uint8_t *mask, int64_t n) {
+    k_relu_mask<<<hr_grid((n + 7) / 8), HR_THREADS, 0, s>>>(x, y, mask, n);
+    return cudaGetLastError();
+}
+
+cudaError_t hrk_relu_bwd_mask(cudaStream_t s, const uint8_t *mask, const float *dy, float *dx, int64_t n, bool acc) {
+    k_relu_bwd_mask<<<hr_grid(n), HR_THREADS, 0, s>>>(mask, dy, dx, n, acc);
     return cudaGetLastError();
 }
 

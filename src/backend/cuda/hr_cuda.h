@@ -95,6 +95,8 @@ size_t hr_cuda_used_at_start(const hr_backend *be);
 /* elementwise.cu */
 cudaError_t hrk_relu(cudaStream_t s, const float *x, float *y, int64_t n);
 cudaError_t hrk_relu_bwd(cudaStream_t s, const float *y, const float *dy, float *dx, int64_t n, bool acc);
+cudaError_t hrk_relu_mask(cudaStream_t s, const float *x, float *y, uint8_t *mask, int64_t n);
+cudaError_t hrk_relu_bwd_mask(cudaStream_t s, const uint8_t *mask, const float *dy, float *dx, int64_t n, bool acc);
 cudaError_t hrk_dropout(cudaStream_t s, const float *x, float *y, uint8_t *mask, int64_t n, float p, float scale,
                         uint64_t seed, uint64_t stream);
 cudaError_t hrk_dropout_bwd(cudaStream_t s, const uint8_t *mask, const float *dy, float *dx, int64_t n, float scale,
@@ -108,8 +110,10 @@ cudaError_t hrk_softmax(cudaStream_t s, const float *x, float *y, int64_t N, int
 cudaError_t hrk_softmax_bwd(cudaStream_t s, const float *y, const float *dy, float *dx, int64_t N, int64_t C, bool lg,
                             bool acc);
 /* pool.cu (no padding) */
-cudaError_t hrk_maxpool(cudaStream_t s, const float *x, float *y, int64_t NC, int64_t H, int64_t W, int64_t OH,
-                        int64_t OW, int kh, int kw, int sh, int sw);
+cudaError_t hrk_maxpool(cudaStream_t s, const float *x, float *y, uint8_t *am, int64_t NC, int64_t H, int64_t W,
+                        int64_t OH, int64_t OW, int kh, int kw, int sh, int sw);
+cudaError_t hrk_maxpool_bwd_am(cudaStream_t s, const uint8_t *am, const float *dy, float *dx, int64_t NC, int64_t H,
+                               int64_t W, int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, bool acc);
 cudaError_t hrk_maxpool_bwd(cudaStream_t s, const float *x, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W,
                             int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, bool acc);
 cudaError_t hrk_avgpool(cudaStream_t s, const float *x, float *y, int64_t NC, int64_t H, int64_t W, int64_t OH,

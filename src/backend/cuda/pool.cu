@@ -24,13 +24,55 @@ __device__ __forceinline__ void window_range(int64_t h, int k, int s, int64_t O,
     *hi = e < O - 1 ? e : O - 1;
 }
 
-__global__ void k_maxpool(const float *x, float *y, int64_t NC, int64_t H, int64_t W, int64_t OH, int64_t OW, int kh,
-                          int kw, int sh, int sw) {
+/* am (may be NULL): the max's offset in its window, i*kw + j (training) */
+__global__ void k_maxpool(const float *x, float *y, uint8_t *am, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                          int64_t OW, int kh, int kw, int sh, int sw) {
     int64_t n = NC * OH * OW;
     HR_GRID_STRIDE(i, n) {
         int64_t c = i / (OH * OW), r = i - c * OH * OW, oh = r / OW, ow = r - oh * OW;
         const float *xc = x + c * H * W;
-        y[i] = xc[window_argmax(xc, W, oh, ow, kh, kw, sh, sw)];
+        int64_t k = window_argmax(xc, W, oh, ow, kh, kw, sh, sw);
+        y[i] = xc[k];
+        if (am) am[i] = (uint8_t)((k / W - oh * sh) * kw + (k % W - ow * sw));
+    }
+}
+
+/* Backward from the saved window offsets: each input element gathers from
+ * the windows that hold it, in (oh, ow) order, as the CPU adds them. */
+__global__ void k_maxpool_bwd_am(const uint8_t *am, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W,
+                                 int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, bool acc) {
+    int64_t n = NC * H * W;
+    HR_GRID_STRIDE(i, n) {
+        int64_t c = i / (H * W), k = i - c * H * W, h = k / W, w = k - h * W;
+        const float *gc = dy + c * OH * OW;
+        const uint8_t *ac = am + c * OH * OW;
+        float v = acc ? dx[i] : 0.0f;
+        int64_t oh0, oh1, ow0, ow1;
+        window_range(h, kh, sh, OH, &oh0, &oh1);
+        window_range(w, kw, sw, OW, &ow0, &ow1);
+        for (int64_t oh = oh0; oh <= oh1; oh++)
+            for (int64_t ow = ow0; ow <= ow1; ow++)
+                if (ac[oh * OW + ow] == (h - oh * sh) * kw + (w - ow * sw)) v += gc[oh * OW + ow];
+        dx[i] = v;
+    }
+}
+
+/* Tiling windows: one thread a window writes the whole window of dx. */
+__global__ void k_maxpool_bwd_am_tiled(const uint8_t *am, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W,
+                                       int64_t OH, int64_t OW, int kh, int kw, bool acc) {
+    int64_t n = NC * OH * OW;
+    HR_GRID_STRIDE(i, n) {
+        int64_t c = i / (OH * OW), r = i - c * OH * OW, oh = r / OW, ow = r - oh * OW;
+        float *dc = dx + c * H * W;
+        int best = am[i];
+        float g = dy[i];
+        for (int a = 0; a < kh; a++)
+            for (int b = 0; b < kw; b++) {
+                int64_t k = (oh * kh + a) * W + ow * kw + b;
+                float v = acc ? dc[k] : 0.0f;
+                if (a * kw + b == best) v += g;
+                dc[k] = v;
+            }
     }
 }
 
@@ -105,9 +147,18 @@ __global__ void k_avgpool_bwd(const float *dy, float *dx, int64_t NC, int64_t H,
 
 extern "C" {
 
-cudaError_t hrk_maxpool(cudaStream_t s, const float *x, float *y, int64_t NC, int64_t H, int64_t W, int64_t OH,
-                        int64_t OW, int kh, int kw, int sh, int sw) {
-    k_maxpool<<<hr_grid(NC * OH * OW), HR_THREADS, 0, s>>>(x, y, NC, H, W, OH, OW, kh, kw, sh, sw);
+cudaError_t hrk_maxpool(cudaStream_t s, const float *x, float *y, uint8_t *am, int64_t NC, int64_t H, int64_t W,
+                        int64_t OH, int64_t OW, int kh, int kw, int sh, int sw) {
+    k_maxpool<<<hr_grid(NC * OH * OW), HR_THREADS, 0, s>>>(x, y, am, NC, H, W, OH, OW, kh, kw, sh, sw);
+    return cudaGetLastError();
+}
+
+cudaError_t hrk_maxpool_bwd_am(cudaStream_t s, const uint8_t *am, const float *dy, float *dx, int64_t NC, int64_t H,
+                               int64_t W, int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, bool acc) {
+    if (kh == sh && kw == sw && OH * kh == H && OW * kw == W)
+        k_maxpool_bwd_am_tiled<<<hr_grid(NC * OH * OW), HR_THREADS, 0, s>>>(am, dy, dx, NC, H, W, OH, OW, kh, kw, acc);
+    else
+        k_maxpool_bwd_am<<<hr_grid(NC * H * W), HR_THREADS, 0, s>>>(am, dy, dx, NC, H, W, OH, OW, kh, kw, sh, sw, acc);
     return cudaGetLastError();
 }
 
