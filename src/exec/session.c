@@ -183,9 +183,13 @@ hr_status hr_session_alloc(hr_session_t *s) {
     if (s->be->overhead) s->overhead = s->be->overhead(s->be);
     if (s->prog.cfg.device_budget && need + s->overhead > s->prog.cfg.device_budget)
         return no_room(s, s->prog.cfg.device_budget, "the budget");
+    /* The driver hands out whole 2 MiB pages and keeps some room of its own:
+     * a plan "fits" only with this much to spare, so that the answer holds
+     * when cudaMalloc runs. */
+    size_t margin = s->be->arena_kind == HR_MEM_DEVICE ? (size_t)34 << 20 : 0;
     size_t free_b = 0, total_b = 0;
-    if (s->be->mem_info && s->be->mem_info(s->be, &free_b, &total_b) == HR_OK && total_b && need > free_b)
-        return no_room(s, free_b + s->overhead, "the device");
+    if (s->be->mem_info && s->be->mem_info(s->be, &free_b, &total_b) == HR_OK && total_b && need + margin > free_b)
+        return no_room(s, (free_b > margin ? free_b - margin : 0) + s->overhead, "the device (less a 34 MiB margin)");
     if (!(s->ptr = hr_calloc((size_t)(g->nt ? g->nt : 1), sizeof(void *)))) return hr_error_prefix("alloc");
     hr_status st = s->be->arena_alloc(s->be, need, &s->arena);
     if (st != HR_OK) {
@@ -194,7 +198,7 @@ hr_status hr_session_alloc(hr_session_t *s) {
         s->arena = NULL;
         /* another process took the memory between the check and now */
         if (st == HR_ERR_DEVICE_OOM && s->be->mem_info && s->be->mem_info(s->be, &free_b, &total_b) == HR_OK)
-            return no_room(s, free_b + s->overhead, "the device now");
+            return no_room(s, (free_b > margin ? free_b - margin : 0) + s->overhead, "the device now");
         return st;
     }
     for (int i = 0; i < g->nt; i++)
