@@ -18,16 +18,20 @@ void hr_cpu_relu(const hr_graph *g, const hr_node *n, void *const *ptr) {
         for (int64_t i = 0; i < N; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
         return;
     }
-    int64_t nb = (N + 7) / 8;
+    /* two passes, each of which vectorises: y, then the bits from y */
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+    for (int64_t i = 0; i < N; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    int64_t nb = (N + 7) / 8, full = N / 8;
 #pragma omp parallel for schedule(static) if (nb > 8192)
-    for (int64_t j = 0; j < nb; j++) {
-        uint8_t bits = 0;
-        for (int k = 0; k < 8 && 8 * j + k < N; k++) {
-            float v = x[8 * j + k];
-            bits |= (uint8_t)((v > 0.0f) << k);
-            y[8 * j + k] = v > 0.0f ? v : 0.0f;
-        }
-        mask[j] = bits;
+    for (int64_t j = 0; j < full; j++) {
+        const float *yj = y + 8 * j;
+        mask[j] = (uint8_t)((yj[0] > 0.0f) | (yj[1] > 0.0f) << 1 | (yj[2] > 0.0f) << 2 | (yj[3] > 0.0f) << 3 |
+                            (yj[4] > 0.0f) << 4 | (yj[5] > 0.0f) << 5 | (yj[6] > 0.0f) << 6 | (yj[7] > 0.0f) << 7);
+    }
+    if (nb > full) {
+        unsigned bits = 0;
+        for (int64_t i = 8 * full; i < N; i++) bits |= (unsigned)(y[i] > 0.0f) << (i - 8 * full);
+        mask[full] = (uint8_t)bits;
     }
 }
 
@@ -40,13 +44,23 @@ void hr_cpu_relu_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
     if (T_(n->in[0]).dtype == HR_U8) { /* in {mask, dy} */
         const uint8_t *mask = ptr[n->in[0]];
         bool acc = n->accum[0];
-#pragma omp parallel for schedule(static) if (N > 65536)
-        for (int64_t j = 0; j < (N + 7) / 8; j++)
-            for (int k = 0; k < 8 && 8 * j + k < N; k++) {
-                int64_t i = 8 * j + k;
-                float v = (mask[j] >> k) & 1 ? dy[i] : 0.0f;
-                dx[i] = acc ? dx[i] + v : v;
-            }
+        int64_t full = N / 8;
+#pragma omp parallel for schedule(static) if (full > 8192)
+        for (int64_t j = 0; j < full; j++) { /* 8 values a mask byte, a fixed body */
+            unsigned m = mask[j];
+            float *d = dx + 8 * j;
+            const float *g2 = dy + 8 * j;
+            float v[8];
+            for (int k = 0; k < 8; k++) v[k] = (m >> k) & 1 ? g2[k] : 0.0f;
+            if (acc)
+                for (int k = 0; k < 8; k++) d[k] += v[k];
+            else
+                for (int k = 0; k < 8; k++) d[k] = v[k];
+        }
+        for (int64_t i = 8 * full; i < N; i++) {
+            float v = (mask[i >> 3] >> (i & 7)) & 1 ? dy[i] : 0.0f;
+            dx[i] = acc ? dx[i] + v : v;
+        }
         return;
     }
     if (n->accum[0]) {

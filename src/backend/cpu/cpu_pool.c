@@ -61,15 +61,42 @@ static void maxpool22(const pool_dims *d, const float *xc, float *yc, float *dc,
 }
 
 /* in {x}, out {y, argmax?}: argmax holds the window offset i*kw + j of the max */
+/* The window offsets of a plane whose maxima y are known: the first position
+ * equal to its max, branch-free so that it vectorises; a window whose max is
+ * NaN takes the exact rule of argmax22. */
+static void argmax22_plane(const pool_dims *d, const float *xc, const float *yc, uint8_t *am) {
+    for (int64_t oh = 0; oh < d->OH; oh++) {
+        const float *r0 = xc + 2 * oh * d->W, *r1 = r0 + d->W, *m = yc + oh * d->OW;
+        uint8_t *ao = am + oh * d->OW;
+        int nan = 0;
+        for (int64_t ow = 0; ow < d->OW; ow++) {
+            int ka = r0[2 * ow] != m[ow], kb = ka & (r0[2 * ow + 1] != m[ow]), kc = kb & (r1[2 * ow] != m[ow]);
+            ao[ow] = (uint8_t)(ka + kb + kc);
+            nan |= m[ow] != m[ow];
+        }
+        if (nan)
+            for (int64_t ow = 0; ow < d->OW; ow++) {
+                int64_t k = argmax22(xc, d->W, oh, ow) - 2 * oh * d->W - 2 * ow;
+                ao[ow] = (uint8_t)(k >= d->W ? 2 + (k - d->W) : k);
+            }
+    }
+}
+
 void hr_cpu_maxpool(const hr_graph *g, const hr_node *n, void *const *ptr) {
     pool_dims d = dims_of(g, n, n->in[0], n->out[0]);
     const float *x = P_(n->in[0]);
     float *y = P_(n->out[0]);
     uint8_t *am = n->nout > 1 && n->out[1] >= 0 ? ptr[n->out[1]] : NULL;
     if (am) {
+        bool fast = d.kh == 2 && d.kw == 2 && d.sh == 2 && d.sw == 2;
 #pragma omp parallel for schedule(static) if (d.NC > 64)
         for (int64_t c = 0; c < d.NC; c++) {
             const float *xc = x + c * d.H * d.W;
+            if (fast) {
+                maxpool22(&d, xc, y + c * d.OH * d.OW, NULL, NULL);
+                argmax22_plane(&d, xc, y + c * d.OH * d.OW, am + c * d.OH * d.OW);
+                continue;
+            }
             for (int64_t oh = 0; oh < d.OH; oh++)
                 for (int64_t ow = 0; ow < d.OW; ow++) {
                     int64_t k = ARGMAX(&d, xc, oh, ow), o = c * d.OH * d.OW + oh * d.OW + ow;
