@@ -22,6 +22,9 @@ const hr_op_info hr_ops[HR_OP_COUNT] = {
     [HR_OP_RELU_BWD] = {NULL, true, true},
     [HR_OP_DROPOUT_BWD] = {NULL, true, true},
     [HR_OP_LINEAR_BWD] = {NULL, true, false}, /* dx over x: the kernels write dx last */
+    /* dx over dy: per channel, the kernels finish the sums over dy before they
+     * write dx, and each element of dx reads only its own element of dy */
+    [HR_OP_BATCHNORM_BWD] = {NULL, true, true},
 };
 
 int hr_ad_grad_out(hr_autodiff *ad, int x, bool *accum) {
