@@ -36,8 +36,7 @@ bool hr_parse_bytes(const char *s, size_t *out) {
         {"TiB", 1099511627776.0}};
     bool found = false;
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (strcasecmp(end, units[i].u) == 0 && (strchr(units[i].u, 'i') == NULL || strcmp(end, units[i].u) == 0 ||
-                                                 strcasecmp(end, units[i].u) == 0)) {
+        if (strcasecmp(end, units[i].u) == 0) { /* "8GiB" binary, "8GB" decimal, any case */
             mul = units[i].m;
             found = true;
             break;
