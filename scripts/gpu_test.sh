@@ -47,5 +47,15 @@ for t in $GPU_TESTS; do
         fail=$((fail + 1))
     fi
 done
+# the OOM path forced by a second process holding the memory
+log=$(mktemp)
+bash tests/gpu/oom_second_process.sh >"$log" 2>&1
+cat "$log"
+res=$(grep '^RESULT ' "$log" | awk '{p += $3; f += $4} END {print p + 0, f + 0}')
+set -- $res
+pass=$((pass + $1))
+fail=$((fail + $2))
+[ -n "$1" ] && [ "$1" -gt 0 ] || fail=$((fail + 1))
+rm -f "$log"
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]

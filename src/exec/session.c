@@ -167,11 +167,14 @@ static hr_status no_room(hr_session_t *s, size_t have, const char *what) {
         k += (size_t)snprintf(cats + k, sizeof cats - k, "\n  %-18s %12s", hr_category_name((hr_category)i),
                               hr_format_bytes(r->category_at_peak[i], a, sizeof a));
     int64_t fit = s->model ? hr_largest_batch_on(s->model, &s->prog.cfg, have, s->overhead, s->prog.cfg.batch, s->be) : -1;
+    /* `have` counts the overhead too (a budget covers everything): what is
+     * left for the arena is have - overhead */
+    size_t room = have > s->overhead ? have - s->overhead : 0;
     return hr_error_set(HR_ERR_DEVICE_OOM,
-                        "batch %lld does not fit %s: the step needs %s (planned arena) + %s (runtime overhead), "
-                        "%s has %s.%s\n  largest batch that fits: %lld%s",
+                        "batch %lld does not fit %s: the step needs %s (planned arena) besides %s of runtime overhead, "
+                        "and %s leaves %s for it.%s\n  largest batch that fits: %lld%s",
                         (long long)s->prog.cfg.batch, s->be->name, hr_format_bytes(s->plan.arena_bytes, a, sizeof a),
-                        hr_format_bytes(s->overhead, b, sizeof b), what, hr_format_bytes(have, c, sizeof c), cats,
+                        hr_format_bytes(s->overhead, b, sizeof b), what, hr_format_bytes(room, c, sizeof c), cats,
                         (long long)fit, fit > 0 ? " (use --batch, or fit it with gradient accumulation)" : "");
 }
 
@@ -189,7 +192,7 @@ hr_status hr_session_alloc(hr_session_t *s) {
     size_t margin = s->be->arena_kind == HR_MEM_DEVICE ? (size_t)34 << 20 : 0;
     size_t free_b = 0, total_b = 0;
     if (s->be->mem_info && s->be->mem_info(s->be, &free_b, &total_b) == HR_OK && total_b && need + margin > free_b)
-        return no_room(s, (free_b > margin ? free_b - margin : 0) + s->overhead, "the device (less a 34 MiB margin)");
+        return no_room(s, (free_b > margin ? free_b - margin : 0) + s->overhead, "what is free on the device (less a 34 MiB margin)");
     if (!(s->ptr = hr_calloc((size_t)(g->nt ? g->nt : 1), sizeof(void *)))) return hr_error_prefix("alloc");
     hr_status st = s->be->arena_alloc(s->be, need, &s->arena);
     if (st != HR_OK) {
@@ -198,7 +201,7 @@ hr_status hr_session_alloc(hr_session_t *s) {
         s->arena = NULL;
         /* another process took the memory between the check and now */
         if (st == HR_ERR_DEVICE_OOM && s->be->mem_info && s->be->mem_info(s->be, &free_b, &total_b) == HR_OK)
-            return no_room(s, (free_b > margin ? free_b - margin : 0) + s->overhead, "the device now");
+            return no_room(s, (free_b > margin ? free_b - margin : 0) + s->overhead, "what is free on the device now");
         return st;
     }
     for (int i = 0; i < g->nt; i++)
