@@ -97,6 +97,8 @@ int hr_tensor_ndim(const hr_model_t *m, int t);
 int64_t hr_tensor_dim(const hr_model_t *m, int t, int i);
 int hr_model_output(const hr_model_t *m); /* the tensor before the loss */
 int hr_model_input(const hr_model_t *m);
+/* Classes of a model ending in CrossEntropyLoss; 0 for any other loss (or none). */
+int64_t hr_model_classes(const hr_model_t *m);
 
 /* ---- compiling: the step program and its plan ------------------------------ */
 typedef enum { HR_MODE_TRAIN = 0, HR_MODE_INFER } hr_mode;

@@ -91,6 +91,9 @@ static void test_batches(void) {
     EXPECT(2, "larger than the training set",
            HR " train %s/tiny.model --data synthetic --samples 100 --batch 1000 --epochs 1 --device cpu", tmp);
     EXPECT(2, "unknown option", HR " train %s/tiny.model --bogus", tmp);
+    /* integer labels must never be read as an MSE model's float targets */
+    write_file("mse.model", "input 4\nLinear(4, 3)\nloss MSELoss\n");
+    EXPECT(1, "CrossEntropyLoss", HR " train %s/mse.model --data synthetic --samples 64 --batch 8 --device cpu", tmp);
 }
 
 static void test_data_files(void) {
@@ -137,6 +140,9 @@ static void test_checkpoints(void) {
     snprintf(a, sizeof a, "%s/full.ckpt", tmp);
     snprintf(b, sizeof b, "%s/part.ckpt", tmp);
     CHECK(cmp_files(a, b) == 0, "a run resumed at step 21 must end bit-identical to the uninterrupted run");
+    /* resuming under another seed would silently continue another run */
+    EXPECT(2, "--seed 7", HR " train %s/tiny.model --data synthetic --samples 256 --batch 16 --epochs 4 --device cpu "
+                          "--seed 8 -q --resume %s/full.ckpt", tmp, tmp);
     /* eval reads it */
     EXPECT(0, "confusion matrix", HR " eval %s/tiny.model --weights %s --data synthetic --samples 256 --device cpu", tmp, a);
     /* PyTorch-style names in the file: parse the safetensors header with Python's json */

@@ -233,6 +233,14 @@ static void test_real_fashion(void) {
     CHECK(te.n == 10000 && te.c == 1 && te.h == 28 && te.w == 28 && te.nclasses == 10, "test shape");
     for (int i = 0; i < 10; i++) CHECK(tr.labels[i] == fm_train_first10[i], "train label %d", i);
     CHECK(tr.labels[59999] == 5 && te.labels[0] == 9 && te.labels[9999] == 5, "last / test labels");
+    {   /* the test set alone (what eval reads) is the same test set */
+        hr_dataset only;
+        CHECK(hr_fashion_load(NULL, NULL, &only) == HR_OK, "test set alone: %s", hr_last_error());
+        CHECK(only.n == 10000 && only.labels[0] == 9 && only.labels[9999] == 5 &&
+                  memcmp(only.images, te.images, sizeof(float) * 784) == 0,
+              "the test set alone differs from the one loaded with the training set");
+        hr_dataset_free(&only);
+    }
     int64_t cnt[2][10] = {{0}};
     for (int64_t i = 0; i < tr.n; i++) cnt[0][tr.labels[i]]++;
     for (int64_t i = 0; i < te.n; i++) cnt[1][te.labels[i]]++;

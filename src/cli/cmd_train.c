@@ -20,38 +20,41 @@ static double now(void) {
 
 /* The model's input as (c, h, w) and its number of classes. */
 static int model_io(hr_model_t *m, int *c, int *h, int *w, int *classes) {
-    int in = hr_model_input(m), out = hr_model_output(m);
+    int in = hr_model_input(m);
     int nd = hr_tensor_ndim(m, in);
     *c = *h = *w = 1;
     if (nd == 3) *c = (int)hr_tensor_dim(m, in, 0), *h = (int)hr_tensor_dim(m, in, 1), *w = (int)hr_tensor_dim(m, in, 2);
     else if (nd == 2) *h = (int)hr_tensor_dim(m, in, 0), *w = (int)hr_tensor_dim(m, in, 1);
     else *w = (int)hr_tensor_dim(m, in, 0);
-    *classes = hr_tensor_ndim(m, out) == 1 ? (int)hr_tensor_dim(m, out, 0) : 0;
+    *classes = (int)hr_model_classes(m);
     return 0;
 }
 
+/* train NULL: the test set only (eval), without decompressing the training set. */
 static hr_status load_data(const hr_cli_opts *o, hr_model_t *m, hr_dataset *train, hr_dataset *test) {
     int c, h, w, classes;
     model_io(m, &c, &h, &w, &classes);
     if (classes <= 0)
-        return hr_error_set(HR_ERR_INVALID_ARG, "%s: training needs a classifier ending in (batch, classes) and "
-                            "CrossEntropyLoss", o->model);
+        return hr_error_set(HR_ERR_INVALID_ARG, "%s: headroom train and eval take classifiers, models whose last "
+                            "line is 'loss CrossEntropyLoss'; an MSELoss model trains through the C API "
+                            "(hr_train_step with float targets)", o->model);
     hr_status st;
     if (!strcmp(o->data, "synthetic")) {
-        st = hr_synthetic_make(o->samples, c, h, w, classes, o->seed + 1, train);
+        st = train ? hr_synthetic_make(o->samples, c, h, w, classes, o->seed + 1, train) : HR_OK;
         if (!st) st = hr_synthetic_make(o->samples / 4 > 0 ? o->samples / 4 : 1, c, h, w, classes, o->seed + 2, test);
         return st;
     }
     st = hr_fashion_load(!strcmp(o->data, "fashion-mnist") ? NULL : o->data, train, test);
     if (st) return st;
-    int64_t per = (int64_t)train->c * train->h * train->w, want = (int64_t)c * h * w;
+    const hr_dataset *d = train ? train : test;
+    int64_t per = (int64_t)d->c * d->h * d->w, want = (int64_t)c * h * w;
     if (per != want)
         return hr_error_set(HR_ERR_SHAPE, "%s: the model's input has %lld values a sample (%dx%dx%d) but the data's "
                             "samples have %lld (%dx%dx%d); change the model's input line",
-                            o->model, (long long)want, c, h, w, (long long)per, train->c, train->h, train->w);
-    if (train->nclasses > classes)
+                            o->model, (long long)want, c, h, w, (long long)per, d->c, d->h, d->w);
+    if (d->nclasses > classes)
         return hr_error_set(HR_ERR_SHAPE, "%s: the data has %d classes but the model outputs %d", o->model,
-                            train->nclasses, classes);
+                            d->nclasses, classes);
     return HR_OK;
 }
 
@@ -182,6 +185,15 @@ int hr_cmd_train(const hr_cli_opts *o) {
             rc = hr_cli_fail(st);
             goto done;
         }
+        /* the shuffle and the dropout masks follow the seed: another seed
+         * would continue a different run without a word */
+        if (meta.fingerprint[0] && meta.seed != o->seed) {
+            fprintf(stderr, "headroom train: %s was written with --seed %llu; resume it with --seed %llu (this run has "
+                            "--seed %llu)\n", o->resume, (unsigned long long)meta.seed, (unsigned long long)meta.seed,
+                    (unsigned long long)o->seed);
+            rc = HR_EXIT_USAGE;
+            goto done;
+        }
         epoch0 = meta.epoch;
         batch0 = meta.batch;
         printf("resumed from %s: epoch %lld, batch %lld, step %lld\n", o->resume, (long long)epoch0, (long long)batch0,
@@ -292,12 +304,12 @@ int hr_cmd_eval(const hr_cli_opts *o) {
         return HR_EXIT_USAGE;
     }
     int rc = HR_EXIT_OK;
-    hr_dataset train = {0}, test = {0};
+    hr_dataset test = {0};
     hr_session_t *ev = NULL;
     int64_t *conf = NULL;
     hr_model_t *m = hr_modelfile_load(o->model);
     if (!m) return hr_cli_fail(HR_ERR_PARSE);
-    hr_status st = load_data(o, m, &train, &test);
+    hr_status st = load_data(o, m, NULL, &test);
     if (st) {
         rc = hr_cli_fail(st);
         goto done;
@@ -338,7 +350,6 @@ int hr_cmd_eval(const hr_cli_opts *o) {
 done:
     free(conf);
     hr_session_free(ev);
-    hr_dataset_free(&train);
     hr_dataset_free(&test);
     hr_model_free(m);
     return rc;

@@ -27,7 +27,8 @@ hr_status hr_idx_load(const char *images_path, const char *labels_path, int ncla
 /* Fashion-MNIST (or MNIST) from a folder holding train-images-idx3-ubyte(.gz),
  * train-labels-idx1-ubyte(.gz), t10k-images-idx3-ubyte(.gz) and
  * t10k-labels-idx1-ubyte(.gz); dir NULL means HR_FASHION_DIR. Normalises with
- * Fashion-MNIST's mean 0.2860 and std 0.3530. */
+ * Fashion-MNIST's mean 0.2860 and std 0.3530. train may be NULL: then only the
+ * test set is read (evaluation). */
 #define HR_FASHION_DIR "/usr/share/datasets/fashion-mnist"
 hr_status hr_fashion_load(const char *dir, hr_dataset *train, hr_dataset *test);
 /* Inputs drawn from N(0,1) (like torch.randn) and uniform labels; the same

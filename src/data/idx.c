@@ -218,8 +218,8 @@ static hr_status find_file(const char *dir, const char *name, char *path, size_t
 }
 
 hr_status hr_fashion_load(const char *dir, hr_dataset *train, hr_dataset *test) {
-    if (!train || !test) return hr_error_set(HR_ERR_INVALID_ARG, "hr_fashion_load: train and test must not be NULL");
-    memset(train, 0, sizeof *train);
+    if (!test) return hr_error_set(HR_ERR_INVALID_ARG, "hr_fashion_load: test must not be NULL");
+    if (train) memset(train, 0, sizeof *train);
     memset(test, 0, sizeof *test);
     if (!dir) dir = HR_FASHION_DIR;
     struct stat sb;
@@ -231,17 +231,17 @@ hr_status hr_fashion_load(const char *dir, hr_dataset *train, hr_dataset *test) 
     const float mean = 0.2860f, std = 0.3530f; /* of Fashion-MNIST's training pixels, /255 */
     char ti[4096], tl[4096], ei[4096], el[4096];
     hr_status st;
-    if ((st = find_file(dir, "train-images-idx3-ubyte", ti, sizeof ti)) != HR_OK ||
-        (st = find_file(dir, "train-labels-idx1-ubyte", tl, sizeof tl)) != HR_OK ||
+    if ((train && (st = find_file(dir, "train-images-idx3-ubyte", ti, sizeof ti)) != HR_OK) ||
+        (train && (st = find_file(dir, "train-labels-idx1-ubyte", tl, sizeof tl)) != HR_OK) ||
         (st = find_file(dir, "t10k-images-idx3-ubyte", ei, sizeof ei)) != HR_OK ||
         (st = find_file(dir, "t10k-labels-idx1-ubyte", el, sizeof el)) != HR_OK)
         return st;
-    if ((st = hr_idx_load(ti, tl, 10, mean, std, train)) != HR_OK) return st;
+    if (train && (st = hr_idx_load(ti, tl, 10, mean, std, train)) != HR_OK) return st;
     if ((st = hr_idx_load(ei, el, 10, mean, std, test)) != HR_OK) {
-        hr_dataset_free(train);
+        if (train) hr_dataset_free(train);
         return st;
     }
-    if (test->h != train->h || test->w != train->w) {
+    if (train && (test->h != train->h || test->w != train->w)) {
         st = hr_error_set(HR_ERR_FORMAT, "%s holds %dx%d images but %s holds %dx%d; both sets must come from "
                           "the same data set", ti, train->h, train->w, ei, test->h, test->w);
         hr_dataset_free(train);

@@ -59,6 +59,9 @@ hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_back
      * made them, then optimizer state. */
     hr_graph *g = &s->prog.g;
     if (!(s->state = hr_malloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1)))) goto fail;
+    const char *prof = getenv("HR_PROFILE");
+    if (prof && atoi(prof) > 0) /* diagnostics only: outside the plan and the fault counter; may stay NULL */
+        s->prof = calloc((size_t)(g->nn ? g->nn : 1), sizeof(double));
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < g->nt; i++)
             if (is_state(&g->t[i]) && (g->t[i].kind == HR_T_OPTSTATE) == (pass == 1)) s->state[s->nstate++] = i;
@@ -157,6 +160,10 @@ static hr_status upload_initial_state(hr_session_t *s) {
     return st;
 }
 
+/* Room kept free on a device beyond the plan: cudaMalloc hands out 2 MiB pages
+ * and the driver keeps some for itself (docs/benchmarks.md, largest batch). */
+#define HR_DEVICE_MARGIN ((size_t)34 << 20)
+
 /* The plan does not fit: say what it needs, by category, what there is, and
  * the largest batch that would fit, before anything is allocated. */
 static hr_status no_room(hr_session_t *s, size_t have, const char *what) {
@@ -189,10 +196,10 @@ hr_status hr_session_alloc(hr_session_t *s) {
     /* The driver hands out whole 2 MiB pages and keeps some room of its own:
      * a plan "fits" only with this much to spare, so that the answer holds
      * when cudaMalloc runs. */
-    size_t margin = s->be->arena_kind == HR_MEM_DEVICE ? (size_t)34 << 20 : 0;
+    size_t margin = s->be->arena_kind == HR_MEM_DEVICE ? HR_DEVICE_MARGIN : 0;
     size_t free_b = 0, total_b = 0;
     if (s->be->mem_info && s->be->mem_info(s->be, &free_b, &total_b) == HR_OK && total_b && need + margin > free_b)
-        return no_room(s, (free_b > margin ? free_b - margin : 0) + s->overhead, "what is free on the device (less a 34 MiB margin)");
+        return no_room(s, (free_b > margin ? free_b - margin : 0) + s->overhead, "what is free on the device (less a margin of 34 MiB)");
     if (!(s->ptr = hr_calloc((size_t)(g->nt ? g->nt : 1), sizeof(void *)))) return hr_error_prefix("alloc");
     hr_status st = s->be->arena_alloc(s->be, need, &s->arena);
     if (st != HR_OK) {
@@ -240,8 +247,6 @@ static void profile_print(hr_session_t *s) {
 static hr_status run_range(hr_session_t *s, int from, int to) {
     hr_graph *g = &s->prog.g;
     hr_step_info si = {s->t, s->prog.cfg.optim.lr, s->prog.cfg.seed, s->prog.cfg.optim, s->prog.sqnorm};
-    if (!s->prof && getenv("HR_PROFILE") && atoi(getenv("HR_PROFILE")) > 0)
-        s->prof = calloc((size_t)g->nn, sizeof(double)); /* diagnostics only: not planned, may stay NULL */
     if (s->prof && from == 0) s->prof_runs++;
     for (int k = from; k < to; k++) {
         if (k == s->prog.n_bwd_end) si.t = s->t + 1; /* the update is step t+1 */

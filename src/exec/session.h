@@ -19,7 +19,7 @@ struct hr_session {
     int *state;       /* tensor ids of named state: params, buffers, optimizer state */
     int nstate;
     size_t overhead;  /* measured runtime overhead of the backend */
-    double *prof;     /* HR_PROFILE=1: seconds spent in each node, printed at free */
+    double *prof;     /* HR_PROFILE=1 at compile: seconds spent in each node, printed at free */
     int64_t prof_runs;
 };
 

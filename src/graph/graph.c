@@ -238,3 +238,10 @@ hr_status hr_model_freeze(hr_model_t *m, const char *param_name) {
     return hr_error_set(HR_ERR_INVALID_ARG, "freeze: no parameter named '%s' in model '%s'", param_name, m->name);
 }
 int hr_model_input(const hr_model_t *m) { return m ? m->input : -1; }
+
+int64_t hr_model_classes(const hr_model_t *m) {
+    if (!m || m->loss < 0) return 0;
+    for (int i = 0; i < m->g.nn; i++)
+        if (m->g.n[i].out[0] == m->loss) return m->g.n[i].op == HR_OP_CROSS_ENTROPY ? m->g.n[i].a.nclasses : 0;
+    return 0;
+}

@@ -123,8 +123,9 @@ typedef struct {
     char fingerprint[96];  /* names and shapes of the parameters and buffers, hashed */
 } hr_ckpt_meta;
 
-/* The session's fingerprint: "N tensors, M values, fnv1a64 XXXXXXXXXXXXXXXX"
- * over the names and shapes of parameters and buffers (not optimizer state). */
+/* The session's fingerprint, "N tensors, M values, fnv1a64 " and the 64-bit
+ * FNV-1a hash in 16 hex digits, over the names and shapes of parameters and
+ * buffers (not optimizer state). */
 void hr_checkpoint_fingerprint(const hr_session_t *s, char *buf, size_t n);
 /* Saves every state tensor atomically (see hr_safetensors_write). The
  * fingerprint and step stored are the session's own; meta->fingerprint and

@@ -134,12 +134,12 @@ static int by_offset(const void *a, const void *b) {
     return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
-/* Greedy by size: the largest blocks first, each into the tightest gap among
- * the already placed blocks whose lifetimes overlap it. */
 static hr_status too_big(void) {
     return hr_error_set(HR_ERR_INVALID_ARG, "the plan needs more than 2^64 bytes; plan a smaller batch");
 }
 
+/* Greedy: blocks in the given order, each into the tightest gap among the
+ * already placed blocks whose lifetimes overlap it. */
 static hr_status place(block *b, int nb, size_t base, size_t *top, int (*order)(const void *, const void *)) {
     qsort(b, (size_t)nb, sizeof *b, order);
     block **live = hr_malloc(sizeof *live * (size_t)(nb ? nb : 1));
