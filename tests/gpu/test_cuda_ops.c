@@ -329,6 +329,20 @@ static hr_model_t *overlap_pool(void) { /* overlapping windows and ReLU's zeros:
     return m;
 }
 
+/* a 16x16 window has 256 positions, more than a byte's offsets: the max pool
+ * keeps x and its backward finds the argmax again (the other CUDA path) */
+static hr_model_t *wide_pool(void) {
+    hr_model_t *m = hr_model_new("wide_pool");
+    int x = hr_input(m, "x", 3, (int64_t[]){2, 16, 16});
+    x = hr_conv2d(m, NULL, x, 2, 3, 3, 1, 1, true);
+    x = hr_relu(m, NULL, x);
+    x = hr_maxpool2d(m, NULL, x, 16, 16); /* 3x1x1 */
+    x = hr_flatten(m, NULL, x);
+    x = hr_linear(m, NULL, x, 3, 4, true);
+    hr_loss_cross_entropy(m, x, 4);
+    return m;
+}
+
 static hr_model_t *seed_mlp(void) {
     hr_model_t *m = hr_model_new("mlp");
     int x = hr_input(m, "x", 1, (int64_t[]){1000});
@@ -507,7 +521,7 @@ int main(void) {
     test_faults();
 
     printf("node by node, CUDA vs CPU on identical inputs\n");
-    hr_model_t *ms[5] = {mlp_dropout(), cnn_bn(), res_concat(), bn1d_softmax_mse(), overlap_pool()};
+    hr_model_t *ms[6] = {mlp_dropout(), cnn_bn(), res_concat(), bn1d_softmax_mse(), overlap_pool(), wide_pool()};
     hr_config_t c1 = config(16, HR_OPTIM_ADAM);
     c1.optim.clip_norm = 0.5f;
     hr_config_t c2 = config(8, HR_OPTIM_SGD);
@@ -524,6 +538,7 @@ int main(void) {
     run_nodes("res_concat", ms[2], c3);
     run_nodes("bn1d_softmax", ms[3], c4);
     run_nodes("overlap_pool", ms[4], c5);
+    run_nodes("wide_pool", ms[5], c5);
     run_nodes("cnn_bn infer", ms[1], ci);
     /* the batch cut into several library calls, as for tensors of 2^31 elements */
     setenv("HR_CUDA_MAX_CALL_ELEMS", "2000", 1); /* first conv: 1 sample a call; second: 6, then 2 */
@@ -543,7 +558,8 @@ int main(void) {
     run_steps("res_concat", ms[2], c3, 3, 1e-5, 1e-4, 1e-5, 1e-5);
     run_steps("bn1d_softmax", ms[3], c4, 3, 1e-5, 1e-4, 1e-5, 1e-5);
     run_steps("overlap_pool", ms[4], c5, 3, 1e-5, 1e-4, 1e-5, 1e-5);
-    for (int i = 0; i < 5; i++) hr_model_free(ms[i]);
+    run_steps("wide_pool", ms[5], c5, 3, 1e-5, 1e-4, 1e-5, 1e-5);
+    for (int i = 0; i < 6; i++) hr_model_free(ms[i]);
 
     printf("seed models, 5 Adam steps, CUDA vs CPU\n");
     hr_model_t *seeds[3] = {seed_mlp(), seed_simple_cnn(), seed_deep_cnn()};
