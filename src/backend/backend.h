@@ -28,12 +28,25 @@ struct hr_backend {
     hr_status (*download)(hr_backend *be, void *dst, const void *src, size_t n);
     /* Runs node n; ptr[i] is the data of tensor i (NULL for tensors not placed). */
     hr_status (*run)(hr_backend *be, const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si);
+    /* Optional: runs the `count` consecutive nodes nodes[0..count) of g, all of
+     * one update op (HR_OP_ADAM or HR_OP_SGD), as one launch where it can (a
+     * multi-tensor update); the same bits as `run` on each in turn. NULL: the
+     * session runs them one by one. */
+    hr_status (*run_group)(hr_backend *be, const hr_graph *g, const hr_node *nodes, int count, void *const *ptr,
+                           const hr_step_info *si);
     hr_status (*sync)(hr_backend *be);
     hr_status (*mem_info)(hr_backend *be, size_t *free_bytes, size_t *total_bytes); /* NULL: unknown */
     /* Optional: allocations of the device allocator so far (tests count them). */
     int64_t (*alloc_count)(hr_backend *be);
     /* Bytes the backend itself holds (CUDA context, library handles), measured. */
     size_t (*overhead)(hr_backend *be);
+    /* Optional, for HR_PROFILE=2 (both or neither): mark records a timestamp
+     * in the device's queue, in slot `slot` (0-based; the backend makes room
+     * as slots appear), without waiting; mark_ms gives the milliseconds from
+     * slot a's mark to slot b's once both have passed (after sync), < 0 when
+     * it can't tell. */
+    hr_status (*mark)(hr_backend *be, int slot);
+    double (*mark_ms)(hr_backend *be, int a, int b);
     void (*free)(hr_backend *be);
 };
 

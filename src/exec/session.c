@@ -60,8 +60,15 @@ hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_back
     hr_graph *g = &s->prog.g;
     if (!(s->state = hr_malloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1)))) goto fail;
     const char *prof = getenv("HR_PROFILE");
-    if (prof && atoi(prof) > 0) /* diagnostics only: outside the plan and the fault counter; may stay NULL */
+    if (prof && atoi(prof) > 0) { /* diagnostics only: outside the plan and the fault counter; may stay NULL */
         s->prof = calloc((size_t)(g->nn ? g->nn : 1), sizeof(double));
+        s->prof_span = calloc((size_t)(g->nn ? g->nn : 1), sizeof(int));
+        if (!s->prof_span) {
+            free(s->prof);
+            s->prof = NULL;
+        }
+        s->prof_events = atoi(prof) >= 2 && be->mark && be->mark_ms;
+    }
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < g->nt; i++)
             if (is_state(&g->t[i]) && (g->t[i].kind == HR_T_OPTSTATE) == (pass == 1)) s->state[s->nstate++] = i;
@@ -88,6 +95,7 @@ void hr_session_free(hr_session_t *s) {
     if (s->prof) {
         profile_print(s);
         free(s->prof);
+        free(s->prof_span);
     }
     if (s->be) {
         if (s->arena) s->be->arena_free(s->be, s->arena);
@@ -229,37 +237,85 @@ static double seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* HR_PROFILE=1 times every node (synchronising after each, so only for
- * looking, not for benchmarks) and prints the table when the session ends. */
+/* HR_PROFILE=1 times every node on the host, synchronising after each (so
+ * only for looking, not for benchmarks; on a GPU it counts launch latency and
+ * hides overlap). HR_PROFILE=2, where the backend has marks, records one in
+ * the device's queue before each node and after the last, syncs once a step
+ * and gives each node the device time to the next mark, gaps included: the
+ * column sums to the step's device time (the first node's includes waiting
+ * for the batch's upload). The table prints when the session ends, leaving
+ * out the first step (cuDNN's tuning, lazy loading) once there is a second;
+ * a group of update nodes run as one launch has its time in its first. */
 static void profile_print(hr_session_t *s) {
     hr_graph *g = &s->prog.g;
-    double total = 0;
+    double total = 0, runs = (double)(s->prof_runs ? s->prof_runs : 1);
     for (int k = 0; k < g->nn; k++) total += s->prof[k];
-    fprintf(stderr, "profile: %s on %s, %lld runs, %.3f ms a step\n", s->model_name, s->be->name, (long long)s->prof_runs,
-            1e3 * total / (double)(s->prof_runs ? s->prof_runs : 1));
-    for (int k = 0; k < g->nn; k++) {
+    fprintf(stderr, "profile: %s on %s, %lld runs, %.3f ms a step (%s)\n", s->model_name, s->be->name,
+            (long long)s->prof_runs, 1e3 * total / runs,
+            s->prof_events ? "device events, gaps between nodes included" : "host time, synchronised after each node");
+    for (int k = 0, group = -1, group_end = 0; k < g->nn; k++) {
         const hr_node *n = &g->n[k];
-        fprintf(stderr, "  %3d %-28s %-8s %9.3f ms %5.1f%%\n", k, hr_op_name(n->op), n->layer >= 0 ? g->l[n->layer].name : "",
-                1e3 * s->prof[k] / (double)(s->prof_runs ? s->prof_runs : 1), total > 0 ? 100 * s->prof[k] / total : 0);
+        const char *layer = n->layer >= 0 ? g->l[n->layer].name : "";
+        if (k < group_end) {
+            fprintf(stderr, "  %3d %-28s %-8s    (in node %d's launch)\n", k, hr_op_name(n->op), layer, group);
+            continue;
+        }
+        fprintf(stderr, "  %3d %-28s %-8s %9.3f ms %5.1f%%", k, hr_op_name(n->op), layer, 1e3 * s->prof[k] / runs,
+                total > 0 ? 100 * s->prof[k] / total : 0);
+        if (s->prof_span[k] > 1) {
+            group = k;
+            group_end = k + s->prof_span[k];
+            fprintf(stderr, "  one launch for nodes %d-%d", k, group_end - 1);
+        }
+        fputc('\n', stderr);
     }
 }
 
+/* Runs nodes [from, to). A run of update nodes of one op goes to the backend
+ * as one group where it can (a multi-tensor launch); the step number changes
+ * at n_bwd_end, so no group crosses it. */
 static hr_status run_range(hr_session_t *s, int from, int to) {
     hr_graph *g = &s->prog.g;
     hr_step_info si = {s->t, s->prog.cfg.optim.lr, s->prog.cfg.seed, s->prog.cfg.optim, s->prog.sqnorm};
-    if (s->prof && from == 0) s->prof_runs++;
-    for (int k = from; k < to; k++) {
+    hr_backend *be = s->be;
+    bool host_prof = s->prof && !s->prof_events, dev_prof = s->prof && s->prof_events;
+    if (s->prof && from == 0) {
+        if (s->prof_runs == 1 && !s->prof_skipped) { /* the first step tunes and warms up: left out */
+            memset(s->prof, 0, sizeof(double) * (size_t)g->nn);
+            s->prof_runs = 0;
+            s->prof_skipped = true;
+        }
+        s->prof_runs++;
+    }
+    for (int k = from, cnt; k < to; k += cnt) {
         if (k == s->prog.n_bwd_end) si.t = s->t + 1; /* the update is step t+1 */
-        double t0 = s->prof ? seconds() : 0;
-        hr_status st = s->be->run(s->be, g, &g->n[k], s->ptr, &si);
-        if (s->prof) {
-            s->be->sync(s->be);
+        const hr_node *n = &g->n[k];
+        bool group = be->run_group && (n->op == HR_OP_ADAM || n->op == HR_OP_SGD);
+        cnt = 1;
+        while (group && k + cnt < to && k + cnt != s->prog.n_bwd_end && n[cnt].op == n->op) cnt++;
+        if (dev_prof && be->mark(be, k) != HR_OK)
+            return hr_error_prefix("step %lld, profiling mark at node %d", (long long)s->t + 1, k);
+        double t0 = host_prof ? seconds() : 0;
+        hr_status st = group ? be->run_group(be, g, n, cnt, s->ptr, &si) : be->run(be, g, n, s->ptr, &si);
+        if (host_prof) {
+            be->sync(be);
             s->prof[k] += seconds() - t0;
         }
+        if (s->prof) s->prof_span[k] = cnt;
         if (st != HR_OK) {
-            const hr_node *n = &g->n[k];
-            return hr_error_prefix("step %lld, node %d (%s%s%s)", (long long)s->t + 1, k, hr_op_name(n->op),
-                                   n->layer >= 0 ? ", layer " : "", n->layer >= 0 ? g->l[n->layer].name : "");
+            char grp[64] = "";
+            if (cnt > 1) snprintf(grp, sizeof grp, ", launched with the %d update nodes after it", cnt - 1);
+            return hr_error_prefix("step %lld, node %d (%s%s%s%s)", (long long)s->t + 1, k, hr_op_name(n->op),
+                                   n->layer >= 0 ? ", layer " : "", n->layer >= 0 ? g->l[n->layer].name : "", grp);
+        }
+    }
+    if (dev_prof && from < to) {
+        hr_status st = be->mark(be, to);
+        if (!st) st = be->sync(be);
+        if (st) return hr_error_prefix("step %lld, profiling mark after node %d", (long long)s->t + 1, to - 1);
+        for (int k = from; k < to; k += s->prof_span[k]) {
+            double ms = be->mark_ms(be, k, k + s->prof_span[k]);
+            if (ms > 0) s->prof[k] += 1e-3 * ms;
         }
     }
     return HR_OK;

@@ -19,7 +19,11 @@ struct hr_session {
     int *state;       /* tensor ids of named state: params, buffers, optimizer state */
     int nstate;
     size_t overhead;  /* measured runtime overhead of the backend */
-    double *prof;     /* HR_PROFILE=1 at compile: seconds spent in each node, printed at free */
+    /* HR_PROFILE at compile (diagnostics: plain calloc, may stay NULL) */
+    double *prof;     /* seconds spent in each node (a group's in its first), printed at free */
+    int *prof_span;   /* per node: how many nodes ran with it as one group, last run; 0 inside a group */
+    bool prof_events; /* HR_PROFILE=2 on a backend with marks: device time, no sync between nodes */
+    bool prof_skipped; /* the first step was dropped from the table */
     int64_t prof_runs;
 };
 

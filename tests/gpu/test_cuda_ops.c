@@ -1,5 +1,6 @@
 /* test_cuda_ops.c — the CUDA backend against the CPU backend (the reference
- * semantics): every op code node by node with identical inputs, whole steps
+ * semantics): every op code node by node with identical inputs, a whole
+ * update of 62 parameters as one group (multi-tensor launches), whole steps
  * of small models, the three seed models for 5 Adam steps, and the memory
  * promises: no device allocation in 100 steady-state steps, measured device
  * memory equal to the planned arena plus the measured overhead, a clean
@@ -254,6 +255,74 @@ static void run_steps(const char *name, const hr_model_t *m, hr_config_t c, int 
     CHECK(lerr <= loss_tol, "%s: loss relative error %.3g > %.1g", name, lerr, loss_tol);
     CHECK(perr <= param_tol, "%s: parameter error %.3g > %.1g", name, perr, param_tol);
     CHECK(prms <= rms_tol, "%s: parameter rms difference %.3g > %.1g", name, prms, rms_tol);
+out:
+    hr_session_free(a);
+    hr_session_free(b);
+}
+
+/* ---- the update as groups ------------------------------------------------------ */
+/* 31 Linear layers, 62 parameters: more than one launch's table (48,
+ * HR_MT_MAX in hr_cuda.h); tensors of odd sizes from 1 element to 2.25M (past
+ * the 8192-block cap of hr_grid: a block strides over its tensor). Only the
+ * update runs. */
+static hr_model_t *many_params(void) {
+    hr_model_t *m = hr_model_new("many_params");
+    int x = hr_input(m, "x", 1, (int64_t[]){2048});
+    x = hr_linear(m, NULL, x, 2048, 1100, true);
+    int64_t w = 1100;
+    for (int i = 0; i < 29; i++) {
+        int64_t o = 1 + (i * 37) % 61;
+        x = hr_linear(m, NULL, x, w, o, true);
+        x = hr_relu(m, NULL, x);
+        w = o;
+    }
+    x = hr_linear(m, NULL, x, w, 3, true);
+    hr_loss_cross_entropy(m, x, 3);
+    return m;
+}
+
+/* Random parameters, gradients, state and squared norm; then every update
+ * node on the CPU one by one, and all of them as one run_group on the GPU, at
+ * step t: the same bits. */
+static void run_update_group(const char *name, const hr_model_t *m, hr_config_t c, int64_t t) {
+    c.keep_grads = true;
+    hr_session_t *a = open_session(m, c, HR_DEVICE_CPU), *b = open_session(m, c, HR_DEVICE_CUDA);
+    if (!a || !b) goto out;
+    const hr_graph *g = &a->prog.g;
+    int first = -1, count = 0;
+    for (int k = a->prog.n_bwd_end; k < g->nn; k++)
+        if (g->n[k].op == HR_OP_SGD || g->n[k].op == HR_OP_ADAM) {
+            if (first < 0) first = k;
+            count++;
+        }
+    CHECK(count > 48 && first + count == g->nn, "%s: %d update nodes from node %d of %d", name, count, first,
+          g->nn);
+    if (first < 0 || !b->be->run_group) goto out;
+    for (int k = first; k < g->nn; k++)
+        for (int i = 0; i < 4; i++) {
+            int ti = g->n[k].in[i];
+            if (ti < 0) continue;
+            float *v = a->ptr[ti];
+            int64_t n = hr_shape_numel(&g->t[ti].shape);
+            for (int64_t j = 0; j < n; j++) v[j] = i == 3 ? fabsf(frand()) * 0.01f : frand(); /* exp_avg_sq >= 0 */
+            push(a, b, ti);
+        }
+    if (a->prog.sqnorm >= 0) {
+        ((float *)a->ptr[a->prog.sqnorm])[0] = 30.0f; /* norm 5.48: clip_norm below it scales */
+        push(a, b, a->prog.sqnorm);
+    }
+    hr_step_info si = {t, c.optim.lr, c.seed, c.optim, a->prog.sqnorm};
+    for (int k = first; k < g->nn; k++)
+        CHECK(a->be->run(a->be, g, &g->n[k], a->ptr, &si) == HR_OK, "%s cpu node %d: %s", name, k, hr_last_error());
+    hr_status st = b->be->run_group(b->be, &b->prog.g, &b->prog.g.n[first], count, b->ptr, &si);
+    if (st == HR_OK) st = b->be->sync(b->be);
+    CHECK(st == HR_OK, "%s: run_group: %s", name, hr_last_error());
+    double e = 0;
+    for (int k = first; k < g->nn && st == HR_OK; k++)
+        for (int i = 0; i < 4; i++)
+            if (i != 1 && g->n[k].in[i] >= 0) e = fmax(e, compare_tensor(a, b, g->n[k].in[i], name));
+    printf("  %-28s %d nodes at step %lld: nerr %.3g\n", name, count, (long long)t, e);
+    CHECK(e == 0, "%s: the grouped update differs from the CPU's (nerr %.3g)", name, e);
 out:
     hr_session_free(a);
     hr_session_free(b);
@@ -551,6 +620,25 @@ int main(void) {
         printf("  %-20s %6d %12.3g %10.1g\n", hr_op_name((hr_op)op), seen[op], worst[op], bound[op]);
         CHECK(seen[op] > 0, "op %s was never run", hr_op_name((hr_op)op));
     }
+
+    printf("the update as one group, CUDA vs CPU\n");
+    hr_model_t *mp = many_params();
+    hr_config_t u = config(2, HR_OPTIM_SGD);
+    u.optim.lr = 0.05f;
+    run_update_group("SGD", mp, u, 1);
+    u.optim.momentum = 0.9f, u.optim.dampening = 0.1f, u.optim.weight_decay = 1e-3f;
+    run_update_group("SGD momentum, first step", mp, u, 1);
+    run_update_group("SGD momentum", mp, u, 3);
+    u.optim.dampening = 0, u.optim.nesterov = true, u.optim.clip_norm = 1.0f;
+    run_update_group("SGD nesterov clip_norm", mp, u, 2);
+    u = config(2, HR_OPTIM_ADAM);
+    u.optim.clip_norm = 2.0f, u.optim.weight_decay = 1e-2f;
+    run_update_group("Adam clip_norm", mp, u, 1);
+    run_update_group("Adam clip_norm", mp, u, 4);
+    u = config(2, HR_OPTIM_ADAMW);
+    u.optim.weight_decay = 0.01f;
+    run_update_group("AdamW", mp, u, 2);
+    hr_model_free(mp);
 
     printf("whole steps, CUDA vs CPU\n");
     run_steps("mlp_dropout", ms[0], c1, 3, 1e-5, 1e-4, 1e-5, 1e-5);

@@ -104,10 +104,13 @@ hr_backend *hr_backend_cpu_new(const hr_config_t *cfg) {
         /* .upload         = */ cpu_copy,
         /* .download       = */ cpu_copy,
         /* .run            = */ cpu_run,
+        /* .run_group      = */ NULL,
         /* .sync           = */ cpu_sync,
         /* .mem_info       = */ NULL,
         /* .alloc_count    = */ NULL,
         /* .overhead       = */ NULL,
+        /* .mark           = */ NULL,
+        /* .mark_ms        = */ NULL,
         /* .free           = */ cpu_free,
     };
     return be;

@@ -136,7 +136,7 @@ static size_t cuda_workspace(hr_backend *be, const hr_graph *g, const hr_node *n
     learn_staging(c, g, n);
     switch (n->op) {
     case HR_OP_CONV2D: case HR_OP_CONV2D_BWD: return hr_cuda_conv_workspace(c, g, n);
-    case HR_OP_LINEAR: case HR_OP_LINEAR_BWD: return HR_CUDA_CUBLAS_WS;
+    case HR_OP_LINEAR: case HR_OP_LINEAR_BWD: return hr_cuda_linear_workspace(c, g, n, HR_CUDA_CUBLAS_WS);
     case HR_OP_CROSS_ENTROPY: case HR_OP_MSE: case HR_OP_GRAD_SQNORM: return HR_CUDA_RED_BYTES;
     default: return 0;
     }
@@ -428,21 +428,34 @@ static hr_status loss(hr_cuda *c, const hr_graph *g, const hr_node *n, void *con
     return HR_OK;
 }
 
-static hr_status optim(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si) {
+/* Updates nodes[0..count), all SGD or all Adam, in launches of up to
+ * HR_MT_MAX parameters; the step's scalars are made once, on the host,
+ * exactly as cpu_optim.c makes them. */
+static hr_status optim(hr_cuda *c, const hr_graph *g, const hr_node *nodes, int count, void *const *ptr,
+                       const hr_step_info *si) {
     const hr_optim_t *o = &si->optim;
-    int64_t N = numel(g, n->in[0]);
     const float *sq = si->sqnorm >= 0 && o->clip_norm > 0 ? P_F(si->sqnorm) : NULL;
-    if (n->op == HR_OP_SGD) {
-        float *buf = n->in[2] >= 0 ? P_F(n->in[2]) : NULL;
-        HR_CU(hrk_sgd(c->stream, P_F(n->in[0]), P_F(n->in[1]), buf, N, sq, o->clip_norm, si->lr, o->weight_decay,
-                      o->momentum, o->dampening, o->nesterov, si->t == 1));
-        return HR_OK;
-    }
-    /* the step's scalars on the host, exactly as cpu_optim.c makes them */
+    bool sgd = nodes[0].op == HR_OP_SGD;
     double bc1 = 1.0 - pow((double)o->beta1, (double)si->t), bc2 = 1.0 - pow((double)o->beta2, (double)si->t);
     float step = (float)(si->lr / bc1), bc2s = (float)sqrt(bc2);
-    HR_CU(hrk_adam(c->stream, P_F(n->in[0]), P_F(n->in[1]), P_F(n->in[2]), P_F(n->in[3]), N, sq, o->clip_norm, si->lr,
-                   o->beta1, o->beta2, o->eps, o->weight_decay, o->kind == HR_OPTIM_ADAMW, step, bc2s));
+    hr_mt_tensor t[HR_MT_MAX];
+    for (int k0 = 0; k0 < count; k0 += HR_MT_MAX) {
+        int m = count - k0 < HR_MT_MAX ? count - k0 : HR_MT_MAX;
+        for (int j = 0; j < m; j++) {
+            const hr_node *n = &nodes[k0 + j];
+            if (n->op != nodes[0].op)
+                return hr_error_set(HR_ERR_INTERNAL, "cuda backend: a group of %s nodes holds a %s",
+                                    hr_op_name(nodes[0].op), hr_op_name(n->op));
+            t[j] = (hr_mt_tensor){P_F(n->in[0]), P_F(n->in[1]), n->in[2] >= 0 ? P_F(n->in[2]) : NULL,
+                                  !sgd ? P_F(n->in[3]) : NULL, numel(g, n->in[0])};
+        }
+        if (sgd)
+            HR_CU(hrk_sgd_mt(c->stream, t, m, sq, o->clip_norm, si->lr, o->weight_decay, o->momentum, o->dampening,
+                             o->nesterov, si->t == 1));
+        else
+            HR_CU(hrk_adam_mt(c->stream, t, m, sq, o->clip_norm, si->lr, o->beta1, o->beta2, o->eps, o->weight_decay,
+                              o->kind == HR_OPTIM_ADAMW, step, bc2s));
+    }
     return HR_OK;
 }
 
@@ -497,9 +510,46 @@ static hr_status cuda_run(hr_backend *be, const hr_graph *g, const hr_node *n, v
         HR_CU(hrk_sqnorm(s, P_F(n->in[0]), numel(g, n->in[0]), P_F(n->out[0]), n->accum[0], ws));
         return HR_OK;
     }
-    case HR_OP_SGD: case HR_OP_ADAM: return optim(c, g, n, ptr, si);
+    case HR_OP_SGD: case HR_OP_ADAM: return optim(c, g, n, 1, ptr, si);
     default: return hr_error_set(HR_ERR_INTERNAL, "cuda backend: no kernel for op %s", hr_op_name(n->op));
     }
+}
+
+/* A run of update nodes: the whole update of a step in a few launches. */
+static hr_status cuda_run_group(hr_backend *be, const hr_graph *g, const hr_node *nodes, int count, void *const *ptr,
+                                const hr_step_info *si) {
+    if (count <= 0) return HR_OK;
+    if (nodes[0].op != HR_OP_SGD && nodes[0].op != HR_OP_ADAM)
+        return hr_error_set(HR_ERR_INTERNAL, "cuda backend: no group launch for op %s", hr_op_name(nodes[0].op));
+    return optim(ctx_of(be), g, nodes, count, ptr, si);
+}
+
+/* ---- profiling marks (HR_PROFILE=2) ------------------------------------------ */
+/* Diagnostics only: the event array comes from plain realloc, outside the
+ * fault-injection counter, and grows as slots appear (one a node, plus one). */
+static hr_status cuda_mark(hr_backend *be, int slot) {
+    hr_cuda *c = ctx_of(be);
+    if (slot < 0) return hr_error_set(HR_ERR_INTERNAL, "cuda backend: profiling mark %d", slot);
+    if (slot >= c->nmarks) {
+        int want = slot + 1 > 2 * c->nmarks ? slot + 1 : 2 * c->nmarks;
+        cudaEvent_t *ev = realloc(c->marks, sizeof *ev * (size_t)want);
+        if (!ev) return hr_error_set(HR_ERR_OOM, "profiling: no room for %d timing events", want);
+        c->marks = ev;
+        for (; c->nmarks < want; c->nmarks++) HR_CU(cudaEventCreate(&c->marks[c->nmarks]));
+    }
+    HR_CU(cudaEventRecord(c->marks[slot], c->stream));
+    return HR_OK;
+}
+
+static double cuda_mark_ms(hr_backend *be, int a, int b) {
+    hr_cuda *c = ctx_of(be);
+    float ms = 0;
+    if (a < 0 || b < 0 || a >= c->nmarks || b >= c->nmarks) return -1;
+    if (cudaEventElapsedTime(&ms, c->marks[a], c->marks[b]) != cudaSuccess) {
+        cudaGetLastError();
+        return -1;
+    }
+    return ms;
 }
 
 /* ---- lifetime ---------------------------------------------------------------- */
@@ -515,6 +565,8 @@ static void cuda_free(hr_backend *be) {
         for (int i = 0; i < 2; i++)
             if (c->slot_ev[i]) cudaEventDestroy(c->slot_ev[i]);
         if (c->compute_ev) cudaEventDestroy(c->compute_ev);
+        for (int i = 0; i < c->nmarks; i++) cudaEventDestroy(c->marks[i]);
+        free(c->marks);
         if (c->copy_stream) cudaStreamDestroy(c->copy_stream);
         if (c->stream) cudaStreamDestroy(c->stream);
         cudaGetLastError();
@@ -546,10 +598,13 @@ hr_backend *hr_backend_cuda_new(const hr_config_t *cfg) {
         /* .upload         = */ cuda_upload,
         /* .download       = */ cuda_download,
         /* .run            = */ cuda_run,
+        /* .run_group      = */ cuda_run_group,
         /* .sync           = */ cuda_sync,
         /* .mem_info       = */ cuda_mem_info,
         /* .alloc_count    = */ cuda_alloc_count,
         /* .overhead       = */ cuda_overhead,
+        /* .mark           = */ cuda_mark,
+        /* .mark_ms        = */ cuda_mark_ms,
         /* .free           = */ cuda_free,
     };
     if (cuda_init(c, cfg) != HR_OK) {

@@ -1,9 +1,14 @@
-/* cuda_dnn.c — Conv2d through cuDNN's convolution API, the library loaded at
- * run time. Algorithms come from cuDNN's heuristics (never cudnnFind, which
- * allocates), chosen once per shape while the program is planned, so the
- * planner places their workspace in the arena before anything runs. */
+/* cuda_dnn.c — Conv2d through cuDNN, the library loaded at run time. Each
+ * convolution (forward, backward data, backward filter) of each shape is
+ * planned once while the program is planned, so the planner places its
+ * workspace in the arena before anything runs: through the graph API
+ * (cudnn_graph.c: engine configurations from cuDNN's heuristics, timed at the
+ * first run) where the library offers it, else through the legacy API's
+ * algorithms (cuDNN's heuristics, never cudnnFind, which allocates).
+ * HR_CUDNN_API=legacy keeps to the legacy API. */
 #include "backend/cuda/hr_cuda.h"
 #include "backend/cuda/cudnn_api.h"
+#include "backend/cuda/cudnn_graph.h"
 
 #include <dlfcn.h>
 #include <limits.h>
@@ -51,12 +56,14 @@ struct hr_cuda_dnn {
                                     cudnnTensorDescriptor_t, const void *, cudnnConvolutionDescriptor_t, int, void *,
                                     size_t, const void *, cudnnFilterDescriptor_t, void *);
     cudaEvent_t ev[2]; /* timing the candidates (autotune); made at the first use */
+    hr_cudnn_graph *G; /* the graph API; NULL: legacy only */
 };
 
 /* One convolution shape (N is a chunk of the batch: cuDNN's legacy API takes
  * tensors of fewer than 2^31 elements) and the algorithms chosen for it. */
 struct hr_cuda_conv {
     int N, C, H, W, K, kh, kw, sh, sw, ph, pw, OH, OW;
+    int align; /* bytes every call's x and y pointers keep: 16, or 4 where chunks start off a 16-byte line */
     bool tf32;
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
@@ -72,6 +79,10 @@ struct hr_cuda_conv {
         size_t ws;
     } cand[3][8];
     bool tuned[3];
+    /* through the graph API: one op per convolution and beta (0: write, 1: add) */
+    hr_cudnn_op *gop[3][2];
+    bool gtried[3][2];
+    char gwhy[3][2][96]; /* why there is none */
 };
 
 enum { FWD = 0, BWD_DATA = 1, BWD_FILTER = 2 };
@@ -146,6 +157,8 @@ hr_status hr_cuda_dnn_open(hr_cuda *c) {
         hr_free(d);
         return HR_ERR_UNSUPPORTED;
     }
+    const char *api = getenv("HR_CUDNN_API");
+    if (!(api && !strcmp(api, "legacy"))) d->G = hr_cudnn_graph_open(lib, d->h);
     c->dnn = d;
     return HR_OK;
 }
@@ -153,6 +166,8 @@ hr_status hr_cuda_dnn_open(hr_cuda *c) {
 static void conv_free(hr_cuda_dnn *d, hr_cuda_conv *p) {
     if (!p) return;
     if (d) {
+        for (int w = 0; w < 3; w++)
+            for (int b = 0; b < 2; b++) hr_cudnn_op_free(d->G, p->gop[w][b]);
         if (p->xd) d->DestroyTensorDescriptor(p->xd);
         if (p->yd) d->DestroyTensorDescriptor(p->yd);
         if (p->wd) d->DestroyFilterDescriptor(p->wd);
@@ -169,6 +184,7 @@ void hr_cuda_dnn_close(hr_cuda *c) {
     if (!c->dnn) return;
     for (int i = 0; i < 2; i++)
         if (c->dnn->ev[i]) cudaEventDestroy(c->dnn->ev[i]);
+    hr_cudnn_graph_close(c->dnn->G);
     c->dnn->Destroy(c->dnn->h);
     dlclose(c->dnn->lib);
     hr_free(c->dnn);
@@ -196,8 +212,13 @@ static bool shape_of(const hr_cuda *c, const hr_graph *g, const hr_node *n, conv
     return s->chunk >= 1;
 }
 
+static int align_of(const conv_shape *s) {
+    bool whole = s->chunk >= s->N; /* one call: the planned tensors start on HR_ALIGN */
+    return whole || ((s->C * s->H * s->W) % 4 == 0 && (s->K * s->OH * s->OW) % 4 == 0) ? 16 : 4;
+}
+
 static bool same(const hr_cuda_conv *p, const conv_shape *s, int64_t N, bool tf32) {
-    return p->N == N && p->C == s->C && p->H == s->H && p->W == s->W && p->K == s->K && p->kh == s->kh &&
+    return p->N == N && p->align == align_of(s) && p->C == s->C && p->H == s->H && p->W == s->W && p->K == s->K && p->kh == s->kh &&
            p->kw == s->kw && p->sh == s->sh && p->sw == s->sw && p->ph == s->ph && p->pw == s->pw && p->tf32 == tf32;
 }
 
@@ -217,6 +238,7 @@ static hr_status conv_new(hr_cuda *c, const conv_shape *s, int64_t N, hr_cuda_co
     p->N = (int)N, p->C = (int)s->C, p->H = (int)s->H, p->W = (int)s->W, p->K = (int)s->K;
     p->kh = s->kh, p->kw = s->kw, p->sh = s->sh, p->sw = s->sw, p->ph = s->ph, p->pw = s->pw;
     p->OH = (int)s->OH, p->OW = (int)s->OW;
+    p->align = align_of(s);
     p->tf32 = c->allow_tf32;
     for (int i = 0; i < 3; i++) p->algo[i] = -1;
     c->conv[c->nconv++] = p; /* owned by the cache from here on, even if the descriptors fail */
@@ -284,6 +306,51 @@ static bool autotune(void) {
         a = pick_mode() == PICK_PRECISE && !(e && *e == '0');
     }
     return a;
+}
+
+/* The graph-API op for this convolution and beta, made at the first ask;
+ * NULL where the graph API is off or offers no acceptable engine (the legacy
+ * algorithms run then). The modes of pick_mode() map to engine filters:
+ * precise: no FFT or Winograd, the candidates timed (autotune) or cuDNN's
+ * first; deterministic: also no non-deterministic engine, cuDNN's first
+ * (timing could pick another engine in another run); heuristic: cuDNN's
+ * first, whatever it is. TF32 engines only when allowed. */
+static hr_cudnn_op *gop_for(hr_cuda *c, hr_cuda_conv *p, int which, bool add) {
+    hr_cuda_dnn *d = c->dnn;
+    if (!d->G) return NULL;
+    int b = add ? 1 : 0;
+    if (p->gtried[which][b]) return p->gop[which][b];
+    p->gtried[which][b] = true;
+    int mode = pick_mode();
+    unsigned flags = p->tf32 ? HR_ENGINE_ALLOW_TF32 : 0;
+    if (mode != PICK_HEURISTIC) flags |= HR_ENGINE_PRECISE;
+    if (mode == PICK_DETERMINISTIC) flags |= HR_ENGINE_DETERMINISTIC;
+    if (!autotune()) flags |= HR_ENGINE_FIRST_ONLY;
+    hr_conv_dims dims = {.n = p->N, .c = p->C, .h = p->H, .w = p->W, .k = p->K, .r = p->kh, .s = p->kw,
+                         .oh = p->OH, .ow = p->OW, .pad = {p->ph, p->pw}, .stride = {p->sh, p->sw},
+                         .align = p->align};
+    size_t cap = autotune() ? HR_CUDA_CONV_TUNE_WS : HR_CUDA_CONV_WS_CAP;
+    p->gop[which][b] = hr_cudnn_op_new(d->G, &dims, which, add ? 1.0f : 0.0f, flags, cap, 12, p->gwhy[which][b],
+                                       sizeof p->gwhy[which][b]);
+    if (verbose()) {
+        static const char *what[] = {"forward", "backward-data", "backward-filter"};
+        char desc[160];
+        if (p->gop[which][b])
+            hr_cudnn_op_describe(p->gop[which][b], desc, sizeof desc);
+        else
+            snprintf(desc, sizeof desc, "none (%s): legacy algorithms", p->gwhy[which][b]);
+        fprintf(stderr, "cuda: conv N=%d C=%d %dx%d K=%d k=%dx%d s=%d p=%d: %s beta %d: %s\n", p->N, p->C, p->H, p->W,
+                p->K, p->kh, p->kw, p->sh, p->ph, what[which], b, desc);
+    }
+    return p->gop[which][b];
+}
+
+/* Workspace of one convolution: the graph op's, else the legacy algorithm's. */
+static size_t ws_of(hr_cuda *c, hr_cuda_conv *p, int which);
+static size_t conv_ws(hr_cuda *c, hr_cuda_conv *p, int which, bool add) {
+    if (!p) return 0;
+    hr_cudnn_op *op = gop_for(c, p, which, add);
+    return op ? hr_cudnn_op_workspace(op) : ws_of(c, p, which);
 }
 
 static hr_cudnn_status ws_size(hr_cuda_dnn *d, hr_cuda_conv *p, int which, int algo, size_t *ws) {
@@ -395,15 +462,20 @@ size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n) {
     }
     size_t ws = 0;
     hr_cuda_conv *ps[2] = {full, tail};
+    bool bias = n->op == HR_OP_CONV2D && n->nin > 2 && n->in[2] >= 0;
     for (int i = 0; i < 2; i++) {
-        size_t w[3] = {0, 0, 0};
+        /* the betas the run will use: see hr_cuda_conv2d and hr_cuda_conv2d_bwd */
+        size_t w[4] = {0, 0, 0, 0};
         if (n->op == HR_OP_CONV2D) {
-            w[0] = ws_of(c, ps[i], FWD);
+            w[0] = conv_ws(c, ps[i], FWD, bias);
         } else {
-            if (n->out[0] >= 0) w[1] = ws_of(c, ps[i], BWD_DATA);
-            if (n->out[1] >= 0) w[2] = ws_of(c, ps[i], BWD_FILTER);
+            if (n->out[0] >= 0) w[1] = conv_ws(c, ps[i], BWD_DATA, n->accum[0]);
+            if (n->out[1] >= 0) {
+                w[2] = conv_ws(c, ps[i], BWD_FILTER, n->accum[1] || i == 1);
+                if (i == 0 && s.chunk < s.N) w[3] = conv_ws(c, ps[i], BWD_FILTER, true);
+            }
         }
-        for (int k = 0; k < 3; k++) ws = w[k] > ws ? w[k] : ws;
+        for (int k = 0; k < 4; k++) ws = w[k] > ws ? w[k] : ws;
     }
     /* the bias gradient's partial sums reuse the scratch once cuDNN is done */
     if (n->op == HR_OP_CONV2D_BWD && n->out[2] >= 0) {
@@ -502,6 +574,15 @@ static hr_status tune(hr_cuda *c, hr_cuda_conv *p, int which, const void *a, con
     return HR_OK;
 }
 
+/* Times the graph op's candidates on the real buffers (before the node's real
+ * work overwrites `out`) and keeps the fastest. */
+static hr_status gtune(hr_cuda *c, hr_cudnn_op *op, const void *a, const void *b, void *out, void *ws, size_t wsz) {
+    hr_cuda_dnn *d = c->dnn;
+    for (int i = 0; i < 2; i++)
+        if (!d->ev[i]) HR_CU(cudaEventCreate(&d->ev[i]));
+    return hr_cudnn_op_tune(d->G, op, c->stream, d->ev, a, b, out, ws, wsz, verbose());
+}
+
 /* in {x, W, b}, out {y}: y = b (broadcast), then y = conv(x, W) + y */
 hr_status hr_cuda_conv2d(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr) {
     conv_shape s;
@@ -515,10 +596,18 @@ hr_status hr_cuda_conv2d(hr_cuda *c, const hr_graph *g, const hr_node *n, void *
     void *ws = n->ws >= 0 ? ptr[n->ws] : NULL;
     size_t wsz = ws_bytes(g, n);
     float one = 1.0f, beta = b ? 1.0f : 0.0f;
-    if (!full->tuned[FWD] && (st = tune(c, full, FWD, x, w, y, ws, wsz)) != HR_OK) return st;
+    hr_cudnn_op *gop = gop_for(c, full, FWD, b != NULL);
+    if (gop && !hr_cudnn_op_tuned(gop) && (st = gtune(c, gop, x, w, y, ws, wsz)) != HR_OK) return st;
+    if (!gop && !full->tuned[FWD] && (st = tune(c, full, FWD, x, w, y, ws, wsz)) != HR_OK) return st;
     if (b) HR_CU(hrk_bias_fill(c->stream, b, y, s.N, s.K, s.OH * s.OW));
     for (int64_t n0 = 0; n0 < s.N; n0 += s.chunk) {
         hr_cuda_conv *p = s.N - n0 >= s.chunk ? full : tail;
+        hr_cudnn_op *op = gop_for(c, p, FWD, b != NULL);
+        if (op) {
+            st = hr_cudnn_op_run(d->G, op, x + n0 * s.C * s.H * s.W, w, y + n0 * s.K * s.OH * s.OW, ws, wsz);
+            if (st) return st;
+            continue;
+        }
         if ((st = need(c, p, FWD, wsz)) != HR_OK) return st;
         DNN(d, d->Forward(d->h, &one, p->xd, x + n0 * s.C * s.H * s.W, p->wd, w, p->cd, p->algo[FWD], ws, wsz, &beta,
                           p->yd, y + n0 * s.K * s.OH * s.OW));
@@ -539,19 +628,32 @@ hr_status hr_cuda_conv2d_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, vo
     void *ws = n->ws >= 0 ? ptr[n->ws] : NULL;
     size_t wsz = ws_bytes(g, n);
     float one = 1.0f, zero = 0.0f;
-    if (dx && !n->accum[0] && !full->tuned[BWD_DATA] && (st = tune(c, full, BWD_DATA, w, dy, dx, ws, wsz)) != HR_OK)
+    /* timing overwrites the output: only where the node does not add into it */
+    hr_cudnn_op *gd = dx ? gop_for(c, full, BWD_DATA, n->accum[0]) : NULL;
+    hr_cudnn_op *gf = dw ? gop_for(c, full, BWD_FILTER, n->accum[1]) : NULL;
+    if (gd && !n->accum[0] && !hr_cudnn_op_tuned(gd) && (st = gtune(c, gd, w, dy, dx, ws, wsz)) != HR_OK) return st;
+    if (gf && !n->accum[1] && !hr_cudnn_op_tuned(gf) && (st = gtune(c, gf, x, dy, dw, ws, wsz)) != HR_OK) return st;
+    if (dx && !gd && !n->accum[0] && !full->tuned[BWD_DATA] &&
+        (st = tune(c, full, BWD_DATA, w, dy, dx, ws, wsz)) != HR_OK)
         return st;
-    if (dw && !n->accum[1] && !full->tuned[BWD_FILTER] && (st = tune(c, full, BWD_FILTER, x, dy, dw, ws, wsz)) != HR_OK)
+    if (dw && !gf && !n->accum[1] && !full->tuned[BWD_FILTER] &&
+        (st = tune(c, full, BWD_FILTER, x, dy, dw, ws, wsz)) != HR_OK)
         return st;
     for (int64_t n0 = 0; n0 < s.N; n0 += s.chunk) {
         hr_cuda_conv *p = s.N - n0 >= s.chunk ? full : tail;
         const float *dyc = dy + n0 * s.K * s.OH * s.OW;
-        if (dx) {
+        hr_cudnn_op *od = dx ? gop_for(c, p, BWD_DATA, n->accum[0]) : NULL;
+        hr_cudnn_op *of = dw ? gop_for(c, p, BWD_FILTER, n0 > 0 || n->accum[1]) : NULL;
+        if (od) {
+            if ((st = hr_cudnn_op_run(d->G, od, w, dyc, dx + n0 * s.C * s.H * s.W, ws, wsz)) != HR_OK) return st;
+        } else if (dx) {
             if ((st = need(c, p, BWD_DATA, wsz)) != HR_OK) return st;
             DNN(d, d->BackwardData(d->h, &one, p->wd, w, p->yd, dyc, p->cd, p->algo[BWD_DATA], ws, wsz,
                                    n->accum[0] ? &one : &zero, p->xd, dx + n0 * s.C * s.H * s.W));
         }
-        if (dw) {
+        if (of) {
+            if ((st = hr_cudnn_op_run(d->G, of, x + n0 * s.C * s.H * s.W, dyc, dw, ws, wsz)) != HR_OK) return st;
+        } else if (dw) {
             if ((st = need(c, p, BWD_FILTER, wsz)) != HR_OK) return st;
             bool add = n0 > 0 || n->accum[1];
             DNN(d, d->BackwardFilter(d->h, &one, p->xd, x + n0 * s.C * s.H * s.W, p->yd, dyc, p->cd,

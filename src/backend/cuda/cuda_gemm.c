@@ -1,26 +1,134 @@
 /* cuda_gemm.c — Linear on the GPU: matrix products through cuBLAS in FP32
- * (TF32 only when the config allows it), bias through small kernels. cuBLAS
+ * (TF32 only when the config allows it), bias through small kernels, and
+ * products with a long k but few output tiles cut along k (split-K). cuBLAS
  * sees row-major (N, F) matrices as column-major (F, N) ones, so every
  * product below is written transposed. */
 #include "backend/cuda/hr_cuda.h"
 
 #include <cublas_v2.h>
 #include <limits.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+static cublasComputeType_t compute_type(const hr_cuda *c) {
+    return c->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
 
 static hr_status gemm(hr_cuda *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *A,
                       int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     float alpha = 1.0f;
-    cublasComputeType_t ct = c->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     HR_CUBLAS(cublasGemmEx(c->blas, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
-                           CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT));
+                           CUDA_R_32F, ldc, compute_type(c), CUBLAS_GEMM_DEFAULT));
     return HR_OK;
 }
 
-/* The planned scratch of this node, so cuBLAS allocates nothing itself. */
-static hr_status use_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr) {
-    void *ws = n->ws >= 0 ? ptr[n->ws] : NULL;
-    size_t bytes = ws ? (size_t)hr_shape_numel(&g->t[n->ws].shape) : 0;
-    HR_CUBLAS(cublasSetWorkspace(c->blas, ws, bytes));
+/* ---- split-K ------------------------------------------------------------------
+ * A product whose output is a few tiles but whose k is long (Linear 8192 -> 10
+ * on 64 samples: 2 tiles of 32x32, k = 8192) runs in cuBLAS as a couple of
+ * blocks that each walk all of k, while the other SMs idle. Cutting k into
+ * `parts` chunks gives tiles * parts blocks: one batched cuBLAS call writes the
+ * partial products into the node's scratch, and hrk_splitk_reduce sums them in
+ * the order 0..parts-1 (plus bias or beta C). The plan depends only on m, n, k,
+ * the SM count and HR_CUDA_SPLITK, so the planner and the run agree on it and
+ * a rerun gives the same bits. */
+#define HR_SPLITK_MIN_K 2048    /* shorter k: one plain product */
+#define HR_SPLITK_MAX 64        /* partial products, at most */
+#define HR_SPLITK_MIN_CHUNK 128 /* terms each partial sums, at least (default threshold) */
+#define HR_SPLITK_ALIGN 32      /* chunk lengths are multiples of this: aligned, vector loads */
+#define HR_SPLITK_TILE 32       /* tile side used to count the output's blocks */
+#define HR_SPLITK_DEVS 64       /* devices whose SM count is cached */
+
+typedef struct {
+    int parts;    /* partial products; 0: a plain product */
+    int chunk;    /* terms of k in each of the first `full` partials */
+    int full;     /* partials of the batched call; parts - full = 1 when a shorter last chunk remains */
+    size_t bytes; /* the partials, rounded up to HR_ALIGN */
+} splitk_plan;
+
+/* Read once per device: the plan must not change between planning and run. */
+static int sm_count(const hr_cuda *c) {
+    static _Atomic int cache[HR_SPLITK_DEVS];
+    int d = c->device, v = 0;
+    bool cached = d >= 0 && d < HR_SPLITK_DEVS;
+    if (cached && (v = atomic_load(&cache[d])) > 0) return v;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (cached && v > 0) atomic_store(&cache[d], v);
+    return v;
+}
+
+/* HR_CUDA_SPLITK: unset, the shortest k split is HR_SPLITK_MIN_K; 0 (or not a
+ * number) turns split-K off (to compare); N > 0 sets the shortest k to N, so
+ * tests reach the path with small layers. Read at plan and at run time alike. */
+static int64_t splitk_min_k(void) {
+    const char *e = getenv("HR_CUDA_SPLITK");
+    if (!e || !*e) return HR_SPLITK_MIN_K;
+    long long v = atoll(e);
+    return v > 0 ? (int64_t)v : 0;
+}
+
+/* C (m, n) = op(A) (m, k) op(B) (k, n), k cut when
+ *   k >= min_k  and  tiles = ceil(m/32) ceil(n/32) < SMs,
+ * into at most want = min(64, ceil(SMs / tiles), k / min_chunk) pieces
+ * (tiles * want blocks: one to two waves). Equal pieces when possible: the
+ * largest parts in [want/2, want] with k a multiple of 32 parts, chunk = k /
+ * parts. Else chunk = ceil(k / want) rounded up to a multiple of 32 and parts =
+ * ceil(k / chunk) <= want, the last piece shorter (one more cuBLAS call). */
+static splitk_plan splitk_plan_for(const hr_cuda *c, int64_t m, int64_t n, int64_t k) {
+    splitk_plan p = {0, 0, 0, 0};
+    int64_t min_k = splitk_min_k(), sms = sm_count(c);
+    if (min_k <= 0 || k < min_k || k > INT_MAX || m <= 0 || n <= 0 || sms <= 0) return p;
+    int64_t tiles = ((m + HR_SPLITK_TILE - 1) / HR_SPLITK_TILE) * ((n + HR_SPLITK_TILE - 1) / HR_SPLITK_TILE);
+    if (tiles >= sms) return p;
+    int64_t min_chunk = HR_SPLITK_MIN_CHUNK; /* lowered with min_k, for tests, to a multiple of 32 */
+    if (min_k / 2 < min_chunk) min_chunk = min_k / 2 / HR_SPLITK_ALIGN * HR_SPLITK_ALIGN;
+    if (min_chunk < HR_SPLITK_ALIGN) min_chunk = HR_SPLITK_ALIGN;
+    int64_t want = (sms + tiles - 1) / tiles;
+    if (want > HR_SPLITK_MAX) want = HR_SPLITK_MAX;
+    if (want > k / min_chunk) want = k / min_chunk;
+    if (want < 2) return p;
+    int64_t parts = want, chunk = 0;
+    for (; parts >= 2 && 2 * parts >= want; parts--)
+        if (k % (HR_SPLITK_ALIGN * parts) == 0) {
+            chunk = k / parts;
+            break;
+        }
+    if (!chunk) {
+        chunk = (k + want - 1) / want;
+        chunk = (chunk + HR_SPLITK_ALIGN - 1) / HR_SPLITK_ALIGN * HR_SPLITK_ALIGN;
+        parts = (k + chunk - 1) / chunk;
+    }
+    if (parts < 2) return p;
+    p.parts = (int)parts;
+    p.chunk = (int)chunk;
+    p.full = (int)(k / chunk);
+    p.bytes = hr_align_up((size_t)(parts * m * n) * sizeof(float), HR_ALIGN);
+    return p;
+}
+
+/* The partials go to `part`, then one kernel writes C. Chunk s of k starts at
+ * row s*chunk of op(A)'s columns / op(B)'s rows: an offset of s*chunk elements
+ * along the stored matrix's contiguous side when that side is k (A transposed,
+ * B not), else s*chunk leading dimensions. */
+static hr_status gemm_split(hr_cuda *c, const splitk_plan *p, float *part, cublasOperation_t ta, cublasOperation_t tb,
+                            int m, int n, int k, const float *A, int lda, const float *B, int ldb, const float *bias,
+                            float beta, float *C, int ldc) {
+    float one = 1.0f, zero = 0.0f;
+    long long sa = ta == CUBLAS_OP_N ? (long long)p->chunk * lda : p->chunk;
+    long long sb = tb == CUBLAS_OP_N ? p->chunk : (long long)p->chunk * ldb;
+    long long sc = (long long)m * n;
+    HR_CUBLAS(cublasGemmStridedBatchedEx(c->blas, ta, tb, m, n, p->chunk, &one, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F,
+                                         ldb, sb, &zero, part, CUDA_R_32F, m, sc, p->full, compute_type(c),
+                                         CUBLAS_GEMM_DEFAULT));
+    if (p->parts > p->full) { /* the shorter last chunk, into the last partial */
+        int rest = k - p->full * p->chunk;
+        HR_CUBLAS(cublasGemmEx(c->blas, ta, tb, m, n, rest, &one, A + p->full * sa, CUDA_R_32F, lda, B + p->full * sb,
+                               CUDA_R_32F, ldb, &zero, part + p->full * sc, CUDA_R_32F, m, compute_type(c),
+                               CUBLAS_GEMM_DEFAULT));
+    }
+    HR_CU(hrk_splitk_reduce(c->stream, part, p->parts, m, n, bias, beta, C, ldc));
     return HR_OK;
 }
 
@@ -30,21 +138,86 @@ static int64_t rows_per_call(const hr_cuda *c, int64_t in, int64_t out) {
     return r > 0 ? r : 1;
 }
 
-/* y (N,out) = x (N,in) W^T + b: y^T = W x^T, with y first filled with b. */
+/* The most partial bytes any product of the node needs (0: none splits).
+ * The calls over rows have at most two sizes: `step` and the last one. */
+static size_t node_partials(const hr_cuda *c, const hr_graph *g, const hr_node *n) {
+    int64_t N = g->t[n->in[0]].shape.d[0], in = n->a.in_f, out = n->a.out_f;
+    if (N <= 0 || in > INT_MAX || out > INT_MAX) return 0;
+    int64_t step = rows_per_call(c, in, out), rows[2] = {N < step ? N : step, N % step};
+    size_t most = 0, b;
+    for (int i = 0; i < 2; i++) {
+        if (rows[i] <= 0) continue;
+        if (n->op == HR_OP_LINEAR) {
+            if ((b = splitk_plan_for(c, out, rows[i], in).bytes) > most) most = b;
+            continue;
+        }
+        if (n->out[1] >= 0 && (b = splitk_plan_for(c, in, out, rows[i]).bytes) > most) most = b; /* dW */
+        if (n->out[0] >= 0 && (b = splitk_plan_for(c, in, rows[i], out).bytes) > most) most = b; /* dx */
+    }
+    return most;
+}
+
+size_t hr_cuda_linear_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n, size_t current) {
+    size_t part = node_partials(c, g, n);
+    return part > current ? part : current;
+}
+
+/* The node's planned scratch is split in two, so that they never overlap:
+ * [0, part_bytes) holds the split-K partials, the rest is cuBLAS's (so cuBLAS
+ * allocates nothing itself). With no scratch, or one too small for the
+ * partials (a plan made without hr_cuda_linear_workspace), part_bytes is 0:
+ * every product of the node is then a plain one and cuBLAS gets it all. */
+typedef struct {
+    float *part;
+    size_t part_bytes;
+} node_scratch;
+
+static hr_status use_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr, node_scratch *s) {
+    unsigned char *ws = n->ws >= 0 ? ptr[n->ws] : NULL;
+    size_t bytes = ws ? (size_t)hr_shape_numel(&g->t[n->ws].shape) : 0, need = ws ? node_partials(c, g, n) : 0;
+    s->part = NULL;
+    s->part_bytes = 0;
+    if (need > 0 && need <= bytes) { /* need is a multiple of HR_ALIGN: cuBLAS's part stays 256-byte aligned */
+        s->part = (float *)ws;
+        s->part_bytes = need;
+        ws += need;
+        bytes -= need;
+    }
+    HR_CUBLAS(cublasSetWorkspace(c->blas, bytes ? ws : NULL, bytes));
+    return HR_OK;
+}
+
+/* C = op(A) op(B) + (bias on each row of C's (m, n), or beta C): split-K when
+ * the plan says so and the partials were reserved, else one plain product
+ * (the bias first filled into C, which is then C's old value). */
+static hr_status product(hr_cuda *c, const node_scratch *s, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                         int k, const float *A, int lda, const float *B, int ldb, const float *bias, float beta,
+                         float *C, int ldc) {
+    splitk_plan p = splitk_plan_for(c, m, n, k);
+    if (p.parts > 0 && p.bytes <= s->part_bytes)
+        return gemm_split(c, &p, s->part, ta, tb, m, n, k, A, lda, B, ldb, bias, beta, C, ldc);
+    if (bias) { /* C (m, n) with ldc == m: rows of the row-major (n, m) */
+        HR_CU(hrk_bias_fill(c->stream, bias, C, n, m, 1));
+        beta = 1.0f;
+    }
+    return gemm(c, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* y (N,out) = x (N,in) W^T + b: y^T = W x^T, plus b. */
 hr_status hr_cuda_linear(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr) {
     int64_t N = g->t[n->in[0]].shape.d[0], in = n->a.in_f, out = n->a.out_f;
     const float *x = ptr[n->in[0]], *W = ptr[n->in[1]];
     const float *b = n->nin > 2 && n->in[2] >= 0 ? ptr[n->in[2]] : NULL;
     float *y = ptr[n->out[0]];
     if (in > INT_MAX || out > INT_MAX) return hr_error_set(HR_ERR_UNSUPPORTED, "Linear: more than 2^31 features");
-    hr_status st = use_workspace(c, g, n, ptr);
+    node_scratch s;
+    hr_status st = use_workspace(c, g, n, ptr, &s);
     if (st) return st;
-    if (b) HR_CU(hrk_bias_fill(c->stream, b, y, N, out, 1));
     int64_t step = rows_per_call(c, in, out);
     for (int64_t r = 0; r < N; r += step) {
         int rows = (int)(N - r < step ? N - r : step);
-        if ((st = gemm(c, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, rows, (int)in, W, (int)in, x + r * in, (int)in,
-                       b ? 1.0f : 0.0f, y + r * out, (int)out)))
+        if ((st = product(c, &s, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, rows, (int)in, W, (int)in, x + r * in, (int)in, b,
+                          0.0f, y + r * out, (int)out)))
             return st;
     }
     return HR_OK;
@@ -56,7 +229,8 @@ hr_status hr_cuda_linear_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, vo
     int64_t N = g->t[n->in[0]].shape.d[0], in = n->a.in_f, out = n->a.out_f;
     const float *x = ptr[n->in[0]], *W = ptr[n->in[1]], *dy = ptr[n->in[2]];
     if (in > INT_MAX || out > INT_MAX) return hr_error_set(HR_ERR_UNSUPPORTED, "Linear: more than 2^31 features");
-    hr_status st = use_workspace(c, g, n, ptr);
+    node_scratch s;
+    hr_status st = use_workspace(c, g, n, ptr, &s);
     if (st) return st;
     int64_t step = rows_per_call(c, in, out);
     if (n->out[2] >= 0) HR_CU(hrk_channel_sum(c->stream, dy, ptr[n->out[2]], N, out, 1, n->accum[2]));
@@ -65,14 +239,14 @@ hr_status hr_cuda_linear_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, vo
         if (n->out[1] >= 0) { /* dW^T (in, out) = x^T (in, rows) . dy (rows, out) */
             float *dW = ptr[n->out[1]];
             bool add = r > 0 || n->accum[1];
-            if ((st = gemm(c, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, rows, x + r * in, (int)in, dy + r * out,
-                           (int)out, add ? 1.0f : 0.0f, dW, (int)in)))
+            if ((st = product(c, &s, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, rows, x + r * in, (int)in,
+                              dy + r * out, (int)out, NULL, add ? 1.0f : 0.0f, dW, (int)in)))
                 return st;
         }
         if (n->out[0] >= 0) { /* dx^T (in, rows) = W^T-as-stored (in, out) . dy^T (out, rows) */
             float *dx = ptr[n->out[0]];
-            if ((st = gemm(c, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, rows, (int)out, W, (int)in, dy + r * out, (int)out,
-                           n->accum[0] ? 1.0f : 0.0f, dx + r * in, (int)in)))
+            if ((st = product(c, &s, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, rows, (int)out, W, (int)in, dy + r * out,
+                              (int)out, NULL, n->accum[0] ? 1.0f : 0.0f, dx + r * in, (int)in)))
                 return st;
         }
     }

@@ -59,6 +59,9 @@ typedef struct {
     /* convolution plans by shape */
     hr_cuda_conv **conv;
     int nconv, capconv;
+    /* HR_PROFILE=2: timing events on the compute stream, made as slots appear */
+    cudaEvent_t *marks;
+    int nmarks;
 } hr_cuda;
 
 /* cuda_backend.c: turns a failed call into HR_ERR_DEVICE "file:line: call failed: why". */
@@ -156,13 +159,43 @@ cudaError_t hrk_mse(cudaStream_t s, const float *p, const float *t, float *loss,
 cudaError_t hrk_mse_bwd(cudaStream_t s, const float *p, const float *t, float *dx, int64_t n, bool acc);
 /* optim.cu */
 cudaError_t hrk_sqnorm(cudaStream_t s, const float *g, int64_t n, float *out, bool acc, double *ws);
-/* sqnorm NULL (or clip <= 0): no clipping. */
-cudaError_t hrk_sgd(cudaStream_t s, float *p, const float *g, float *buf, int64_t n, const float *sqnorm, float clip,
-                    float lr, float wd, float mom, float damp, bool nesterov, bool first);
-cudaError_t hrk_adam(cudaStream_t s, float *p, const float *g, float *m, float *v, int64_t n, const float *sqnorm,
-                     float clip, float lr, float b1, float b2, float eps, float wd, bool decoupled, float step,
-                     float bc2s);
+/* Multi-tensor updates: t[0..count) in launches of up to HR_MT_MAX tensors
+ * (the table travels as a kernel parameter, under 4 KB), in order; empty
+ * tensors are skipped. The step's scalars are shared by all. sqnorm NULL (or
+ * clip <= 0): no clipping. */
+#define HR_MT_MAX 48
+typedef struct {
+    float *p;       /* parameter */
+    const float *g; /* its gradient */
+    float *s1, *s2; /* Adam: exp_avg, exp_avg_sq; SGD: momentum_buffer or NULL, - */
+    int64_t n;
+} hr_mt_tensor;
+cudaError_t hrk_sgd_mt(cudaStream_t s, const hr_mt_tensor *t, int count, const float *sqnorm, float clip, float lr,
+                       float wd, float mom, float damp, bool nesterov, bool first);
+cudaError_t hrk_adam_mt(cudaStream_t s, const hr_mt_tensor *t, int count, const float *sqnorm, float clip, float lr,
+                        float b1, float b2, float eps, float wd, bool decoupled, float step, float bc2s);
 
+#ifdef __cplusplus
+}
+#endif
+#endif
+
+/* ---- split-K matrix products (cuda_gemm.c, gemm_splitk.cu) ---------------- */
+#ifndef HR_CUDA_SPLITK_H
+#define HR_CUDA_SPLITK_H
+#ifdef __cplusplus
+extern "C" {
+#endif
+#ifndef __CUDACC__
+/* Scratch bytes a Linear node needs: `current` (cuBLAS's) or its split-K
+ * partials, whichever is more; cuda_workspace() calls it. */
+size_t hr_cuda_linear_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n, size_t current);
+#endif
+/* C (m, n column-major, leading dimension ldc) = the sum of the `parts`
+ * partials (each m*n, packed, one after the other) in the order 0..parts-1,
+ * + bias[i] on row i when bias, + beta C when beta != 0. */
+cudaError_t hrk_splitk_reduce(cudaStream_t s, const float *part, int parts, int64_t m, int64_t n, const float *bias,
+                              float beta, float *C, int64_t ldc);
 #ifdef __cplusplus
 }
 #endif

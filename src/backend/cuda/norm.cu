@@ -79,9 +79,24 @@ __global__ void k_bn_bwd(const float *x, const float *gm, const float *mean, con
     }
 }
 
-__global__ void k_bias_fill(const float *b, float *y, int64_t N, int64_t C, int64_t HW) {
-    int64_t n = N * C * HW;
-    HR_GRID_STRIDE(i, n) y[i] = b[(i / HW) % C];
+/* y[n][c][hw] = b[c], a pure write, seen as rows of cols stores: the (n, c)
+ * planes, b[c] read once a row, V floats a store (4 when HW % 4 == 0 and y is
+ * 16-byte aligned); or, for HW = 1, the samples, b read along the row (col).
+ * 1 << lt threads a row (a power of two that covers it, at most the block),
+ * so no element index is divided and a warp stores contiguous bytes. */
+template <int V>
+__global__ void k_bias_fill(const float *b, float *y, int64_t rows, int64_t cols, int64_t C, bool col, int lt) {
+    int64_t rpb = blockDim.x >> lt;
+    for (int64_t r = (int64_t)blockIdx.x * rpb + (threadIdx.x >> lt); r < rows; r += (int64_t)gridDim.x * rpb) {
+        float v = col ? 0.0f : b[r % C];
+        for (int64_t j = threadIdx.x & ((1 << lt) - 1); j < cols; j += 1 << lt) {
+            if (col) v = b[j];
+            if (V == 4)
+                ((float4 *)y)[r * cols + j] = make_float4(v, v, v, v);
+            else
+                y[r * cols + j] = v;
+        }
+    }
 }
 
 /* HW == 1: (N, C) row-major; a block owns 32 columns, 8 row groups each
@@ -164,7 +179,14 @@ cudaError_t hrk_bn_bwd(cudaStream_t s, const float *x, const float *gm, const fl
 }
 
 cudaError_t hrk_bias_fill(cudaStream_t s, const float *b, float *y, int64_t N, int64_t C, int64_t HW) {
-    k_bias_fill<<<hr_grid(N * C * HW), HR_THREADS, 0, s>>>(b, y, N, C, HW);
+    bool v4 = HW % 4 == 0 && ((uintptr_t)y & 15) == 0, col = HW == 1;
+    int64_t rows = col ? N : N * C, cols = col ? C : v4 ? HW / 4 : HW;
+    int lt = 0; /* log2 of the threads a row */
+    while ((1 << lt) < HR_THREADS && ((int64_t)1 << lt) < cols) lt++;
+    if (v4)
+        k_bias_fill<4><<<hr_grid(rows << lt), HR_THREADS, 0, s>>>(b, y, rows, cols, C, col, lt);
+    else
+        k_bias_fill<1><<<hr_grid(rows << lt), HR_THREADS, 0, s>>>(b, y, rows, cols, C, col, lt);
     return cudaGetLastError();
 }
 

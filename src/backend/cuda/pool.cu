@@ -24,6 +24,41 @@ __device__ __forceinline__ void window_range(int64_t h, int k, int s, int64_t O,
     *hi = e < O - 1 ? e : O - 1;
 }
 
+/* Threads a row, for rows of `cols` items: the least power of two that
+ * covers the row, at most the block; returned as its log2, so that a thread
+ * finds its row and column with shifts, not divisions. */
+static int row_shift(int64_t cols) {
+    int l = 0;
+    while ((1 << l) < HR_THREADS && ((int64_t)1 << l) < cols) l++;
+    return l;
+}
+
+/* The planes of a pooling with windows that tile them exactly (stride =
+ * kernel, no remainder) stack into one tall image: output row r, which is
+ * (c, oh) with r = c*OH + oh, reads input rows r*kh .. r*kh+kh-1. The kernels
+ * below walk rows of that image, 1 << lt threads a row, with no division. */
+#define ROW_LOOP(r, j, R, cols, lt)                                                                                  \
+    for (int64_t r = (int64_t)blockIdx.x * (blockDim.x >> (lt)) + (threadIdx.x >> (lt)); r < (R);                  \
+         r += (int64_t)gridDim.x * (blockDim.x >> (lt)))                                                            \
+        for (int64_t j = threadIdx.x & ((1 << (lt)) - 1); j < (cols); j += 1 << (lt))
+
+/* 2x2 windows, stride 2, H and W even, x 8-byte aligned: a thread reads its
+ * window as a float2 from each of the two rows (a warp reads 256 contiguous
+ * bytes a row) and compares in window_argmax's order with its test, so value
+ * and argmax byte match the general kernel bit for bit. R = NC*OH. */
+__global__ void k_maxpool2(const float *x, float *y, uint8_t *am, int64_t R, int64_t OW, int lt) {
+    ROW_LOOP(r, j, R, OW, lt) {
+        float2 a = ((const float2 *)(x + 4 * r * OW))[j], b = ((const float2 *)(x + (4 * r + 2) * OW))[j];
+        float bv = a.x; /* window_argmax's first test, x00 against itself, never moves it */
+        int best = 0;
+        if (a.y > bv || (a.y != a.y && bv == bv)) bv = a.y, best = 1;
+        if (b.x > bv || (b.x != b.x && bv == bv)) bv = b.x, best = 2;
+        if (b.y > bv || (b.y != b.y && bv == bv)) bv = b.y, best = 3;
+        y[r * OW + j] = bv;
+        if (am) am[r * OW + j] = (uint8_t)best;
+    }
+}
+
 /* am (may be NULL): the max's offset in its window, i*kw + j (training) */
 __global__ void k_maxpool(const float *x, float *y, uint8_t *am, int64_t NC, int64_t H, int64_t W, int64_t OH,
                           int64_t OW, int kh, int kw, int sh, int sw) {
@@ -100,10 +135,39 @@ __global__ void k_maxpool_bwd_tiled(Argmax src, const float *dy, float *dx, int6
     }
 }
 
+/* Tiled windows kw = 2 wide, dx 8-byte aligned: one thread a window, as
+ * above, but it writes each of its kh rows as one float2, so a warp's store
+ * fills 256 contiguous bytes (above, each scalar store fills every other
+ * float of its span), and the thread finds its window with shifts. The
+ * stacked image is passed to the Argmax as plane c = 0 with r as oh (H =
+ * R*kh, OH = R): the same argmax byte or the same x window. Per element the
+ * arithmetic is k_maxpool_bwd_tiled's: v = acc ? dx : 0, then v += g on the
+ * match. R = NC*OH. */
+template <class Argmax>
+__global__ void k_maxpool_bwd_w2(Argmax src, const float *dy, float *dx, int64_t R, int64_t OW, int kh, bool acc,
+                                 int lt) {
+    int64_t W = 2 * OW;
+    ROW_LOOP(r, j, R, OW, lt) {
+        int best = src.at(0, r, j, R * kh, W, R, OW, kh, 2, kh, 2);
+        float g = dy[r * OW + j];
+        for (int a = 0; a < kh; a++) {
+            float2 *p = (float2 *)(dx + (r * kh + a) * W) + j;
+            float2 v = acc ? *p : make_float2(0.0f, 0.0f);
+            if (2 * a == best) v.x += g;
+            if (2 * a + 1 == best) v.y += g;
+            *p = v;
+        }
+    }
+}
+
 template <class Argmax>
 static cudaError_t maxpool_bwd(cudaStream_t s, Argmax src, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W,
                                int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, bool acc) {
-    if (kh == sh && kw == sw && OH * kh == H && OW * kw == W)
+    bool tiled = kh == sh && kw == sw && OH * kh == H && OW * kw == W;
+    if (tiled && kw == 2 && ((uintptr_t)dx & 7) == 0) {
+        int lt = row_shift(OW);
+        k_maxpool_bwd_w2<<<hr_grid((NC * OH) << lt), HR_THREADS, 0, s>>>(src, dy, dx, NC * OH, OW, kh, acc, lt);
+    } else if (tiled)
         k_maxpool_bwd_tiled<<<hr_grid(NC * OH * OW), HR_THREADS, 0, s>>>(src, dy, dx, NC, H, W, OH, OW, kh, kw, acc);
     else
         k_maxpool_bwd<<<hr_grid(NC * H * W), HR_THREADS, 0, s>>>(src, dy, dx, NC, H, W, OH, OW, kh, kw, sh, sw, acc);
@@ -143,6 +207,11 @@ extern "C" {
 
 cudaError_t hrk_maxpool(cudaStream_t s, const float *x, float *y, uint8_t *am, int64_t NC, int64_t H, int64_t W,
                         int64_t OH, int64_t OW, int kh, int kw, int sh, int sw) {
+    if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && H == 2 * OH && W == 2 * OW && ((uintptr_t)x & 7) == 0) {
+        int lt = row_shift(OW);
+        k_maxpool2<<<hr_grid((NC * OH) << lt), HR_THREADS, 0, s>>>(x, y, am, NC * OH, OW, lt);
+        return cudaGetLastError();
+    }
     k_maxpool<<<hr_grid(NC * OH * OW), HR_THREADS, 0, s>>>(x, y, am, NC, H, W, OH, OW, kh, kw, sh, sw);
     return cudaGetLastError();
 }

@@ -1,0 +1,69 @@
+/* cudnn_graph.h — one convolution (forward, backward data or backward filter)
+ * through cuDNN's graph API: cuDNN's heuristics list the engine
+ * configurations that run it (each engine with its knobs, e.g. tile sizes,
+ * which the legacy API's algorithm numbers hide), the ones headroom accepts
+ * are made into execution plans with their workspace known, the fastest is
+ * timed on the real buffers at the first run, and that one runs after.
+ *
+ * The legacy API (cuda_dnn.c) stays the fallback: where the graph API is
+ * missing or offers nothing acceptable, cuda_dnn.c uses its algorithms. */
+#ifndef HR_CUDNN_GRAPH_H
+#define HR_CUDNN_GRAPH_H
+
+#include "backend/cuda/cudnn_api.h"
+#include "core/core.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct hr_cudnn_graph hr_cudnn_graph; /* the API's functions, found in the loaded library */
+typedef struct hr_cudnn_op hr_cudnn_op;       /* one convolution: its candidate plans, then the chosen one */
+
+enum { HR_CONV_FWD = 0, HR_CONV_BWD_DATA = 1, HR_CONV_BWD_FILTER = 2 };
+
+/* Which engines are acceptable. */
+enum {
+    HR_ENGINE_ALLOW_TF32 = 1,     /* tensor-core engines (TF32 inputs) */
+    HR_ENGINE_PRECISE = 2,        /* no FFT or Winograd engines */
+    HR_ENGINE_DETERMINISTIC = 4, /* no engine that may give other bits on a rerun */
+    HR_ENGINE_FIRST_ONLY = 8      /* the heuristics' first acceptable engine, not timed */
+};
+
+typedef struct {
+    int64_t n, c, h, w;    /* x: NCHW, packed */
+    int64_t k, r, s;       /* W: K x C x R x S */
+    int64_t oh, ow;        /* y: N x K x OH x OW */
+    int64_t pad[2], stride[2];
+    int64_t align;         /* byte alignment every call's pointers keep (4 or 16) */
+} hr_conv_dims;
+
+/* NULL when the library lacks the graph API. */
+hr_cudnn_graph *hr_cudnn_graph_open(void *lib, cudnnHandle_t h);
+void hr_cudnn_graph_close(hr_cudnn_graph *G);
+
+/* The acceptable plans for y = alpha*conv + beta*y (one of the three
+ * convolutions), up to `max_plans`, each needing at most `ws_cap` bytes of
+ * workspace. NULL with a reason in `why` when there are none (the caller
+ * falls back to the legacy API); the error state is left clear. */
+hr_cudnn_op *hr_cudnn_op_new(hr_cudnn_graph *G, const hr_conv_dims *d, int which, float beta, unsigned flags,
+                             size_t ws_cap, int max_plans, char *why, size_t whylen);
+void hr_cudnn_op_free(hr_cudnn_graph *G, hr_cudnn_op *op);
+
+/* Workspace bytes: the largest candidate's until tuned, the chosen one's after. */
+size_t hr_cudnn_op_workspace(const hr_cudnn_op *op);
+bool hr_cudnn_op_tuned(const hr_cudnn_op *op);
+
+/* Times every candidate on these buffers (out is overwritten; call before the
+ * node's real work) and keeps the fastest. `ev` are two CUDA events. */
+hr_status hr_cudnn_op_tune(hr_cudnn_graph *G, hr_cudnn_op *op, cudaStream_t stream, cudaEvent_t ev[2],
+                           const void *a, const void *b, void *out, void *ws, size_t wsz, bool verbose);
+
+/* Runs the chosen plan. a, b are the inputs (x, W; W, dy; x, dy); out the
+ * output (y; dx; dW). */
+hr_status hr_cudnn_op_run(hr_cudnn_graph *G, hr_cudnn_op *op, const void *a, const void *b, void *out, void *ws,
+                          size_t wsz);
+
+/* One line describing the chosen engine (for HR_CUDA_VERBOSE). */
+void hr_cudnn_op_describe(const hr_cudnn_op *op, char *buf, size_t len);
+
+#endif
