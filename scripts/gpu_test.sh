@@ -25,18 +25,23 @@ fi
 
 pass=0
 fail=0
-for t in $GPU_TESTS; do
-    name=$(basename "$t")
+# run_one NAME [VAR=value...] BINARY: one test run, its RESULT lines summed
+run_one() {
+    local name=$1
+    shift
+    local t=${*: -1}
     if [ ! -x "$t" ]; then
         echo "MISSING $t (build it: scripts/gpu_test.sh --build)"
         fail=$((fail + 1))
-        continue
+        return
     fi
+    local log
     log=$(mktemp)
-    timeout "${GPU_TEST_TIMEOUT:-240}" "$t" >"$log" 2>&1
-    rc=$?
+    timeout "${GPU_TEST_TIMEOUT:-240}" env "$@" >"$log" 2>&1
+    local rc=$?
     cat "$log"
     [ -n "${OUT:-}" ] && cp "$log" "$OUT/$name.log"
+    local res
     res=$(grep '^RESULT ' "$log" | awk '{p += $3; f += $4} END {print p + 0, f + 0, NR}')
     rm -f "$log"
     set -- $res
@@ -46,7 +51,14 @@ for t in $GPU_TESTS; do
         echo "$name exited with status $rc"
         fail=$((fail + 1))
     fi
+}
+for t in $GPU_TESTS; do
+    run_one "$(basename "$t")" "$t"
 done
+# the same tests down the other paths: split-K on every Linear with k >= 32,
+# and cuDNN's legacy API instead of its graph API
+run_one test_cuda_ops.splitk HR_CUDA_SPLITK=32 "$BUILD/tests/gpu/test_cuda_ops"
+run_one test_cuda_golden.legacy HR_CUDNN_API=legacy "$BUILD/tests/gpu/test_cuda_golden"
 # the OOM path forced by a second process holding the memory
 log=$(mktemp)
 bash tests/gpu/oom_second_process.sh >"$log" 2>&1

@@ -109,7 +109,17 @@ static void compare(golden *g, const char *key, const float *a, int64_t n, doubl
 }
 
 /* Parameters after 5 steps: SimpleCNN elementwise on the update; MLP and
- * DeepCNN by the update's L2 error and an absolute bound (docs/golden.md). */
+ * DeepCNN by the update's L2 error and an absolute bound (docs/golden.md).
+ * One weight whose gradient is rounding noise around 0 moves by +-lr with a
+ * sign the summation order decides: alone it is 2/sqrt(n) of a layer's update
+ * in L2 (1.5% for DeepCNN's 18432-weight conv). The CPU sums as PyTorch's CPU
+ * nearly does; the GPU's convolution engines sum in other orders, so there a
+ * few such weights are allowed (tests/gpu/test_cuda_golden.c sets the bounds;
+ * its one-step gradients keep the CPU's tolerances). */
+#ifndef GOLDEN_TRAJ_L2
+#define GOLDEN_TRAJ_L2 1e-2   /* update L2 error, 5 Adam steps */
+#define GOLDEN_TRAJ_NMAX 5e-3 /* sampled parameters after 5 steps, of the largest */
+#endif
 static void compare_params(golden *g, hr_session_t *s, const float *const *p0, const char *prefix, bool elementwise) {
     for (int i = 0, k = 0; i < hr_state_count(s); i++) {
         if (!hr_state_is_param(s, i)) continue;
@@ -136,10 +146,10 @@ static void compare_params(golden *g, hr_session_t *s, const float *const *p0, c
                 den += (double)(ref[j] - init[j]) * (ref[j] - init[j]);
                 mx = fmax(mx, fabs(p[j] - ref[j]));
             }
-            CHECK(sqrt(num / den) <= 1e-2, "%s %s: update L2 error %.3g", g->model, key, sqrt(num / den));
+            CHECK(sqrt(num / den) <= GOLDEN_TRAJ_L2, "%s %s: update L2 error %.3g", g->model, key, sqrt(num / den));
             CHECK(mx <= 5e-3, "%s %s: max abs error %.3g", g->model, key, mx);
         } else {
-            compare(g, key, p, n, 5e-3, "after 5 steps"); /* sampled: parameters themselves */
+            compare(g, key, p, n, GOLDEN_TRAJ_NMAX, "after 5 steps"); /* sampled: parameters themselves */
         }
         free(ref);
         free(p);

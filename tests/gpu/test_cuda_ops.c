@@ -656,9 +656,11 @@ int main(void) {
     /* Adam moves a weight by about lr a step whatever its gradient's size, so
      * where a gradient is rounding noise around 0 the two may differ by up to
      * 2 lr a step: the max bound is 5 steps of that (1e-2); the rms bound says
-     * such weights are rare (a tenth of lr); the first gradients are tight. */
+     * such weights are rare (a tenth of lr); the loss after them may move by a
+     * few 1e-4 (DeepCNN measured 1.0e-4 on an H200); the first gradients are
+     * tight. */
     for (int i = 0; i < 3; i++)
-        run_steps(names[i], seeds[i], config(batches[i], HR_OPTIM_ADAM), 5, 1e-4, 1e-2, 1e-4, 1e-5);
+        run_steps(names[i], seeds[i], config(batches[i], HR_OPTIM_ADAM), 5, 3e-4, 1e-2, 1e-4, 1e-5);
     /* TF32 allowed: products round their inputs to 10-bit mantissas */
     hr_config_t tf = config(32, HR_OPTIM_ADAM);
     tf.allow_tf32 = true;

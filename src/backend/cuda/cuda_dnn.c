@@ -330,7 +330,7 @@ static hr_cudnn_op *gop_for(hr_cuda *c, hr_cuda_conv *p, int which, bool add) {
                          .oh = p->OH, .ow = p->OW, .pad = {p->ph, p->pw}, .stride = {p->sh, p->sw},
                          .align = p->align};
     size_t cap = autotune() ? HR_CUDA_CONV_TUNE_WS : HR_CUDA_CONV_WS_CAP;
-    p->gop[which][b] = hr_cudnn_op_new(d->G, &dims, which, add ? 1.0f : 0.0f, flags, cap, 12, p->gwhy[which][b],
+    p->gop[which][b] = hr_cudnn_op_new(d->G, &dims, which, add ? 1.0f : 0.0f, flags, cap, 16, p->gwhy[which][b],
                                        sizeof p->gwhy[which][b]);
     if (verbose()) {
         static const char *what[] = {"forward", "backward-data", "backward-filter"};

@@ -82,6 +82,6 @@ enum { /* cudnnBackendNumericalNote_t */
     HR_CUDNN_NOTE_WINOGRAD_TILE_13x13 = 8, HR_CUDNN_NOTE_TYPE_COUNT = 10
 };
 enum { HR_CUDNN_BEHAVIOR_RUNTIME_COMPILATION = 0, HR_CUDNN_BEHAVIOR_TYPE_COUNT = 5 }; /* cudnnBackendBehaviorNote_t */
-enum { HR_CUDNN_HEUR_MODE_FALLBACK = 2, HR_CUDNN_HEUR_MODE_A = 3 };                /* cudnnBackendHeurMode_t */
+enum { HR_CUDNN_HEUR_MODE_B = 1, HR_CUDNN_HEUR_MODE_FALLBACK = 2, HR_CUDNN_HEUR_MODE_A = 3 };               /* cudnnBackendHeurMode_t */
 
 #endif

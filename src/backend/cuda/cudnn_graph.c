@@ -229,9 +229,10 @@ static void from_heuristics(scope *s, hr_cudnn_op *op, hr_cudnn_desc graph, int 
                   !G->Finalize(plan) &&
                   !G->Get(plan, HR_CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, HR_CUDNN_TYPE_INT64, 1, &got, &ws) &&
                   ws >= 0 && (size_t)ws <= ws_cap;
-        /* the same engine with the same workspace from the fallback list: already here */
+        /* the same engine with the same workspace from an earlier list: most
+         * likely the same configuration, already here */
         for (int k = 0; ok && k < op->n; k++)
-            if (op->c[k].engine == index && op->c[k].ws == (size_t)ws && mode == HR_CUDNN_HEUR_MODE_FALLBACK) ok = false;
+            if (op->c[k].engine == index && op->c[k].ws == (size_t)ws && mode != HR_CUDNN_HEUR_MODE_A) ok = false;
         if (!ok) {
             if (plan) G->Destroy(plan);
             continue;
@@ -271,7 +272,11 @@ hr_cudnn_op *hr_cudnn_op_new(hr_cudnn_graph *G, const hr_conv_dims *d, int which
     hr_cudnn_status err = s->err;
     const char *where = s->where;
     if (!err) {
+        /* mode A's list, then what mode B and the fallback list add (mode B
+         * ranks other knob settings of the same engines) */
         from_heuristics(s, op, graph, HR_CUDNN_HEUR_MODE_A, flags, ws_cap, max_plans);
+        if (op->n < max_plans && !(flags & HR_ENGINE_FIRST_ONLY))
+            from_heuristics(s, op, graph, HR_CUDNN_HEUR_MODE_B, flags, ws_cap, max_plans);
         if (op->n < max_plans) from_heuristics(s, op, graph, HR_CUDNN_HEUR_MODE_FALLBACK, flags, ws_cap, max_plans);
     }
     if (err || op->n == 0) {
