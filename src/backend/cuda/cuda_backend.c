@@ -459,60 +459,9 @@ static hr_status optim(hr_cuda *c, const hr_graph *g, const hr_node *nodes, int 
     return HR_OK;
 }
 
-/* ---- fusion ----------------------------------------------------------------
- * MaxPool2d.backward whose dx feeds only the ReLU.backward right after it (a
- * Conv -> ReLU -> MaxPool block in training): both in one pass, and the
- * ReLU's node is passed over. The pool's dx is then never written, so no
- * other node may read it, and the ReLU's dx must not overlap what the pass
- * reads. HR_CUDA_FUSE=0 runs every node by itself. */
-static bool overlap(const void *a, size_t na, const void *b, size_t nb) {
-    const char *x = a, *y = b;
-    return x && y && x < y + nb && y < x + na;
-}
-
-static const hr_node *pool_relu_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
-    static int on = -1;
-    if (on < 0) {
-        const char *e = getenv("HR_CUDA_FUSE");
-        on = !(e && *e == '0');
-    }
-    int t = n->out[0];
-    if (!on || n->accum[0] || t < 0 || g->t[n->in[0]].dtype != HR_U8 || n - g->n + 1 >= g->nn) return NULL;
-    const hr_node *m = n + 1;
-    if (m->op != HR_OP_RELU_BWD || g->t[m->in[0]].dtype != HR_U8 || m->in[1] != t || m->out[0] < 0) return NULL;
-    for (int k = 0; k < g->nn; k++) {
-        const hr_node *o = &g->n[k];
-        for (int i = 0; o != m && i < o->nin; i++)
-            if (o->in[i] == t) return NULL;
-    }
-    const hr_shape *xs = &g->t[t].shape, *ys = &g->t[n->in[1]].shape;
-    if (!hrk_maxpool_relu_bwd_fits(xs->d[2], xs->d[3], ys->d[2], ys->d[3], n->a.kh, n->a.kw, n->a.sh, n->a.sw,
-                                   ptr[m->out[0]]))
-        return NULL;
-    size_t big = (size_t)hr_shape_numel(xs), small = (size_t)hr_shape_numel(ys);
-    const void *dx = ptr[m->out[0]];
-    if (overlap(dx, 4 * big, ptr[n->in[0]], small) || overlap(dx, 4 * big, ptr[n->in[1]], 4 * small) ||
-        overlap(dx, 4 * big, ptr[m->in[0]], (big + 7) / 8))
-        return NULL;
-    return m;
-}
-
 static hr_status cuda_run(hr_backend *be, const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si) {
     hr_cuda *c = ctx_of(be);
     cudaStream_t s = c->stream;
-    if (c->skip == n) { /* done by the node before */
-        c->skip = NULL;
-        return HR_OK;
-    }
-    c->skip = NULL;
-    const hr_node *m = n->op == HR_OP_MAXPOOL_BWD ? pool_relu_bwd(g, n, ptr) : NULL;
-    if (m) {
-        const hr_shape *xs = &g->t[n->out[0]].shape, *ys = &g->t[n->in[1]].shape;
-        HR_CU(hrk_maxpool_relu_bwd(s, ptr[n->in[0]], ptr[m->in[0]], P_F(n->in[1]), P_F(m->out[0]),
-                                   xs->d[0] * xs->d[1], ys->d[2], ys->d[3], n->a.kh, m->accum[0]));
-        c->skip = m;
-        return HR_OK;
-    }
     switch (n->op) {
     case HR_OP_LINEAR: return hr_cuda_linear(c, g, n, ptr);
     case HR_OP_LINEAR_BWD: return hr_cuda_linear_bwd(c, g, n, ptr);

@@ -37,7 +37,6 @@ typedef struct {
     bool allow_tf32;
     int64_t max_elems;        /* per library call (cuBLAS, cuDNN take int sizes); tests lower it */
     cudaStream_t stream;      /* every kernel and library call */
-    const hr_node *skip;      /* a node whose work the one before it did (fused); run() passes over it */
     cudaStream_t copy_stream; /* host-to-device batch copies */
     cudaEvent_t compute_ev;   /* marks the compute stream when an upload is queued */
     hr_cublas_handle blas;
@@ -116,12 +115,6 @@ cudaError_t hrk_softmax_bwd(cudaStream_t s, const float *y, const float *dy, flo
 /* pool.cu (no padding) */
 cudaError_t hrk_maxpool(cudaStream_t s, const float *x, float *y, uint8_t *am, int64_t NC, int64_t H, int64_t W,
                         int64_t OH, int64_t OW, int kh, int kw, int sh, int sw);
-/* MaxPool2d.backward (saved argmax, tiled 2-wide windows) fused with the
- * ReLU.backward (bit mask) it feeds: dx is the ReLU's input gradient. */
-bool hrk_maxpool_relu_bwd_fits(int64_t H, int64_t W, int64_t OH, int64_t OW, int kh, int kw, int sh, int sw,
-                               const float *dx);
-cudaError_t hrk_maxpool_relu_bwd(cudaStream_t s, const uint8_t *am, const uint8_t *mask, const float *dy, float *dx,
-                                 int64_t NC, int64_t OH, int64_t OW, int kh, bool acc);
 cudaError_t hrk_maxpool_bwd_am(cudaStream_t s, const uint8_t *am, const float *dy, float *dx, int64_t NC, int64_t H,
                                int64_t W, int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, bool acc);
 cudaError_t hrk_maxpool_bwd(cudaStream_t s, const float *x, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W,

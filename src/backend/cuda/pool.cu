@@ -160,32 +160,6 @@ __global__ void k_maxpool_bwd_w2(Argmax src, const float *dy, float *dx, int64_t
     }
 }
 
-/* MaxPool2d.backward and the ReLU.backward after it in one pass, where the
- * pool's dx feeds only that ReLU (cuda_backend.c decides): tiled windows kw =
- * 2 wide, the argmax saved as bytes, the ReLU's mask as bits. The pool's dx is
- * never written; each element gets, with the two kernels' arithmetic,
- *   t = 0.0f (+ g where the window's max was), v = keep ? t : 0.0f,
- *   dx = acc ? dx + v : v. */
-__global__ void k_maxpool_relu_bwd_w2(const uint8_t *am, const uint8_t *mask, const float *dy, float *dx, int64_t R,
-                                      int64_t OW, int kh, bool acc, int lt) {
-    int64_t W = 2 * OW;
-    ROW_LOOP(r, j, R, OW, lt) {
-        int best = am[r * OW + j];
-        float g = dy[r * OW + j];
-        for (int a = 0; a < kh; a++) {
-            int64_t e = (r * kh + a) * W + 2 * j;
-            float2 *p = (float2 *)(dx + e);
-            float t0 = 0.0f, t1 = 0.0f;
-            if (2 * a == best) t0 += g;
-            if (2 * a + 1 == best) t1 += g;
-            bool k0 = (mask[e >> 3] >> (e & 7)) & 1, k1 = (mask[(e + 1) >> 3] >> ((e + 1) & 7)) & 1;
-            float v0 = k0 ? t0 : 0.0f, v1 = k1 ? t1 : 0.0f;
-            float2 d = acc ? *p : make_float2(0.0f, 0.0f);
-            *p = make_float2(acc ? d.x + v0 : v0, acc ? d.y + v1 : v1);
-        }
-    }
-}
-
 template <class Argmax>
 static cudaError_t maxpool_bwd(cudaStream_t s, Argmax src, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W,
                                int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, bool acc) {
@@ -245,18 +219,6 @@ cudaError_t hrk_maxpool(cudaStream_t s, const float *x, float *y, uint8_t *am, i
 cudaError_t hrk_maxpool_bwd_am(cudaStream_t s, const uint8_t *am, const float *dy, float *dx, int64_t NC, int64_t H,
                                int64_t W, int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, bool acc) {
     return maxpool_bwd(s, saved_argmax{am}, dy, dx, NC, H, W, OH, OW, kh, kw, sh, sw, acc);
-}
-
-bool hrk_maxpool_relu_bwd_fits(int64_t H, int64_t W, int64_t OH, int64_t OW, int kh, int kw, int sh, int sw,
-                               const float *dx) {
-    return kh == sh && kw == sw && kw == 2 && OH * kh == H && OW * kw == W && ((uintptr_t)dx & 7) == 0;
-}
-
-cudaError_t hrk_maxpool_relu_bwd(cudaStream_t s, const uint8_t *am, const uint8_t *mask, const float *dy, float *dx,
-                                 int64_t NC, int64_t OH, int64_t OW, int kh, bool acc) {
-    int lt = row_shift(OW);
-    k_maxpool_relu_bwd_w2<<<hr_grid((NC * OH) << lt), HR_THREADS, 0, s>>>(am, mask, dy, dx, NC * OH, OW, kh, acc, lt);
-    return cudaGetLastError();
 }
 
 cudaError_t hrk_maxpool_bwd(cudaStream_t s, const float *x, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W,
