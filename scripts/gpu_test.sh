@@ -56,9 +56,13 @@ for t in $GPU_TESTS; do
     run_one "$(basename "$t")" "$t"
 done
 # the same tests down the other paths: split-K on every Linear with k >= 32,
-# and cuDNN's legacy API instead of its graph API
+# cuDNN's legacy API instead of its graph API, inputs sent whole
 run_one test_cuda_ops.splitk HR_CUDA_SPLITK=32 "$BUILD/tests/gpu/test_cuda_ops"
 run_one test_cuda_golden.legacy HR_CUDNN_API=legacy "$BUILD/tests/gpu/test_cuda_golden"
+run_one test_cuda_ops.whole HR_CUDA_PIECE_MIN=0 "$BUILD/tests/gpu/test_cuda_ops"
+# every batch input sent in pieces that the first node takes as they arrive
+run_one test_cuda_ops.pieces HR_CUDA_PIECE_MIN=1 "$BUILD/tests/gpu/test_cuda_ops"
+run_one test_cuda_golden.pieces HR_CUDA_PIECE_MIN=1 "$BUILD/tests/gpu/test_cuda_golden"
 # the OOM path forced by a second process holding the memory
 log=$(mktemp)
 bash tests/gpu/oom_second_process.sh >"$log" 2>&1

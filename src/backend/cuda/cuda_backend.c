@@ -101,6 +101,7 @@ static hr_status cuda_init(hr_cuda *c, const hr_config_t *cfg) {
     HR_CU(cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking));
     HR_CU(cudaEventCreateWithFlags(&c->compute_ev, cudaEventDisableTiming));
     for (int i = 0; i < 2; i++) HR_CU(cudaEventCreateWithFlags(&c->slot_ev[i], cudaEventDisableTiming));
+    for (int i = 0; i < HR_PIECES; i++) HR_CU(cudaEventCreateWithFlags(&c->piece_ev[i], cudaEventDisableTiming));
     cublasHandle_t h;
     HR_CUBLAS(cublasCreate(&h));
     c->blas = h;
@@ -127,6 +128,10 @@ static void learn_staging(hr_cuda *c, const hr_graph *g, const hr_node *n) {
         if (t->kind != HR_T_INPUT && t->kind != HR_T_LABEL) continue;
         int64_t k = hr_shape_numel(&t->shape);
         if (k > 0) slot += hr_align_up((size_t)k * hr_dtype_size(t->dtype), 256);
+        if (t->kind == HR_T_INPUT && k > 0 && t->shape.d[0] > 0) {
+            c->in_batch = t->shape.d[0];
+            c->in_sample = k / t->shape.d[0] * (int64_t)hr_dtype_size(t->dtype);
+        }
     }
     c->want_slot = slot;
 }
@@ -239,17 +244,44 @@ static void stage_copy(unsigned char *dst, const unsigned char *src, size_t n) {
     }
 }
 
+/* HR_CUDA_PIECE_MIN=bytes: the smallest input sent in pieces (tests lower it
+ * to reach every path; 0 sends every input whole). */
+int64_t hr_cuda_piece_samples(int64_t batch, int64_t sample) {
+    static long long min = -1;
+    if (min < 0) {
+        const char *e = getenv("HR_CUDA_PIECE_MIN");
+        min = e && *e ? atoll(e) : (long long)HR_PIECE_MIN;
+        if (min <= 0) min = LLONG_MAX;
+    }
+    if (batch < 2 || sample <= 0 || batch * sample < min) return 0;
+    return (batch + HR_PIECES - 1) / HR_PIECES;
+}
+
+hr_status hr_cuda_settle(hr_cuda *c) {
+    if (!c->pending) return HR_OK;
+    c->pending = false;
+    c->piece_dst = NULL;
+    HR_CU(cudaStreamWaitEvent(c->stream, c->pending_ev, 0));
+    return HR_OK;
+}
+
 /* Through a pinned slot on the copy stream, after the compute queued so far
- * (which may still read dst) and before the compute queued next. The host
+ * (which may still read dst) and before the compute that reads it. The host
  * returns once the bytes are staged: it may prepare the next batch while the
  * device works. The bytes are staged and sent in chunks of 1 MiB, so that the
  * host's copy of one chunk overlaps the link's transfer of the one before.
- * A transfer larger than a slot goes straight, in order. */
+ * The compute stream waits for them at the next node (hr_cuda_settle); the
+ * batch's input, the first upload of a step, goes in HR_PIECES pieces of
+ * samples with an event after each, for the node that reads it to start on
+ * the first samples while the rest arrive (hr_cuda_*_pieces). A transfer
+ * larger than a slot goes straight, in order. */
 #define HR_UPLOAD_CHUNK ((size_t)1 << 20)
 static hr_status cuda_upload(hr_backend *be, void *dst, const void *src, size_t n) {
     hr_cuda *c = ctx_of(be);
     if (n == 0) return HR_OK;
     if (!c->pinned || n > c->slot_bytes) {
+        hr_status st = hr_cuda_settle(c);
+        if (st) return st;
         HR_CU(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, c->stream));
         return HR_OK;
     }
@@ -262,13 +294,30 @@ static hr_status cuda_upload(hr_backend *be, void *dst, const void *src, size_t 
     unsigned char *stage = c->pinned + (size_t)s * c->slot_bytes + c->fill[s];
     HR_CU(cudaEventRecord(c->compute_ev, c->stream));
     HR_CU(cudaStreamWaitEvent(c->copy_stream, c->compute_ev, 0));
-    for (size_t off = 0; off < n; off += HR_UPLOAD_CHUNK) {
-        size_t k = n - off < HR_UPLOAD_CHUNK ? n - off : HR_UPLOAD_CHUNK;
-        stage_copy(stage + off, (const unsigned char *)src + off, k);
-        HR_CU(cudaMemcpyAsync((unsigned char *)dst + off, stage + off, k, cudaMemcpyHostToDevice, c->copy_stream));
+    /* pieces: the input (its size), as the first upload since the last settle */
+    int64_t q = !c->pending && (int64_t)n == c->in_batch * c->in_sample ? hr_cuda_piece_samples(c->in_batch, c->in_sample)
+                                                                      : 0;
+    size_t piece = q ? (size_t)(q * c->in_sample) : n;
+    int np = 0;
+    for (size_t p0 = 0; p0 < n; p0 += piece) {
+        size_t pend = n - p0 < piece ? n : p0 + piece;
+        for (size_t off = p0; off < pend; off += HR_UPLOAD_CHUNK) {
+            size_t k = pend - off < HR_UPLOAD_CHUNK ? pend - off : HR_UPLOAD_CHUNK;
+            stage_copy(stage + off, (const unsigned char *)src + off, k);
+            HR_CU(cudaMemcpyAsync((unsigned char *)dst + off, stage + off, k, cudaMemcpyHostToDevice, c->copy_stream));
+        }
+        if (q) {
+            HR_CU(cudaEventRecord(c->piece_ev[np], c->copy_stream));
+            c->piece_upto[np++] = (int64_t)(pend / (size_t)c->in_sample);
+        }
     }
     HR_CU(cudaEventRecord(c->slot_ev[s], c->copy_stream));
-    HR_CU(cudaStreamWaitEvent(c->stream, c->slot_ev[s], 0));
+    if (q) {
+        c->piece_dst = dst;
+        c->npieces = np;
+    }
+    c->pending = true;
+    c->pending_ev = c->slot_ev[s];
     c->fill[s] += hr_align_up(n, 256);
     return HR_OK;
 }
@@ -276,6 +325,8 @@ static hr_status cuda_upload(hr_backend *be, void *dst, const void *src, size_t 
 static hr_status cuda_download(hr_backend *be, void *dst, const void *src, size_t n) {
     hr_cuda *c = ctx_of(be);
     if (n == 0) return HR_OK;
+    hr_status st = hr_cuda_settle(c);
+    if (st) return st;
     HR_CU(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, c->stream));
     HR_CU(cudaStreamSynchronize(c->stream));
     return HR_OK;
@@ -283,6 +334,8 @@ static hr_status cuda_download(hr_backend *be, void *dst, const void *src, size_
 
 static hr_status cuda_sync(hr_backend *be) {
     hr_cuda *c = ctx_of(be);
+    hr_status st = hr_cuda_settle(c);
+    if (st) return st;
     HR_CU(cudaStreamSynchronize(c->copy_stream));
     HR_CU(cudaStreamSynchronize(c->stream));
     HR_CU(cudaGetLastError());
@@ -462,6 +515,13 @@ static hr_status optim(hr_cuda *c, const hr_graph *g, const hr_node *nodes, int 
 static hr_status cuda_run(hr_backend *be, const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si) {
     hr_cuda *c = ctx_of(be);
     cudaStream_t s = c->stream;
+    if (c->pending) { /* the batch's upload: its reader may take it in pieces, every other node waits */
+        bool reader = c->piece_dst && n->nin > 0 && n->in[0] >= 0 && ptr[n->in[0]] == c->piece_dst;
+        if (reader && n->op == HR_OP_LINEAR) return hr_cuda_linear_pieces(c, g, n, ptr);
+        if (reader && n->op == HR_OP_CONV2D) return hr_cuda_conv2d_pieces(c, g, n, ptr);
+        hr_status st = hr_cuda_settle(c);
+        if (st) return st;
+    }
     switch (n->op) {
     case HR_OP_LINEAR: return hr_cuda_linear(c, g, n, ptr);
     case HR_OP_LINEAR_BWD: return hr_cuda_linear_bwd(c, g, n, ptr);
@@ -519,6 +579,8 @@ static hr_status cuda_run(hr_backend *be, const hr_graph *g, const hr_node *n, v
 static hr_status cuda_run_group(hr_backend *be, const hr_graph *g, const hr_node *nodes, int count, void *const *ptr,
                                 const hr_step_info *si) {
     if (count <= 0) return HR_OK;
+    hr_status st0 = hr_cuda_settle(ctx_of(be));
+    if (st0) return st0;
     if (nodes[0].op != HR_OP_SGD && nodes[0].op != HR_OP_ADAM)
         return hr_error_set(HR_ERR_INTERNAL, "cuda backend: no group launch for op %s", hr_op_name(nodes[0].op));
     return optim(ctx_of(be), g, nodes, count, ptr, si);
@@ -564,6 +626,8 @@ static void cuda_free(hr_backend *be) {
         if (c->blas) cublasDestroy(c->blas);
         for (int i = 0; i < 2; i++)
             if (c->slot_ev[i]) cudaEventDestroy(c->slot_ev[i]);
+        for (int i = 0; i < HR_PIECES; i++)
+            if (c->piece_ev[i]) cudaEventDestroy(c->piece_ev[i]);
         if (c->compute_ev) cudaEventDestroy(c->compute_ev);
         for (int i = 0; i < c->nmarks; i++) cudaEventDestroy(c->marks[i]);
         free(c->marks);

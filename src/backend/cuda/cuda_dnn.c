@@ -452,6 +452,22 @@ static size_t ws_of(hr_cuda *c, hr_cuda_conv *p, int which) {
     return ws;
 }
 
+/* Plans for the pieces of a pipelined input (hr_cuda_piece_samples): q
+ * samples, and the last piece when shorter. False: no pieces here. */
+static bool piece_plans(hr_cuda *c, const conv_shape *s, hr_cuda_conv **pf, hr_cuda_conv **pt, int64_t *q) {
+    *pf = *pt = NULL;
+    *q = hr_cuda_piece_samples(s->N, s->C * s->H * s->W * (int64_t)sizeof(float));
+    if (!*q || s->chunk < s->N) return false;
+    conv_shape ps = *s;
+    ps.chunk = *q;
+    int64_t np = (s->N + *q - 1) / *q, last = s->N - (np - 1) * *q;
+    if (conv_new(c, &ps, *q, pf) != HR_OK || (last != *q && conv_new(c, &ps, last, pt) != HR_OK)) {
+        hr_error_clear();
+        return false;
+    }
+    return true;
+}
+
 size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n) {
     conv_shape s;
     if (!c->dnn || !shape_of(c, g, n, &s)) return 0; /* run() will say why */
@@ -476,6 +492,14 @@ size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n) {
             }
         }
         for (int k = 0; k < 4; k++) ws = w[k] > ws ? w[k] : ws;
+    }
+    /* the forward pass over the batch's input may run in pieces as it arrives */
+    hr_cuda_conv *pf, *pt;
+    int64_t q;
+    if (n->op == HR_OP_CONV2D && g->t[n->in[0]].kind == HR_T_INPUT && piece_plans(c, &s, &pf, &pt, &q)) {
+        size_t a = conv_ws(c, pf, FWD, bias), b = conv_ws(c, pt, FWD, bias);
+        ws = a > ws ? a : ws;
+        ws = b > ws ? b : ws;
     }
     /* the bias gradient's partial sums reuse the scratch once cuDNN is done */
     if (n->op == HR_OP_CONV2D_BWD && n->out[2] >= 0) {
@@ -613,6 +637,51 @@ hr_status hr_cuda_conv2d(hr_cuda *c, const hr_graph *g, const hr_node *n, void *
                           p->yd, y + n0 * s.K * s.OH * s.OW));
     }
     return HR_OK;
+}
+
+/* The same with the batch's input arriving in pieces (cuda_backend.c's
+ * upload): each piece's samples go through cuDNN as soon as the piece is in.
+ * The first run settles the upload and times the piece plans; where the
+ * pieces or their plans are missing, the whole batch runs at once. */
+hr_status hr_cuda_conv2d_pieces(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr) {
+    conv_shape s;
+    hr_cuda_conv *full, *tail, *pf, *pt;
+    int64_t q;
+    hr_status st = ready(c, g, n, &s, &full, &tail);
+    if (st) return st;
+    bool bias = n->nin > 2 && n->in[2] >= 0;
+    hr_cudnn_op *of = NULL, *ot = NULL;
+    int np = c->npieces;
+    bool ok = piece_plans(c, &s, &pf, &pt, &q) && np == (int)((s.N + q - 1) / q) && c->piece_upto[np - 1] == s.N &&
+              (of = gop_for(c, pf, FWD, bias)) != NULL && (!pt || (ot = gop_for(c, pt, FWD, bias)) != NULL);
+    for (int k = 0; ok && k < np; k++) ok = c->piece_upto[k] == (k + 1 < np ? (k + 1) * q : s.N);
+    if (!ok) {
+        if ((st = hr_cuda_settle(c)) != HR_OK) return st;
+        return hr_cuda_conv2d(c, g, n, ptr);
+    }
+    hr_cuda_dnn *d = c->dnn;
+    const float *x = ptr[n->in[0]], *w = ptr[n->in[1]];
+    float *y = ptr[n->out[0]];
+    void *ws = n->ws >= 0 ? ptr[n->ws] : NULL;
+    size_t wsz = ws_bytes(g, n);
+    int64_t xs = s.C * s.H * s.W, ys = s.K * s.OH * s.OW;
+    bool waiting = true;
+    if (!hr_cudnn_op_tuned(of) || (ot && !hr_cudnn_op_tuned(ot))) { /* timing needs the samples in */
+        if ((st = hr_cuda_settle(c)) != HR_OK) return st;
+        waiting = false;
+        if (!hr_cudnn_op_tuned(of) && (st = gtune(c, of, x, w, y, ws, wsz)) != HR_OK) return st;
+        if (ot && !hr_cudnn_op_tuned(ot) &&
+            (st = gtune(c, ot, x + (s.N - pt->N) * xs, w, y + (s.N - pt->N) * ys, ws, wsz)) != HR_OK)
+            return st;
+    }
+    if (bias) HR_CU(hrk_bias_fill(c->stream, ptr[n->in[2]], y, s.N, s.K, s.OH * s.OW));
+    for (int k = 0; k < np; k++) {
+        int64_t n0 = k * q, cnt = c->piece_upto[k] - n0;
+        if (waiting) HR_CU(cudaStreamWaitEvent(c->stream, c->piece_ev[k], 0));
+        st = hr_cudnn_op_run(d->G, cnt == q ? of : ot, x + n0 * xs, w, y + n0 * ys, ws, wsz);
+        if (st) return st;
+    }
+    return hr_cuda_settle(c);
 }
 
 /* in {x, W, dy}, out {dx, dW, db} */

@@ -204,7 +204,9 @@ static hr_status product(hr_cuda *c, const node_scratch *s, cublasOperation_t ta
 }
 
 /* y (N,out) = x (N,in) W^T + b: y^T = W x^T, plus b. */
-hr_status hr_cuda_linear(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr) {
+/* Rows [r0, r1) of y; when `pieces`, the input arrives in c's upload pieces
+ * and each product waits for the piece that completes its rows. */
+static hr_status linear_rows(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr, bool pieces) {
     int64_t N = g->t[n->in[0]].shape.d[0], in = n->a.in_f, out = n->a.out_f;
     const float *x = ptr[n->in[0]], *W = ptr[n->in[1]];
     const float *b = n->nin > 2 && n->in[2] >= 0 ? ptr[n->in[2]] : NULL;
@@ -214,13 +216,33 @@ hr_status hr_cuda_linear(hr_cuda *c, const hr_graph *g, const hr_node *n, void *
     hr_status st = use_workspace(c, g, n, ptr, &s);
     if (st) return st;
     int64_t step = rows_per_call(c, in, out);
-    for (int64_t r = 0; r < N; r += step) {
-        int rows = (int)(N - r < step ? N - r : step);
-        if ((st = product(c, &s, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, rows, (int)in, W, (int)in, x + r * in, (int)in, b,
-                          0.0f, y + r * out, (int)out)))
-            return st;
+    int64_t r0 = 0;
+    for (int k = 0; k < (pieces ? c->npieces : 1); k++) {
+        int64_t r1 = pieces ? c->piece_upto[k] : N;
+        if (pieces) HR_CU(cudaStreamWaitEvent(c->stream, c->piece_ev[k], 0));
+        for (int64_t r = r0; r < r1; r += step) {
+            int rows = (int)(r1 - r < step ? r1 - r : step);
+            if ((st = product(c, &s, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, rows, (int)in, W, (int)in, x + r * in, (int)in,
+                              b, 0.0f, y + r * out, (int)out)))
+                return st;
+        }
+        r0 = r1;
     }
     return HR_OK;
+}
+
+hr_status hr_cuda_linear(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr) {
+    return linear_rows(c, g, n, ptr, false);
+}
+
+/* The batch's input arriving in pieces: each piece's rows as soon as it is in. */
+hr_status hr_cuda_linear_pieces(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr) {
+    if (c->npieces < 1 || c->piece_upto[c->npieces - 1] != g->t[n->in[0]].shape.d[0]) {
+        hr_status st = hr_cuda_settle(c);
+        return st ? st : linear_rows(c, g, n, ptr, false);
+    }
+    hr_status st = linear_rows(c, g, n, ptr, true);
+    return st ? st : hr_cuda_settle(c);
 }
 
 /* in {x, W, dy}, out {dx = dy W, dW = dy^T x, db = sum dy}. db and each chunk's

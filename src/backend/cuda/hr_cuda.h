@@ -27,6 +27,9 @@ extern "C" {
 #define HR_CUDA_CONV_WS_CAP ((size_t)256 << 20)
 
 #ifndef __CUDACC__
+#define HR_PIECES 4                     /* pieces of a pipelined input upload */
+#define HR_PIECE_MIN ((size_t)512 << 10) /* smaller inputs go in one piece */
+
 typedef struct hr_cuda_conv hr_cuda_conv;
 typedef struct hr_cuda_dnn hr_cuda_dnn;
 typedef struct cublasContext *hr_cublas_handle;
@@ -59,6 +62,16 @@ typedef struct {
     /* convolution plans by shape */
     hr_cuda_conv **conv;
     int nconv, capconv;
+    /* the batch's input in pieces of samples, an event after each on the copy
+     * stream, so that the node reading it can start on the samples that have
+     * arrived (hr_cuda_pieces); every other node waits for the whole upload */
+    int64_t in_batch, in_sample;     /* learnt while planning: samples, bytes a sample */
+    cudaEvent_t piece_ev[HR_PIECES];
+    const void *piece_dst;           /* the input's bytes while their upload is pending, else NULL */
+    int npieces;
+    int64_t piece_upto[HR_PIECES];   /* samples arrived once piece k is in */
+    bool pending;                    /* the compute stream has not waited for the last upload yet */
+    cudaEvent_t pending_ev;
     /* HR_PROFILE=2: timing events on the compute stream, made as slots appear */
     cudaEvent_t *marks;
     int nmarks;
@@ -87,6 +100,15 @@ hr_status hr_cuda_dnn_open(hr_cuda *c);
 void hr_cuda_dnn_close(hr_cuda *c);
 size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n);
 hr_status hr_cuda_conv2d(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
+/* The same on an input arriving in pieces (c->piece_*); they return with the
+ * compute stream past the whole upload. */
+hr_status hr_cuda_conv2d_pieces(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
+hr_status hr_cuda_linear_pieces(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
+/* Samples a piece of a pipelined upload of `batch` samples of `sample` bytes
+ * (0: one piece, no pipelining); the same rule for planning and running. */
+int64_t hr_cuda_piece_samples(int64_t batch, int64_t sample);
+/* Makes the compute stream wait for every upload queued so far. */
+hr_status hr_cuda_settle(hr_cuda *c);
 hr_status hr_cuda_conv2d_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
 
 /* For tests: pinned bytes held, device bytes in use when the backend was made. */
