@@ -623,7 +623,6 @@ static void cuda_free(hr_backend *be) {
         if (c->copy_stream) cudaStreamSynchronize(c->copy_stream);
         if (c->arena) cuda_arena_free(be, c->arena);
         hr_cuda_dnn_close(c);
-        hr_lt_free(c);
         if (c->blas) cublasDestroy(c->blas);
         for (int i = 0; i < 2; i++)
             if (c->slot_ev[i]) cudaEventDestroy(c->slot_ev[i]);

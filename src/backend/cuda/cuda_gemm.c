@@ -170,8 +170,6 @@ size_t hr_cuda_linear_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n,
 typedef struct {
     float *part;
     size_t part_bytes;
-    void *blas;        /* the rest: cuBLAS's (and cuBLASLt's) workspace */
-    size_t blas_bytes;
 } node_scratch;
 
 static hr_status use_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr, node_scratch *s) {
@@ -185,8 +183,6 @@ static hr_status use_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n, 
         ws += need;
         bytes -= need;
     }
-    s->blas = bytes ? ws : NULL;
-    s->blas_bytes = bytes;
     HR_CUBLAS(cublasSetWorkspace(c->blas, bytes ? ws : NULL, bytes));
     return HR_OK;
 }
@@ -200,19 +196,11 @@ static hr_status product(hr_cuda *c, const node_scratch *s, cublasOperation_t ta
     splitk_plan p = splitk_plan_for(c, m, n, k);
     if (p.parts > 0 && p.bytes <= s->part_bytes)
         return gemm_split(c, &p, s->part, ta, tb, m, n, k, A, lda, B, ldb, bias, beta, C, ldc);
-    /* through cuBLASLt, its algorithm timed at the first product of this
-     * shape that writes C afresh (before the bias fills C) */
-    bool fresh = bias || beta == 0.0f, done = false;
-    float b = bias ? 1.0f : beta;
-    if (!fresh) {
-        hr_status st = hr_lt_gemm(c, ta, tb, m, n, k, A, lda, B, ldb, b, C, ldc, s->blas, s->blas_bytes, false, &done);
-        return st || done ? st : gemm(c, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc);
+    if (bias) { /* C (m, n) with ldc == m: rows of the row-major (n, m) */
+        HR_CU(hrk_bias_fill(c->stream, bias, C, n, m, 1));
+        beta = 1.0f;
     }
-    hr_status st = hr_lt_prepare(c, ta, tb, m, n, k, A, lda, B, ldb, b, C, ldc, s->blas, s->blas_bytes);
-    if (st) return st;
-    if (bias) HR_CU(hrk_bias_fill(c->stream, bias, C, n, m, 1)); /* C (m, n), ldc == m: rows of the row-major (n, m) */
-    st = hr_lt_gemm(c, ta, tb, m, n, k, A, lda, B, ldb, b, C, ldc, s->blas, s->blas_bytes, false, &done);
-    return st || done ? st : gemm(c, ta, tb, m, n, k, A, lda, B, ldb, b, C, ldc);
+    return gemm(c, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* y (N,out) = x (N,in) W^T + b: y^T = W x^T, plus b. */

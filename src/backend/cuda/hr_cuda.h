@@ -72,7 +72,6 @@ typedef struct {
     int64_t piece_upto[HR_PIECES];   /* samples arrived once piece k is in */
     bool pending;                    /* the compute stream has not waited for the last upload yet */
     cudaEvent_t pending_ev;
-    struct hr_lt *lt;                /* cuBLASLt: handle and per-shape algorithms (gemm_lt.c) */
     /* HR_PROFILE=2: timing events on the compute stream, made as slots appear */
     cudaEvent_t *marks;
     int nmarks;
@@ -95,15 +94,6 @@ const char *hr_cublas_status_str(int st);
 
 /* cuda_gemm.c: Linear through cuBLAS */
 hr_status hr_cuda_linear(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
-/* gemm_lt.c: C = op(A) op(B) + beta C through cuBLASLt (column-major, as
- * cublasGemmEx; ta, tb are cublasOperation_t). hr_lt_prepare times the
- * shape's candidates once, overwriting C; hr_lt_gemm runs the kept one and
- * sets *done, or leaves it false where cuBLASLt cannot (use cublasGemmEx). */
-hr_status hr_lt_prepare(hr_cuda *c, int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B,
-                        int ldb, float beta, float *C, int ldc, void *ws, size_t wsz);
-hr_status hr_lt_gemm(hr_cuda *c, int ta, int tb, int m, int n, int k, const float *A, int lda, const float *B, int ldb,
-                     float beta, float *C, int ldc, void *ws, size_t wsz, bool fresh, bool *done);
-void hr_lt_free(hr_cuda *c);
 hr_status hr_cuda_linear_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
 /* cuda_dnn.c: cuDNN, loaded with dlopen; Conv2d */
 hr_status hr_cuda_dnn_open(hr_cuda *c);
