@@ -15,7 +15,7 @@
 # in bench/bench_step.c and bench/torch_gpu.py; docs/benchmarks.md says it too.
 #
 # Knobs (environment): PARTS (default "info step largest fashion"; also
-#   "diag": HR_PROFILE per-node tables and HR_CUDA_VERBOSE cuDNN choices for
+#   "diag": HR_PROFILE=2 per-node device-time tables and HR_CUDA_VERBOSE cuDNN choices for
 #   the conv models, "algos": step times of the conv models under each
 #   HR_CUDNN_ALGO mode, and "untuned": precise without HR_CUDNN_AUTOTUNE),
 #   STEPS (30), WARM (5), DATA (Fashion-MNIST .gz folder; default
@@ -145,11 +145,11 @@ if has diag; then
     for cfg in simple_cnn:128 simple_cnn:4096 deep_cnn:64 deep_cnn:2048 mlp:32768; do
         m=${cfg%%:*} b=${cfg#*:}
         echo "== diag $m $b" >>"$RES/diag.log"
-        HR_PROFILE=1 HR_CUDA_VERBOSE=1 timeout 60 "$BUILD/bench/bench_step" "examples/$m.model" "$b" 10 3 cuda \
+        HR_PROFILE=2 HR_CUDA_VERBOSE=1 timeout 60 "$BUILD/bench/bench_step" "examples/$m.model" "$b" 10 3 cuda \
             >>"$RES/diag.log" 2>&1
     done
     echo "== diag fashion 64" >>"$RES/diag.log"
-    HR_PROFILE=1 HR_CUDA_VERBOSE=1 timeout 60 "$BUILD/bench/bench_step" examples/fashion.model 64 50 5 cuda \
+    HR_PROFILE=2 HR_CUDA_VERBOSE=1 timeout 60 "$BUILD/bench/bench_step" examples/fashion.model 64 50 5 cuda \
         >>"$RES/diag.log" 2>&1
 fi
 
