@@ -321,22 +321,38 @@ static hr_status run_range(hr_session_t *s, int from, int to) {
     return HR_OK;
 }
 
+/* Labels first (checked, then sent), the input last: a backend may take the
+ * input's bytes from x while the step's first node runs (the CUDA backend's
+ * pieces), so every path out of a step that uploaded it goes through
+ * finish_batch. */
 static hr_status upload_batch(hr_session_t *s, const float *x, const void *labels) {
     hr_graph *g = &s->prog.g;
     const hr_tensor *in = &g->t[s->prog.input];
-    hr_status st = s->be->upload(s->be, s->ptr[s->prog.input], x, (size_t)hr_shape_numel(&in->shape) * sizeof(float));
-    if (st || s->prog.label < 0 || !s->ptr[s->prog.label]) return st;
-    const hr_tensor *lt = &g->t[s->prog.label];
-    if (lt->dtype == HR_I32) {
-        const int32_t *lab = labels;
-        int64_t n = hr_shape_numel(&lt->shape), C = g->t[s->prog.output].shape.d[1];
-        for (int64_t i = 0; i < n; i++)
-            if (lab[i] < 0 || lab[i] >= C)
-                return hr_error_set(HR_ERR_INVALID_ARG, "label %d of sample %lld is outside [0, %lld)", lab[i],
-                                    (long long)i, (long long)C);
+    if (s->prog.label >= 0 && s->ptr[s->prog.label]) {
+        const hr_tensor *lt = &g->t[s->prog.label];
+        if (lt->dtype == HR_I32) {
+            const int32_t *lab = labels;
+            int64_t n = hr_shape_numel(&lt->shape), C = g->t[s->prog.output].shape.d[1];
+            for (int64_t i = 0; i < n; i++)
+                if (lab[i] < 0 || lab[i] >= C)
+                    return hr_error_set(HR_ERR_INVALID_ARG, "label %d of sample %lld is outside [0, %lld)", lab[i],
+                                        (long long)i, (long long)C);
+        }
+        hr_status st = s->be->upload(s->be, s->ptr[s->prog.label], labels,
+                                     (size_t)hr_shape_numel(&lt->shape) * hr_dtype_size(lt->dtype));
+        if (st) return st;
     }
-    return s->be->upload(s->be, s->ptr[s->prog.label], labels,
-                         (size_t)hr_shape_numel(&lt->shape) * hr_dtype_size(lt->dtype));
+    return s->be->upload(s->be, s->ptr[s->prog.input], x, (size_t)hr_shape_numel(&in->shape) * sizeof(float));
+}
+
+/* A step that failed after its upload: the backend finishes with x before
+ * the caller gets it back (the first error is the one reported). */
+static hr_status finish_batch(hr_session_t *s, hr_status st) {
+    if (!st) return st;
+    char first[4096]; /* the message, which a failing sync would replace */
+    snprintf(first, sizeof first, "%s", hr_last_error());
+    if (s->be->sync(s->be) != HR_OK) hr_error_set(st, "%s", first);
+    return st;
 }
 
 hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, float *loss) {
@@ -346,7 +362,7 @@ hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, flo
         return hr_error_set(HR_ERR_INVALID_ARG, "train_step: this session was compiled for inference");
     hr_status st = upload_batch(s, x, labels);
     if (!st) st = run_range(s, 0, s->prog.g.nn);
-    if (st) return st;
+    if (st) return finish_batch(s, st);
     s->t++;
     if (loss) {
         st = s->be->download(s->be, loss, s->ptr[s->prog.loss], sizeof(float));
@@ -362,7 +378,8 @@ hr_status hr_forward(hr_session_t *s, const float *x, float *out) {
         return hr_error_set(HR_ERR_INVALID_ARG, "forward: compile with mode HR_MODE_INFER for inference");
     hr_status st = upload_batch(s, x, NULL);
     if (!st) st = run_range(s, 0, s->prog.n_fwd);
-    if (!st && out) st = hr_read_output(s, out);
+    if (st) return finish_batch(s, st);
+    if (out) st = hr_read_output(s, out);
     return st;
 }
 

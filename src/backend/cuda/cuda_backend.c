@@ -265,7 +265,40 @@ int64_t hr_cuda_piece_samples(int64_t batch, int64_t sample) {
     return (batch + HR_PIECES - 1) / HR_PIECES;
 }
 
+#define HR_UPLOAD_CHUNK ((size_t)1 << 20) /* bytes a host copy and a transfer take at a time */
+
+static hr_status stage_piece(hr_cuda *c, int k) {
+    size_t p0 = (size_t)k * c->defer_piece, pend = c->defer_n - p0 < c->defer_piece ? c->defer_n : p0 + c->defer_piece;
+    for (size_t off = p0; off < pend; off += HR_UPLOAD_CHUNK) {
+        size_t b = pend - off < HR_UPLOAD_CHUNK ? pend - off : HR_UPLOAD_CHUNK;
+        stage_copy(c->defer_stage + off, c->defer_src + off, b);
+        HR_CU(cudaMemcpyAsync(c->defer_dst + off, c->defer_stage + off, b, cudaMemcpyHostToDevice, c->copy_stream));
+    }
+    HR_CU(cudaEventRecord(c->piece_ev[k], c->copy_stream));
+    return HR_OK;
+}
+
+hr_status hr_cuda_stage_upto(hr_cuda *c, int k) {
+    if (!c->defer_src) return HR_OK;
+    if (k >= c->npieces) k = c->npieces - 1;
+    while (c->staged <= k) {
+        hr_status st = stage_piece(c, c->staged++);
+        if (st) {
+            c->defer_src = NULL; /* x is the caller's again: nothing may read it later */
+            return st;
+        }
+    }
+    if (c->staged == c->npieces) { /* all of it: the slot's last copy, what settle waits for */
+        c->defer_src = NULL;
+        HR_CU(cudaEventRecord(c->slot_ev[c->defer_slot], c->copy_stream));
+        c->pending_ev = c->slot_ev[c->defer_slot];
+    }
+    return HR_OK;
+}
+
 hr_status hr_cuda_settle(hr_cuda *c) {
+    hr_status st = hr_cuda_stage_upto(c, HR_PIECES);
+    if (st) return st;
     if (!c->pending) return HR_OK;
     c->pending = false;
     c->piece_dst = NULL;
@@ -278,15 +311,22 @@ hr_status hr_cuda_settle(hr_cuda *c) {
  * returns once the bytes are staged: it may prepare the next batch while the
  * device works. The bytes are staged and sent in chunks of 1 MiB, so that the
  * host's copy of one chunk overlaps the link's transfer of the one before.
- * The compute stream waits for them at the next node (hr_cuda_settle); the
- * batch's input, the first upload of a step, goes in HR_PIECES pieces of
- * samples with an event after each, for the node that reads it to start on
- * the first samples while the rest arrive (hr_cuda_*_pieces). A transfer
- * larger than a slot goes straight, in order. */
-#define HR_UPLOAD_CHUNK ((size_t)1 << 20)
+ * The compute stream waits for them at the next node (hr_cuda_settle). The
+ * batch's input (the session sends it last) goes in HR_PIECES pieces of
+ * samples, an event after each: the first is staged here, the others by the
+ * node that reads the input, each just before it queues the work on it
+ * (hr_cuda_*_pieces), so that the host's copying overlaps the device's work;
+ * any other node, download or sync stages what is left first. Every step
+ * ends with the input staged (the session syncs on its error paths), so x is
+ * never read after hr_train_step returns. A transfer larger than a slot goes
+ * straight, in order. */
 static hr_status cuda_upload(hr_backend *be, void *dst, const void *src, size_t n) {
     hr_cuda *c = ctx_of(be);
     if (n == 0) return HR_OK;
+    if (c->defer_src) { /* another upload before the input's reader ran: send the input now */
+        hr_status st = hr_cuda_settle(c);
+        if (st) return st;
+    }
     if (!c->pinned || n > c->slot_bytes) {
         hr_status st = hr_cuda_settle(c);
         if (st) return st;
@@ -302,31 +342,29 @@ static hr_status cuda_upload(hr_backend *be, void *dst, const void *src, size_t 
     unsigned char *stage = c->pinned + (size_t)s * c->slot_bytes + c->fill[s];
     HR_CU(cudaEventRecord(c->compute_ev, c->stream));
     HR_CU(cudaStreamWaitEvent(c->copy_stream, c->compute_ev, 0));
-    /* pieces: the input (its size), as the first upload since the last settle */
-    int64_t q = !c->pending && (int64_t)n == c->in_batch * c->in_sample ? hr_cuda_piece_samples(c->in_batch, c->in_sample)
-                                                                      : 0;
-    size_t piece = q ? (size_t)(q * c->in_sample) : n;
-    int np = 0;
-    for (size_t p0 = 0; p0 < n; p0 += piece) {
-        size_t pend = n - p0 < piece ? n : p0 + piece;
-        for (size_t off = p0; off < pend; off += HR_UPLOAD_CHUNK) {
-            size_t k = pend - off < HR_UPLOAD_CHUNK ? pend - off : HR_UPLOAD_CHUNK;
-            stage_copy(stage + off, (const unsigned char *)src + off, k);
-            HR_CU(cudaMemcpyAsync((unsigned char *)dst + off, stage + off, k, cudaMemcpyHostToDevice, c->copy_stream));
-        }
-        if (q) {
-            HR_CU(cudaEventRecord(c->piece_ev[np], c->copy_stream));
-            c->piece_upto[np++] = (int64_t)(pend / (size_t)c->in_sample);
-        }
+    c->fill[s] += hr_align_up(n, 256);
+    c->pending = true;
+    /* the input (by its size), once a step: in pieces, the first staged now,
+     * the others by its reader (hr_cuda_stage_upto) or at the next settle */
+    int64_t q = !c->piece_dst && (int64_t)n == c->in_batch * c->in_sample
+                    ? hr_cuda_piece_samples(c->in_batch, c->in_sample)
+                    : 0;
+    if (q) {
+        c->defer_src = src, c->defer_stage = stage, c->defer_dst = dst;
+        c->defer_n = n, c->defer_piece = (size_t)(q * c->in_sample), c->defer_slot = s;
+        c->npieces = (int)((c->in_batch + q - 1) / q);
+        for (int k = 0; k < c->npieces; k++) c->piece_upto[k] = k + 1 < c->npieces ? (k + 1) * q : c->in_batch;
+        c->staged = 0;
+        c->piece_dst = dst;
+        return hr_cuda_stage_upto(c, 0);
+    }
+    for (size_t off = 0; off < n; off += HR_UPLOAD_CHUNK) {
+        size_t k = n - off < HR_UPLOAD_CHUNK ? n - off : HR_UPLOAD_CHUNK;
+        stage_copy(stage + off, (const unsigned char *)src + off, k);
+        HR_CU(cudaMemcpyAsync((unsigned char *)dst + off, stage + off, k, cudaMemcpyHostToDevice, c->copy_stream));
     }
     HR_CU(cudaEventRecord(c->slot_ev[s], c->copy_stream));
-    if (q) {
-        c->piece_dst = dst;
-        c->npieces = np;
-    }
-    c->pending = true;
     c->pending_ev = c->slot_ev[s];
-    c->fill[s] += hr_align_up(n, 256);
     return HR_OK;
 }
 

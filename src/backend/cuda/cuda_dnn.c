@@ -677,7 +677,10 @@ hr_status hr_cuda_conv2d_pieces(hr_cuda *c, const hr_graph *g, const hr_node *n,
     if (bias) HR_CU(hrk_bias_fill(c->stream, ptr[n->in[2]], y, s.N, s.K, s.OH * s.OW));
     for (int k = 0; k < np; k++) {
         int64_t n0 = k * q, cnt = c->piece_upto[k] - n0;
-        if (waiting) HR_CU(cudaStreamWaitEvent(c->stream, c->piece_ev[k], 0));
+        if (waiting) {
+            if ((st = hr_cuda_stage_upto(c, k)) != HR_OK) return st;
+            HR_CU(cudaStreamWaitEvent(c->stream, c->piece_ev[k], 0));
+        }
         st = hr_cudnn_op_run(d->G, cnt == q ? of : ot, x + n0 * xs, w, y + n0 * ys, ws, wsz);
         if (st) return st;
     }

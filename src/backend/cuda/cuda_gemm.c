@@ -219,7 +219,10 @@ static hr_status linear_rows(hr_cuda *c, const hr_graph *g, const hr_node *n, vo
     int64_t r0 = 0;
     for (int k = 0; k < (pieces ? c->npieces : 1); k++) {
         int64_t r1 = pieces ? c->piece_upto[k] : N;
-        if (pieces) HR_CU(cudaStreamWaitEvent(c->stream, c->piece_ev[k], 0));
+        if (pieces) {
+            if ((st = hr_cuda_stage_upto(c, k)) != HR_OK) return st;
+            HR_CU(cudaStreamWaitEvent(c->stream, c->piece_ev[k], 0));
+        }
         for (int64_t r = r0; r < r1; r += step) {
             int rows = (int)(r1 - r < step ? r1 - r : step);
             if ((st = product(c, &s, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, rows, (int)in, W, (int)in, x + r * in, (int)in,

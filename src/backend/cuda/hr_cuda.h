@@ -72,6 +72,13 @@ typedef struct {
     int64_t piece_upto[HR_PIECES];   /* samples arrived once piece k is in */
     bool pending;                    /* the compute stream has not waited for the last upload yet */
     cudaEvent_t pending_ev;
+    /* pieces not yet staged: the reader stages piece k (host copy, then its
+     * transfer) just before it queues the work on it, so the host's copying
+     * overlaps the device's work on the pieces before */
+    const unsigned char *defer_src;
+    unsigned char *defer_stage, *defer_dst;
+    size_t defer_n, defer_piece;
+    int staged, defer_slot;
     /* HR_PROFILE=2: timing events on the compute stream, made as slots appear */
     cudaEvent_t *marks;
     int nmarks;
@@ -107,8 +114,11 @@ hr_status hr_cuda_linear_pieces(hr_cuda *c, const hr_graph *g, const hr_node *n,
 /* Samples a piece of a pipelined upload of `batch` samples of `sample` bytes
  * (0: one piece, no pipelining); the same rule for planning and running. */
 int64_t hr_cuda_piece_samples(int64_t batch, int64_t sample);
-/* Makes the compute stream wait for every upload queued so far. */
+/* Makes the compute stream wait for every upload queued so far (staging
+ * the pieces not yet staged). */
 hr_status hr_cuda_settle(hr_cuda *c);
+/* Stages the input's pieces up to k (host copy and transfer), if not yet. */
+hr_status hr_cuda_stage_upto(hr_cuda *c, int k);
 hr_status hr_cuda_conv2d_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
 
 /* For tests: pinned bytes held, device bytes in use when the backend was made. */
