@@ -24,7 +24,11 @@ struct hr_backend {
     size_t (*workspace_size)(hr_backend *be, const hr_graph *g, const hr_node *n);
     hr_status (*arena_alloc)(hr_backend *be, size_t bytes, void **base);
     void (*arena_free)(hr_backend *be, void *base);
-    hr_status (*upload)(hr_backend *be, void *dst, const void *src, size_t n);
+    hr_status (*upload)(hr_backend *be, void *dst, const void *src, size_t n); /* src is free again on return */
+    /* Optional: the batch's input, last of a step's uploads. The backend may
+     * keep reading src until the next run, sync or download returns (the CUDA
+     * backend stages it in pieces while the first node runs); NULL: upload. */
+    hr_status (*upload_input)(hr_backend *be, void *dst, const void *src, size_t n);
     hr_status (*download)(hr_backend *be, void *dst, const void *src, size_t n);
     /* Runs node n; ptr[i] is the data of tensor i (NULL for tensors not placed). */
     hr_status (*run)(hr_backend *be, const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si);

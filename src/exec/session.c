@@ -342,7 +342,9 @@ static hr_status upload_batch(hr_session_t *s, const float *x, const void *label
                                      (size_t)hr_shape_numel(&lt->shape) * hr_dtype_size(lt->dtype));
         if (st) return st;
     }
-    return s->be->upload(s->be, s->ptr[s->prog.input], x, (size_t)hr_shape_numel(&in->shape) * sizeof(float));
+    hr_status (*up)(hr_backend *, void *, const void *, size_t) = s->be->upload_input ? s->be->upload_input
+                                                                                    : s->be->upload;
+    return up(s->be, s->ptr[s->prog.input], x, (size_t)hr_shape_numel(&in->shape) * sizeof(float));
 }
 
 /* A step that failed after its upload: the backend finishes with x before

@@ -102,6 +102,7 @@ hr_backend *hr_backend_cpu_new(const hr_config_t *cfg) {
         /* .arena_alloc    = */ cpu_arena_alloc,
         /* .arena_free     = */ cpu_arena_free,
         /* .upload         = */ cpu_copy,
+        /* .upload_input   = */ NULL,
         /* .download       = */ cpu_copy,
         /* .run            = */ cpu_run,
         /* .run_group      = */ NULL,

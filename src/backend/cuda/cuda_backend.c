@@ -312,7 +312,7 @@ hr_status hr_cuda_settle(hr_cuda *c) {
  * device works. The bytes are staged and sent in chunks of 1 MiB, so that the
  * host's copy of one chunk overlaps the link's transfer of the one before.
  * The compute stream waits for them at the next node (hr_cuda_settle). The
- * batch's input (the session sends it last) goes in HR_PIECES pieces of
+ * batch's input (upload_input: the last upload of a step) goes in HR_PIECES pieces of
  * samples, an event after each: the first is staged here, the others by the
  * node that reads the input, each just before it queues the work on it
  * (hr_cuda_*_pieces), so that the host's copying overlaps the device's work;
@@ -320,8 +320,7 @@ hr_status hr_cuda_settle(hr_cuda *c) {
  * ends with the input staged (the session syncs on its error paths), so x is
  * never read after hr_train_step returns. A transfer larger than a slot goes
  * straight, in order. */
-static hr_status cuda_upload(hr_backend *be, void *dst, const void *src, size_t n) {
-    hr_cuda *c = ctx_of(be);
+static hr_status upload(hr_cuda *c, void *dst, const void *src, size_t n, bool input) {
     if (n == 0) return HR_OK;
     if (c->defer_src) { /* another upload before the input's reader ran: send the input now */
         hr_status st = hr_cuda_settle(c);
@@ -346,7 +345,7 @@ static hr_status cuda_upload(hr_backend *be, void *dst, const void *src, size_t 
     c->pending = true;
     /* the input (by its size), once a step: in pieces, the first staged now,
      * the others by its reader (hr_cuda_stage_upto) or at the next settle */
-    int64_t q = !c->piece_dst && (int64_t)n == c->in_batch * c->in_sample
+    int64_t q = input && !c->piece_dst && (int64_t)n == c->in_batch * c->in_sample
                     ? hr_cuda_piece_samples(c->in_batch, c->in_sample)
                     : 0;
     if (q) {
@@ -366,6 +365,14 @@ static hr_status cuda_upload(hr_backend *be, void *dst, const void *src, size_t 
     HR_CU(cudaEventRecord(c->slot_ev[s], c->copy_stream));
     c->pending_ev = c->slot_ev[s];
     return HR_OK;
+}
+
+static hr_status cuda_upload(hr_backend *be, void *dst, const void *src, size_t n) {
+    return upload(ctx_of(be), dst, src, n, false);
+}
+
+static hr_status cuda_upload_input(hr_backend *be, void *dst, const void *src, size_t n) {
+    return upload(ctx_of(be), dst, src, n, true);
 }
 
 static hr_status cuda_download(hr_backend *be, void *dst, const void *src, size_t n) {
@@ -706,6 +713,7 @@ hr_backend *hr_backend_cuda_new(const hr_config_t *cfg) {
         /* .arena_alloc    = */ cuda_arena_alloc,
         /* .arena_free     = */ cuda_arena_free,
         /* .upload         = */ cuda_upload,
+        /* .upload_input   = */ cuda_upload_input,
         /* .download       = */ cuda_download,
         /* .run            = */ cuda_run,
         /* .run_group      = */ cuda_run_group,
