@@ -28,7 +28,7 @@ extern "C" {
 
 #ifndef __CUDACC__
 #define HR_PIECES 4                     /* pieces of a pipelined input upload */
-#define HR_PIECE_MIN ((size_t)512 << 10) /* smaller inputs go in one piece */
+#define HR_PIECE_MIN ((size_t)2 << 20) /* smaller inputs go whole: splitting them costs the first node more than it hides */
 
 typedef struct hr_cuda_conv hr_cuda_conv;
 typedef struct hr_cuda_dnn hr_cuda_dnn;
