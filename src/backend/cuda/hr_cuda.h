@@ -64,7 +64,7 @@ typedef struct {
     int nconv, capconv;
     /* the batch's input in pieces of samples, an event after each on the copy
      * stream, so that the node reading it can start on the samples that have
-     * arrived (hr_cuda_pieces); every other node waits for the whole upload */
+     * arrived (hr_cuda_*_pieces); every other node waits for the whole upload */
     int64_t in_batch, in_sample;     /* learnt while planning: samples, bytes a sample */
     cudaEvent_t piece_ev[HR_PIECES];
     const void *piece_dst;           /* the input's bytes while their upload is pending, else NULL */
@@ -101,6 +101,9 @@ const char *hr_cublas_status_str(int st);
 
 /* cuda_gemm.c: Linear through cuBLAS */
 hr_status hr_cuda_linear(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
+/* Scratch bytes a Linear node needs: `current` (cuBLAS's) or its split-K
+ * partials, whichever is more; cuda_workspace() calls it. */
+size_t hr_cuda_linear_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n, size_t current);
 hr_status hr_cuda_linear_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
 /* cuda_dnn.c: cuDNN, loaded with dlopen; Conv2d */
 hr_status hr_cuda_dnn_open(hr_cuda *c);
@@ -207,27 +210,12 @@ cudaError_t hrk_sgd_mt(cudaStream_t s, const hr_mt_tensor *t, int count, const f
 cudaError_t hrk_adam_mt(cudaStream_t s, const hr_mt_tensor *t, int count, const float *sqnorm, float clip, float lr,
                         float b1, float b2, float eps, float wd, bool decoupled, float step, float bc2s);
 
-#ifdef __cplusplus
-}
-#endif
-#endif
-
-/* ---- split-K matrix products (cuda_gemm.c, gemm_splitk.cu) ---------------- */
-#ifndef HR_CUDA_SPLITK_H
-#define HR_CUDA_SPLITK_H
-#ifdef __cplusplus
-extern "C" {
-#endif
-#ifndef __CUDACC__
-/* Scratch bytes a Linear node needs: `current` (cuBLAS's) or its split-K
- * partials, whichever is more; cuda_workspace() calls it. */
-size_t hr_cuda_linear_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n, size_t current);
-#endif
-/* C (m, n column-major, leading dimension ldc) = the sum of the `parts`
- * partials (each m*n, packed, one after the other) in the order 0..parts-1,
- * + bias[i] on row i when bias, + beta C when beta != 0. */
+/* gemm_splitk.cu: C (m, n column-major, leading dimension ldc) = the sum of
+ * the `parts` partials (each m*n, packed, one after the other) in the order
+ * 0..parts-1, + bias[i] on row i when bias, + beta C when beta != 0. */
 cudaError_t hrk_splitk_reduce(cudaStream_t s, const float *part, int parts, int64_t m, int64_t n, const float *bias,
                               float beta, float *C, int64_t ldc);
+
 #ifdef __cplusplus
 }
 #endif
