@@ -5,6 +5,7 @@
  * round-trip and resume a run exactly. Calls that might crash run in a child
  * process, so that a crash is one failure, not the end of the test. */
 #include "check.h"
+#include "isolated.h"
 #include "headroom.h"
 #include "io/io.h"
 
@@ -15,22 +16,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static void isolated(const char *label, void (*fn)(void *), void *arg) {
-    fflush(stdout), fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int f0 = check_fail;
-        fn(arg);
-        fflush(stdout), fflush(stderr);
-        _exit(check_fail > f0 ? 1 : 0);
-    }
-    int ws = 0;
-    waitpid(pid, &ws, 0);
-    if (WIFSIGNALED(ws))
-        CHECK(0, "%s: crashed (signal %d, %s)", label, WTERMSIG(ws), strsignal(WTERMSIG(ws)));
-    else
-        CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "%s: failed (above)", label);
-}
 
 static bool has(const char *needle) { return strstr(hr_last_error(), needle) != NULL; }
 static bool message(void) { return strcmp(hr_last_error(), "no error") != 0 && strlen(hr_last_error()) > 10; }

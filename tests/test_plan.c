@@ -7,6 +7,8 @@
  * huge and bad batch sizes; hr_largest_batch; frozen parameters; 200+ random
  * layer stacks. */
 #include "check.h"
+#include "isolated.h"
+#include "seed_models.h"
 #include "exec/session.h"
 #include "io/io.h"
 
@@ -19,24 +21,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Runs fn(arg) in a child process, so that a crash in the library is one
- * failure here, not the end of the test; the child's checks must all pass. */
-static void isolated(const char *label, void (*fn)(void *), void *arg) {
-    fflush(stdout), fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) {
-        int f0 = check_fail;
-        fn(arg);
-        fflush(stdout), fflush(stderr);
-        _exit(check_fail > f0 ? 1 : 0);
-    }
-    int ws = 0;
-    waitpid(pid, &ws, 0);
-    if (WIFSIGNALED(ws))
-        CHECK(0, "%s: crashed (signal %d, %s)", label, WTERMSIG(ws), strsignal(WTERMSIG(ws)));
-    else
-        CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "%s: failed (above)", label);
-}
 
 /* ---- a seeded generator for the random stacks ----------------------------- */
 static uint64_t prng_s;
@@ -331,55 +315,15 @@ static void oracle(const hr_model_t *m, const hr_config_t *cfg, const char *labe
 }
 
 /* ---- the seed models ---------------------------------------------------------- */
-static hr_model_t *mlp(void) {
-    hr_model_t *m = hr_model_new("mlp");
-    int x = hr_input(m, "x", 1, (int64_t[]){1000});
-    x = hr_linear(m, NULL, x, 1000, 2000, true);
-    x = hr_relu(m, NULL, x);
-    x = hr_linear(m, NULL, x, 2000, 1000, true);
-    x = hr_relu(m, NULL, x);
-    x = hr_linear(m, NULL, x, 1000, 10, true);
-    hr_loss_cross_entropy(m, x, 10);
-    return m;
-}
-static hr_model_t *simple_cnn(void) {
-    hr_model_t *m = hr_model_new("simple_cnn");
-    int x = hr_input(m, "x", 3, (int64_t[]){3, 32, 32});
-    x = hr_conv2d(m, NULL, x, 3, 16, 3, 1, 1, true);
-    x = hr_relu(m, NULL, x);
-    x = hr_maxpool2d(m, NULL, x, 2, 2);
-    x = hr_flatten(m, NULL, x);
-    x = hr_linear(m, NULL, x, 4096, 10, true);
-    hr_loss_cross_entropy(m, x, 10);
-    return m;
-}
-static hr_model_t *deep_cnn(void) {
-    hr_model_t *m = hr_model_new("deep_cnn");
-    int x = hr_input(m, "x", 3, (int64_t[]){3, 64, 64});
-    x = hr_conv2d(m, NULL, x, 3, 32, 3, 1, 1, true);
-    x = hr_relu(m, NULL, x);
-    x = hr_maxpool2d(m, NULL, x, 2, 2);
-    x = hr_conv2d(m, NULL, x, 32, 64, 3, 1, 1, true);
-    x = hr_relu(m, NULL, x);
-    x = hr_maxpool2d(m, NULL, x, 2, 2);
-    x = hr_conv2d(m, NULL, x, 64, 128, 3, 1, 1, true);
-    x = hr_relu(m, NULL, x);
-    x = hr_maxpool2d(m, NULL, x, 2, 2);
-    x = hr_flatten(m, NULL, x);
-    x = hr_linear(m, NULL, x, 8192, 10, true);
-    hr_loss_cross_entropy(m, x, 10);
-    return m;
-}
-
 typedef struct {
     const char *name;
     hr_model_t *(*make)(void);
     int64_t batch, params, in_numel;
 } seed_model;
 static const seed_model seeds[] = {
-    {"MLP", mlp, 1024, 1000LL * 2000 + 2000 + 2000LL * 1000 + 1000 + 1000LL * 10 + 10, 1000},
-    {"SimpleCNN", simple_cnn, 128, 16LL * 3 * 9 + 16 + 4096LL * 10 + 10, 3 * 32 * 32},
-    {"DeepCNN", deep_cnn, 64, 32LL * 27 + 32 + 64LL * 32 * 9 + 64 + 128LL * 64 * 9 + 128 + 8192LL * 10 + 10, 3 * 64 * 64},
+    {"MLP", seed_mlp, 1024, 1000LL * 2000 + 2000 + 2000LL * 1000 + 1000 + 1000LL * 10 + 10, 1000},
+    {"SimpleCNN", seed_simple_cnn, 128, 16LL * 3 * 9 + 16 + 4096LL * 10 + 10, 3 * 32 * 32},
+    {"DeepCNN", seed_deep_cnn, 64, 32LL * 27 + 32 + 64LL * 32 * 9 + 64 + 128LL * 64 * 9 + 128 + 8192LL * 10 + 10, 3 * 64 * 64},
 };
 #define NSEEDS 3
 
@@ -561,7 +505,7 @@ static void huge_compile(void *a_) {
 
 /* Batches that cannot be planned must say so; nothing may wrap around. */
 static void test_bad_batches(void) {
-    hr_model_t *m = mlp();
+    hr_model_t *m = seed_mlp();
     int64_t bad[] = {0, -1, -1000000000000LL, INT64_MIN};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         hr_config_t c = cfg_for(bad[i], 0);
