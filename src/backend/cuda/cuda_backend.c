@@ -87,6 +87,7 @@ static hr_status cuda_init(hr_cuda *c, const hr_config_t *cfg) {
     struct cudaDeviceProp prop;
     HR_CU(cudaGetDeviceProperties(&prop, c->device));
     snprintf(c->device_name, sizeof c->device_name, "%s", prop.name);
+    c->sms = prop.multiProcessorCount;
     size_t before = 0, after = 0, f0, t0, f1, t1;
     bool nv = !g_ctx_measured && nvml_used(c->device, &before);
     HR_CU(cudaSetDevice(c->device));

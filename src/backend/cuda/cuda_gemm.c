@@ -7,7 +7,6 @@
 
 #include <cublas_v2.h>
 #include <limits.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 
 static cublasComputeType_t compute_type(const hr_cuda *c) {
@@ -36,7 +35,6 @@ static hr_status gemm(hr_cuda *c, cublasOperation_t ta, cublasOperation_t tb, in
 #define HR_SPLITK_MIN_CHUNK 128 /* terms each partial sums, at least (default threshold) */
 #define HR_SPLITK_ALIGN 32      /* chunk lengths are multiples of this: aligned, vector loads */
 #define HR_SPLITK_TILE 32       /* tile side used to count the output's blocks */
-#define HR_SPLITK_DEVS 64       /* devices whose SM count is cached */
 
 typedef struct {
     int parts;    /* partial products; 0: a plain product */
@@ -45,28 +43,17 @@ typedef struct {
     size_t bytes; /* the partials, rounded up to HR_ALIGN */
 } splitk_plan;
 
-/* Read once per device: the plan must not change between planning and run. */
-static int sm_count(const hr_cuda *c) {
-    static _Atomic int cache[HR_SPLITK_DEVS];
-    int d = c->device, v = 0;
-    bool cached = d >= 0 && d < HR_SPLITK_DEVS;
-    if (cached && (v = atomic_load(&cache[d])) > 0) return v;
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, d) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    if (cached && v > 0) atomic_store(&cache[d], v);
-    return v;
-}
-
 /* HR_CUDA_SPLITK: unset, the shortest k split is HR_SPLITK_MIN_K; 0 (or not a
  * number) turns split-K off (to compare); N > 0 sets the shortest k to N, so
- * tests reach the path with small layers. Read at plan and at run time alike. */
+ * tests reach the path with small layers. Read once, so plan and run agree. */
 static int64_t splitk_min_k(void) {
-    const char *e = getenv("HR_CUDA_SPLITK");
-    if (!e || !*e) return HR_SPLITK_MIN_K;
-    long long v = atoll(e);
-    return v > 0 ? (int64_t)v : 0;
+    static int64_t v = -1;
+    if (v < 0) {
+        const char *e = getenv("HR_CUDA_SPLITK");
+        long long k = e && *e ? atoll(e) : HR_SPLITK_MIN_K;
+        v = k > 0 ? (int64_t)k : 0;
+    }
+    return v;
 }
 
 /* C (m, n) = op(A) (m, k) op(B) (k, n), k cut when
@@ -78,7 +65,7 @@ static int64_t splitk_min_k(void) {
  * ceil(k / chunk) <= want, the last piece shorter (one more cuBLAS call). */
 static splitk_plan splitk_plan_for(const hr_cuda *c, int64_t m, int64_t n, int64_t k) {
     splitk_plan p = {0, 0, 0, 0};
-    int64_t min_k = splitk_min_k(), sms = sm_count(c);
+    int64_t min_k = splitk_min_k(), sms = c->sms;
     if (min_k <= 0 || k < min_k || k > INT_MAX || m <= 0 || n <= 0 || sms <= 0) return p;
     int64_t tiles = ((m + HR_SPLITK_TILE - 1) / HR_SPLITK_TILE) * ((n + HR_SPLITK_TILE - 1) / HR_SPLITK_TILE);
     if (tiles >= sms) return p;

@@ -37,6 +37,7 @@ typedef struct cublasContext *hr_cublas_handle;
 typedef struct {
     int device;
     char device_name[256];
+    int sms;                  /* multiprocessors */
     bool allow_tf32;
     int64_t max_elems;        /* per library call (cuBLAS, cuDNN take int sizes); tests lower it */
     cudaStream_t stream;      /* every kernel and library call */
