@@ -74,6 +74,15 @@ int hr_linear(hr_model_t *m, const char *name, int x, int64_t in_features, int64
 int hr_conv2d(hr_model_t *m, const char *name, int x, int64_t in_ch, int64_t out_ch, int kernel, int stride,
               int padding, bool bias);
 int hr_relu(hr_model_t *m, const char *name, int x);
+int hr_leaky_relu(hr_model_t *m, const char *name, int x, float negative_slope);
+int hr_gelu(hr_model_t *m, const char *name, int x, bool tanh_approximation); /* approximate='tanh' */
+int hr_silu(hr_model_t *m, const char *name, int x);
+int hr_sigmoid(hr_model_t *m, const char *name, int x);
+int hr_tanh(hr_model_t *m, const char *name, int x);
+/* LayerNorm over the last ndim (1 to 3) dims, whose sizes normalized_shape
+ * gives; weight and bias (with elementwise_affine; bias may be off) have that shape. */
+int hr_layernorm(hr_model_t *m, const char *name, int x, int ndim, const int64_t *normalized_shape, float eps,
+                 bool elementwise_affine, bool bias);
 int hr_maxpool2d(hr_model_t *m, const char *name, int x, int kernel, int stride);
 int hr_avgpool2d(hr_model_t *m, const char *name, int x, int kernel, int stride);
 int hr_global_avgpool(hr_model_t *m, const char *name, int x); /* (C,H,W) -> (C,1,1), AdaptiveAvgPool2d(1) */

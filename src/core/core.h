@@ -66,6 +66,38 @@ char *hr_strdup(const char *s);
  * Backends call it before cudaMalloc / cudaHostAlloc too. */
 bool hr_fault_should_fail(hr_memkind kind);
 
+/* ---- random numbers -------------------------------------------------------- */
+/* The counter-based generator shared by init, dropout and the golden tests:
+ * splitmix64 of a stream-keyed counter (see docs/golden.md). */
+static inline uint64_t hr_mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+/* Uniform [0, 1) from (seed, stream, i), as scripts/hr_rng.py computes it. */
+float hr_rng_uniform(uint64_t seed, uint64_t stream, uint64_t i);
+
+/* ---- options --------------------------------------------------------------- */
+/* Every HR_* environment switch, read in one place (core/options.c) when a
+ * session or a backend is made, never in a hot path; README's table of
+ * switches documents them. Unset or malformed: the default. */
+typedef struct {
+    int profile;            /* HR_PROFILE: 0 off, 1 host time per node, 2 device events */
+    int cudnn_algo;         /* HR_CUDNN_ALGO: HR_ALGO_PRECISE (default), _DETERMINISTIC, _HEURISTIC */
+    bool cudnn_autotune;    /* HR_CUDNN_AUTOTUNE (default on; 0 off) */
+    bool cudnn_legacy;      /* HR_CUDNN_API=legacy */
+    int64_t splitk_min_k;   /* HR_CUDA_SPLITK: shortest k split (default HR_SPLITK_DEFAULT); 0 off */
+    int64_t piece_min;      /* HR_CUDA_PIECE_MIN: smallest input sent in pieces, bytes (default 2 MiB); 0 never */
+    int stage_threads;      /* HR_STAGE_THREADS: threads staging a batch (default 16) */
+    bool cuda_verbose;      /* HR_CUDA_VERBOSE: the engines considered and timed */
+    bool cuda_poison;       /* HR_CUDA_POISON: the arena starts as NaN (tests) */
+    int64_t max_call_elems; /* HR_CUDA_MAX_CALL_ELEMS: elements a library call takes (tests lower it); 0: INT_MAX */
+} hr_options;
+enum { HR_ALGO_PRECISE = 0, HR_ALGO_DETERMINISTIC, HR_ALGO_HEURISTIC };
+#define HR_SPLITK_DEFAULT 2048
+hr_options hr_options_read(void);
+
 /* hr_mem_host_arena: the CPU backend's arena (64-byte aligned). */
 void *hr_arena_host_alloc(size_t n);
 void hr_arena_host_free(void *p);

@@ -2,10 +2,8 @@
  * bottom, and the named-state access that checkpoints use. */
 #include "exec/session.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 hr_config_t hr_config_default(void) {
     hr_config_t c;
@@ -31,10 +29,22 @@ static bool is_state(const hr_tensor *t) {
     return (t->kind == HR_T_PARAM || t->kind == HR_T_BUFFER || t->kind == HR_T_OPTSTATE) && t->last >= 0;
 }
 
+/* The batch's input and labels, in bytes (what the backend stages). */
+static void batch_bytes(const hr_model_t *m, int64_t batch, size_t *input, size_t *labels) {
+    const hr_tensor *in = &m->g.t[m->input];
+    *input = (size_t)(hr_shape_numel(&in->shape) * batch) * hr_dtype_size(in->dtype);
+    *labels = 0;
+    if (m->label >= 0) {
+        const hr_tensor *lt = &m->g.t[m->label];
+        *labels = (size_t)(hr_shape_numel(&lt->shape) * batch) * hr_dtype_size(lt->dtype);
+    }
+}
+
 hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be) {
     hr_session_t *s = hr_calloc(1, sizeof *s);
     if (!s) return NULL;
     s->be = be;
+    s->opt = hr_options_read();
     if (!(s->model_name = hr_strdup(m && m->name ? m->name : "model"))) goto fail;
     if (m && !m->broken) {
         if (!(s->model = hr_calloc(1, sizeof *s->model))) goto fail;
@@ -42,8 +52,14 @@ hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_back
         memset(&s->model->g, 0, sizeof s->model->g);
         s->model->name = s->model->src_file = NULL;
         if (hr_graph_copy(&s->model->g, &m->g) != HR_OK || !(s->model->name = hr_strdup(m->name))) goto fail;
+        if (be->set_batch && m->input >= 0 && cfg && cfg->batch > 0 && cfg->batch <= (1LL << 40)) {
+            size_t in, lab;
+            batch_bytes(m, cfg->batch, &in, &lab);
+            be->set_batch(be, cfg->batch, in, lab);
+        }
     }
-    if (hr_program_build(m, cfg, be, &s->prog) != HR_OK) goto fail;
+    if (hr_program_build(m, cfg, hr_exec_workspace, be, &s->prog) != HR_OK) goto fail;
+    if (hr_exec_check_support(be, &s->prog) != HR_OK) goto fail;
     if (hr_plan_make(&s->prog, &s->plan) != HR_OK) goto fail;
     if (be->arena_kind == HR_MEM_DEVICE) {
         /* batches reach the device through two pinned host slots (double
@@ -59,16 +75,7 @@ hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_back
      * made them, then optimizer state. */
     hr_graph *g = &s->prog.g;
     if (!(s->state = hr_malloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1)))) goto fail;
-    const char *prof = getenv("HR_PROFILE");
-    if (prof && atoi(prof) > 0) { /* diagnostics only: outside the plan and the fault counter; may stay NULL */
-        s->prof = calloc((size_t)(g->nn ? g->nn : 1), sizeof(double));
-        s->prof_span = calloc((size_t)(g->nn ? g->nn : 1), sizeof(int));
-        if (!s->prof_span) {
-            free(s->prof);
-            s->prof = NULL;
-        }
-        s->prof_events = atoi(prof) >= 2 && be->mark && be->mark_ms;
-    }
+    s->prof = hr_profile_new(s, s->opt.profile);
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < g->nt; i++)
             if (is_state(&g->t[i]) && (g->t[i].kind == HR_T_OPTSTATE) == (pass == 1)) s->state[s->nstate++] = i;
@@ -88,20 +95,15 @@ hr_session_t *hr_compile(const hr_model_t *m, const hr_config_t *cfg) {
     return s;
 }
 
-static void profile_print(hr_session_t *s);
-
 void hr_session_free(hr_session_t *s) {
     if (!s) return;
-    if (s->prof) {
-        profile_print(s);
-        free(s->prof);
-        free(s->prof_span);
-    }
+    hr_profile_free(s->prof, s);
     if (s->be) {
         if (s->arena) s->be->arena_free(s->be, s->arena);
         s->be->free(s->be);
     }
     hr_free(s->ptr);
+    hr_free(s->args);
     hr_free(s->state);
     hr_plan_free(&s->plan);
     hr_program_free(&s->prog);
@@ -113,34 +115,20 @@ void hr_session_free(hr_session_t *s) {
 const hr_report_t *hr_session_report(const hr_session_t *s) { return s ? &s->plan.report : NULL; }
 
 /* ---- allocation and initial values ------------------------------------------ */
-/* Uniform [0,1) from a counter: the generator the golden tests share with
- * PyTorch's side (scripts/hr_rng.py). */
-float hr_rng_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
-    uint64_t x = hr_mix64(((seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL)) + i);
-    return (float)(x >> 40) * (1.0f / 16777216.0f);
-}
-
-/* PyTorch's default init for Linear and Conv2d: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
- * for weight and bias; BatchNorm: weight 1, bias 0, running var 1. */
-static void init_param(const hr_graph *g, const hr_tensor *t, int index, uint64_t seed, float *v) {
-    int64_t n = hr_shape_numel(&t->shape);
-    const hr_layer *l = &g->l[t->layer];
-    const char *suffix = strrchr(t->name, '.');
-    suffix = suffix ? suffix + 1 : t->name;
-    bool bn = strncmp(l->type, "BatchNorm", 9) == 0;
-    if (bn) {
-        float c = strcmp(suffix, "weight") == 0 || strcmp(suffix, "running_var") == 0 ? 1.0f : 0.0f;
-        for (int64_t i = 0; i < n; i++) v[i] = c;
-        return;
+/* Each parameter and buffer takes its initial values from the descriptor of
+ * the forward node that reads it (PyTorch's default init of that layer);
+ * parameter k (in state order) draws from stream 1000 + k. */
+static void init_state(const hr_graph *g, int n_fwd, int tensor, int index, uint64_t seed, float *v) {
+    for (int s = 0; s < n_fwd; s++) {
+        const hr_node *n = &g->n[s];
+        const hr_op_desc *d = hr_op_descs[n->op];
+        for (int i = 0; i < n->nin; i++)
+            if (n->in[i] == tensor && d->init) {
+                d->init(g, n, i, seed, 1000 + (uint64_t)index, v);
+                return;
+            }
     }
-    int64_t fan_in = 1;
-    const hr_tensor *w = t;
-    if (strcmp(suffix, "bias") == 0) /* the weight is the tensor made just before */
-        w = t - 1;
-    for (int d = 1; d < w->shape.ndim; d++) fan_in *= w->shape.d[d];
-    double bound = 1.0 / sqrt((double)fan_in);
-    for (int64_t i = 0; i < n; i++)
-        v[i] = (float)((double)(2.0f * hr_rng_uniform(seed, 1000 + (uint64_t)index, (uint64_t)i) - 1.0f) * bound);
+    memset(v, 0, sizeof(float) * (size_t)hr_shape_numel(&g->t[tensor].shape));
 }
 
 static hr_status upload_initial_state(hr_session_t *s) {
@@ -160,7 +148,7 @@ static hr_status upload_initial_state(hr_session_t *s) {
         if (t->kind == HR_T_OPTSTATE)
             memset(buf, 0, sizeof(float) * (size_t)n);
         else
-            init_param(g, t, t->kind == HR_T_PARAM ? index : -1, s->prog.cfg.seed, buf);
+            init_state(g, s->prog.n_fwd, s->state[k], t->kind == HR_T_PARAM ? index : -1, s->prog.cfg.seed, buf);
         if (t->kind == HR_T_PARAM) index++;
         st = s->be->upload(s->be, s->ptr[s->state[k]], buf, sizeof(float) * (size_t)n);
     }
@@ -209,10 +197,17 @@ hr_status hr_session_alloc(hr_session_t *s) {
     if (s->be->mem_info && s->be->mem_info(s->be, &free_b, &total_b) == HR_OK && total_b && need + margin > free_b)
         return no_room(s, (free_b > margin ? free_b - margin : 0) + s->overhead, "what is free on the device (less a margin of 34 MiB)");
     if (!(s->ptr = hr_calloc((size_t)(g->nt ? g->nt : 1), sizeof(void *)))) return hr_error_prefix("alloc");
+    if (!(s->args = hr_calloc((size_t)(g->nn ? g->nn : 1), sizeof *s->args))) {
+        hr_free(s->ptr);
+        s->ptr = NULL;
+        return hr_error_prefix("alloc");
+    }
     hr_status st = s->be->arena_alloc(s->be, need, &s->arena);
     if (st != HR_OK) {
         hr_free(s->ptr);
+        hr_free(s->args);
         s->ptr = NULL;
+        s->args = NULL;
         s->arena = NULL;
         /* another process took the memory between the check and now */
         if (st == HR_ERR_DEVICE_OOM && s->be->mem_info && s->be->mem_info(s->be, &free_b, &total_b) == HR_OK)
@@ -225,83 +220,35 @@ hr_status hr_session_alloc(hr_session_t *s) {
         s->be->arena_free(s->be, s->arena);
         s->arena = NULL;
         hr_free(s->ptr);
+        hr_free(s->args);
         s->ptr = NULL;
+        s->args = NULL;
     }
     return st;
 }
 
 /* ---- running ------------------------------------------------------------------ */
-static double seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* HR_PROFILE=1 times every node on the host, synchronising after each (so
- * only for looking, not for benchmarks; on a GPU it counts launch latency and
- * hides overlap). HR_PROFILE=2, where the backend has marks, records one in
- * the device's queue before each node and after the last, syncs once a step
- * and gives each node the device time to the next mark, gaps included: the
- * column sums to the step's device time (the first node's includes waiting
- * for the batch's upload). The table prints when the session ends, leaving
- * out the first step (cuDNN's tuning, lazy loading) once there is a second;
- * a group of update nodes run as one launch has its time in its first. */
-static void profile_print(hr_session_t *s) {
-    hr_graph *g = &s->prog.g;
-    double total = 0, runs = (double)(s->prof_runs ? s->prof_runs : 1);
-    for (int k = 0; k < g->nn; k++) total += s->prof[k];
-    fprintf(stderr, "profile: %s on %s, %lld runs, %.3f ms a step (%s)\n", s->model_name, s->be->name,
-            (long long)s->prof_runs, 1e3 * total / runs,
-            s->prof_events ? "device events, gaps between nodes included" : "host time, synchronised after each node");
-    for (int k = 0, group = -1, group_end = 0; k < g->nn; k++) {
-        const hr_node *n = &g->n[k];
-        const char *layer = n->layer >= 0 ? g->l[n->layer].name : "";
-        if (k < group_end) {
-            fprintf(stderr, "  %3d %-28s %-8s    (in node %d's launch)\n", k, hr_op_name(n->op), layer, group);
-            continue;
-        }
-        fprintf(stderr, "  %3d %-28s %-8s %9.3f ms %5.1f%%", k, hr_op_name(n->op), layer, 1e3 * s->prof[k] / runs,
-                total > 0 ? 100 * s->prof[k] / total : 0);
-        if (s->prof_span[k] > 1) {
-            group = k;
-            group_end = k + s->prof_span[k];
-            fprintf(stderr, "  one launch for nodes %d-%d", k, group_end - 1);
-        }
-        fputc('\n', stderr);
-    }
-}
-
-/* Runs nodes [from, to). A run of update nodes of one op goes to the backend
- * as one group where it can (a multi-tensor launch); the step number changes
- * at n_bwd_end, so no group crosses it. */
+/* Runs nodes [from, to), each through its kernel arguments (unpacked here,
+ * once a step: the step number changes them). A run of update nodes of one
+ * op goes to the backend as one group where it can (a multi-tensor launch);
+ * the step number changes at n_bwd_end, so no group crosses it. */
 static hr_status run_range(hr_session_t *s, int from, int to) {
     hr_graph *g = &s->prog.g;
     hr_step_info si = {s->t, s->prog.cfg.optim.lr, s->prog.cfg.seed, s->prog.cfg.optim, s->prog.sqnorm};
     hr_backend *be = s->be;
-    bool host_prof = s->prof && !s->prof_events, dev_prof = s->prof && s->prof_events;
-    if (s->prof && from == 0) {
-        if (s->prof_runs == 1 && !s->prof_skipped) { /* the first step tunes and warms up: left out */
-            memset(s->prof, 0, sizeof(double) * (size_t)g->nn);
-            s->prof_runs = 0;
-            s->prof_skipped = true;
-        }
-        s->prof_runs++;
-    }
+    hr_profile_step(s->prof, from, g->nn);
     for (int k = from, cnt; k < to; k += cnt) {
         if (k == s->prog.n_bwd_end) si.t = s->t + 1; /* the update is step t+1 */
         const hr_node *n = &g->n[k];
         bool group = be->run_group && (n->op == HR_OP_ADAM || n->op == HR_OP_SGD);
         cnt = 1;
         while (group && k + cnt < to && k + cnt != s->prog.n_bwd_end && n[cnt].op == n->op) cnt++;
-        if (dev_prof && be->mark(be, k) != HR_OK)
+        for (int j = 0; j < cnt; j++) hr_op_unpack(g, &n[j], s->ptr, &si, &s->args[k + j]);
+        if (hr_profile_before(s->prof, be, k) != HR_OK)
             return hr_error_prefix("step %lld, profiling mark at node %d", (long long)s->t + 1, k);
-        double t0 = host_prof ? seconds() : 0;
-        hr_status st = group ? be->run_group(be, g, n, cnt, s->ptr, &si) : be->run(be, g, n, s->ptr, &si);
-        if (host_prof) {
-            be->sync(be);
-            s->prof[k] += seconds() - t0;
-        }
-        if (s->prof) s->prof_span[k] = cnt;
+        double t0 = hr_profile_host(s->prof) ? hr_profile_now() : 0;
+        hr_status st = group ? be->run_group(be, &s->args[k], cnt) : be->run(be, &s->args[k]);
+        hr_profile_after(s->prof, be, k, cnt, t0);
         if (st != HR_OK) {
             char grp[64] = "";
             if (cnt > 1) snprintf(grp, sizeof grp, ", launched with the %d update nodes after it", cnt - 1);
@@ -309,15 +256,8 @@ static hr_status run_range(hr_session_t *s, int from, int to) {
                                    n->layer >= 0 ? ", layer " : "", n->layer >= 0 ? g->l[n->layer].name : "", grp);
         }
     }
-    if (dev_prof && from < to) {
-        hr_status st = be->mark(be, to);
-        if (!st) st = be->sync(be);
-        if (st) return hr_error_prefix("step %lld, profiling mark after node %d", (long long)s->t + 1, to - 1);
-        for (int k = from; k < to; k += s->prof_span[k]) {
-            double ms = be->mark_ms(be, k, k + s->prof_span[k]);
-            if (ms > 0) s->prof[k] += 1e-3 * ms;
-        }
-    }
+    if (hr_profile_finish(s->prof, be, from, to) != HR_OK)
+        return hr_error_prefix("step %lld, profiling mark after node %d", (long long)s->t + 1, to - 1);
     return HR_OK;
 }
 
@@ -468,3 +408,12 @@ hr_status hr_mem_stats(hr_session_t *s, hr_mem_stats_t *out) {
     if (s->be->alloc_count) out->device_allocs = s->be->alloc_count(s->be);
     return HR_OK;
 }
+
+/* ---- internal.h ------------------------------------------------------------------ */
+const hr_program *hr_session_program(const hr_session_t *s) { return &s->prog; }
+const hr_plan *hr_session_plan(const hr_session_t *s) { return &s->plan; }
+hr_backend *hr_session_backend(const hr_session_t *s) { return s->be; }
+void *const *hr_session_ptrs(const hr_session_t *s) { return s->ptr; }
+size_t hr_session_overhead(const hr_session_t *s) { return s->overhead; }
+bool hr_session_allocated(const hr_session_t *s) { return s->arena != NULL; }
+int hr_session_profile_mode(const hr_session_t *s) { return s->prof ? (hr_profile_host(s->prof) ? 1 : 2) : 0; }

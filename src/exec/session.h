@@ -1,11 +1,10 @@
-/* session.h — a compiled model: its step program, its plan, the backend that
- * runs it and, once allocated, the arena. */
+/* session.h — exec's own view of a compiled model: its step program, its
+ * plan, the backend that runs it and, once allocated, the arena. Only
+ * src/exec/ includes this; tests and tools use exec/internal.h. */
 #ifndef HR_SESSION_H
 #define HR_SESSION_H
 
-#include "backend/backend.h"
-#include "graph/program.h"
-#include "plan/plan.h"
+#include "exec/internal.h"
 
 struct hr_session {
     char *model_name;
@@ -13,22 +12,34 @@ struct hr_session {
     hr_program prog;
     hr_plan plan;
     hr_backend *be;
+    hr_options opt;   /* the HR_* switches, read at compile */
     void *arena;      /* backend memory, NULL before hr_session_alloc */
     void **ptr;       /* per tensor: its data in the arena, NULL if unplaced */
+    hr_kargs *args;   /* per node: its kernel arguments, refilled each step (allocated with the arena) */
     int64_t t;        /* optimizer steps taken */
     int *state;       /* tensor ids of named state: params, buffers, optimizer state */
     int nstate;
     size_t overhead;  /* measured runtime overhead of the backend */
-    /* HR_PROFILE at compile (diagnostics: plain calloc, may stay NULL) */
-    double *prof;     /* seconds spent in each node (a group's in its first), printed at free */
-    int *prof_span;   /* per node: how many nodes ran with it as one group, last run; 0 inside a group */
-    bool prof_events; /* HR_PROFILE=2 on a backend with marks: device time, no sync between nodes */
-    bool prof_skipped; /* the first step was dropped from the table */
-    int64_t prof_runs;
+    struct hr_profile *prof; /* HR_PROFILE (diagnostics), NULL when off */
 };
 
-int64_t hr_largest_batch_on(const hr_model_t *m, const hr_config_t *cfg, size_t budget, size_t overhead, int64_t hi,
-                            hr_backend *be);
-hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be);
+/* node.c: the workspace callback the program builder asks (ctx: the backend). */
+size_t hr_exec_workspace(void *be, const hr_graph *g, const hr_node *n);
+/* node.c: refuses, naming the layer, a node whose op the backend lacks. */
+hr_status hr_exec_check_support(hr_backend *be, const hr_program *p);
+
+/* profile.c: per-node times (HR_PROFILE=1 host, 2 device events), printed
+ * when the session ends. */
+typedef struct hr_profile hr_profile;
+hr_profile *hr_profile_new(const hr_session_t *s, int mode);
+void hr_profile_free(hr_profile *p, const hr_session_t *s); /* prints the table */
+/* Around each run of nodes [from, to): start before, node/group hooks around
+ * each launch, finish after. */
+void hr_profile_step(hr_profile *p, int from, int nn);
+hr_status hr_profile_before(hr_profile *p, hr_backend *be, int k);
+void hr_profile_after(hr_profile *p, hr_backend *be, int k, int count, double t0);
+hr_status hr_profile_finish(hr_profile *p, hr_backend *be, int from, int to);
+bool hr_profile_host(const hr_profile *p); /* host timing: sync after each node */
+double hr_profile_now(void);
 
 #endif

@@ -4,20 +4,12 @@
 
 #include <string.h>
 
-static const char *op_names[HR_OP_COUNT] = {
-    [HR_OP_LINEAR] = "Linear", [HR_OP_CONV2D] = "Conv2d", [HR_OP_RELU] = "ReLU",
-    [HR_OP_MAXPOOL] = "MaxPool2d", [HR_OP_AVGPOOL] = "AvgPool2d", [HR_OP_BATCHNORM] = "BatchNorm",
-    [HR_OP_DROPOUT] = "Dropout", [HR_OP_RESHAPE] = "Reshape", [HR_OP_ADD] = "Add",
-    [HR_OP_CONCAT] = "Concat", [HR_OP_SOFTMAX] = "Softmax", [HR_OP_LOGSOFTMAX] = "LogSoftmax",
-    [HR_OP_CROSS_ENTROPY] = "CrossEntropyLoss", [HR_OP_MSE] = "MSELoss",
-    [HR_OP_LINEAR_BWD] = "Linear.backward", [HR_OP_CONV2D_BWD] = "Conv2d.backward",
-    [HR_OP_RELU_BWD] = "ReLU.backward", [HR_OP_MAXPOOL_BWD] = "MaxPool2d.backward",
-    [HR_OP_AVGPOOL_BWD] = "AvgPool2d.backward", [HR_OP_BATCHNORM_BWD] = "BatchNorm.backward",
-    [HR_OP_DROPOUT_BWD] = "Dropout.backward", [HR_OP_COPY] = "Copy", [HR_OP_CONCAT_BWD] = "Concat.backward",
-    [HR_OP_SOFTMAX_BWD] = "Softmax.backward", [HR_OP_LOGSOFTMAX_BWD] = "LogSoftmax.backward",
-    [HR_OP_CROSS_ENTROPY_BWD] = "CrossEntropyLoss.backward", [HR_OP_MSE_BWD] = "MSELoss.backward",
-    [HR_OP_GRAD_SQNORM] = "GradNorm", [HR_OP_SGD] = "SGD.update", [HR_OP_ADAM] = "Adam.update",
+static const char *const op_names[] = {
+#define X(E, id, k, name) [HR_OP_##E] = name,
+    HR_OP_LIST(X)
+#undef X
 };
+_Static_assert(sizeof op_names / sizeof *op_names == HR_OP_COUNT, "a name for every op");
 
 const char *hr_op_name(hr_op op) { return (unsigned)op < HR_OP_COUNT && op_names[op] ? op_names[op] : "?"; }
 
@@ -239,9 +231,30 @@ hr_status hr_model_freeze(hr_model_t *m, const char *param_name) {
 }
 int hr_model_input(const hr_model_t *m) { return m ? m->input : -1; }
 
-int64_t hr_model_classes(const hr_model_t *m) {
-    if (!m || m->loss < 0) return 0;
-    for (int i = 0; i < m->g.nn; i++)
-        if (m->g.n[i].out[0] == m->loss) return m->g.n[i].op == HR_OP_CROSS_ENTROPY ? m->g.n[i].a.nclasses : 0;
-    return 0;
+/* The batch: one per model, the first tensor of the forward graph. */
+int hr_input(hr_model_t *m, const char *name, int ndim, const int64_t *dims) {
+    if (!m) return hr_error_set(HR_ERR_INVALID_ARG, "input: the model is NULL"), -1;
+    if (m->input >= 0) {
+        m->broken = true;
+        return hr_error_set(HR_ERR_INVALID_ARG, "%s:%d: the model already has an input; write one input line",
+                            m->src_file ? m->src_file : "model", m->src_line), -1;
+    }
+    if (ndim < 1 || ndim > 3) {
+        m->broken = true;
+        return hr_error_set(HR_ERR_INVALID_ARG, "%s:%d: input takes 1 to 3 sizes (features, or C H W), got %d",
+                            m->src_file ? m->src_file : "model", m->src_line, ndim), -1;
+    }
+    for (int i = 0; i < ndim; i++)
+        if (dims[i] <= 0 || dims[i] > (1LL << 31)) {
+            m->broken = true;
+            return hr_error_set(HR_ERR_INVALID_ARG, "%s:%d: input size %d is %lld; sizes must be in [1, 2^31]",
+                                m->src_file ? m->src_file : "model", m->src_line, i + 1, (long long)dims[i]), -1;
+        }
+    int t = hr_graph_add_tensor(&m->g, name ? name : "input", HR_F32, hr_shape_make(ndim, dims), true, HR_T_INPUT, -1);
+    if (t < 0) {
+        m->broken = true;
+        return -1;
+    }
+    m->input = m->output = t;
+    return t;
 }

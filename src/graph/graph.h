@@ -4,8 +4,9 @@
 #define HR_GRAPH_H
 
 #include "core/core.h"
+#include "graph/op_list.h"
 
-#define HR_NODE_MAX_IO 8
+#define HR_NODE_MAX_IO HR_OP_MAX_IN
 
 /* What a tensor is to the step; the planner's categories follow from it. */
 typedef enum {
@@ -20,22 +21,6 @@ typedef enum {
     HR_T_WORKSPACE, /* one node's scratch */
 } hr_tensor_kind;
 
-typedef enum {
-    /* forward */
-    HR_OP_LINEAR = 0, HR_OP_CONV2D, HR_OP_RELU, HR_OP_MAXPOOL, HR_OP_AVGPOOL, HR_OP_BATCHNORM,
-    HR_OP_DROPOUT, HR_OP_RESHAPE, HR_OP_ADD, HR_OP_CONCAT, HR_OP_SOFTMAX, HR_OP_LOGSOFTMAX,
-    HR_OP_CROSS_ENTROPY, HR_OP_MSE,
-    /* backward */
-    HR_OP_LINEAR_BWD, HR_OP_CONV2D_BWD, HR_OP_RELU_BWD, HR_OP_MAXPOOL_BWD, HR_OP_AVGPOOL_BWD,
-    HR_OP_BATCHNORM_BWD, HR_OP_DROPOUT_BWD, HR_OP_COPY, HR_OP_CONCAT_BWD, HR_OP_SOFTMAX_BWD,
-    HR_OP_LOGSOFTMAX_BWD, HR_OP_CROSS_ENTROPY_BWD, HR_OP_MSE_BWD,
-    /* update */
-    HR_OP_GRAD_SQNORM, /* adds sum(g^2) into a scalar: one node per gradient, for clipping */
-    HR_OP_SGD, HR_OP_ADAM,
-    HR_OP_COUNT
-} hr_op;
-
-const char *hr_op_name(hr_op op);
 
 /* Attributes of every op, in one small struct (fields unused by an op stay 0). */
 typedef struct {
@@ -47,6 +32,10 @@ typedef struct {
     bool train;                   /* BatchNorm/Dropout: batch statistics / masking */
     uint64_t seed;                /* Dropout */
     int64_t offset;               /* Concat backward: channel offset of this input */
+    float alpha;                  /* LeakyReLU: negative_slope */
+    bool approx;                  /* GELU: approximate='tanh' */
+    bool affine;                  /* LayerNorm: elementwise_affine */
+    int norm_dims;                /* LayerNorm: how many trailing dims are normalised */
     int index;                    /* optimizer: parameter index (for its RNG stream, reports) */
 } hr_attr;
 

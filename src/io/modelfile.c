@@ -1,6 +1,8 @@
 /* modelfile.c — reads model files: one PyTorch-named layer a line, `input`
- * and `loss` lines, `name = Layer(...)` and references for graphs. */
+ * and `loss` lines, `name = Layer(...)` and references for graphs. The
+ * layers, their signatures and builders come from the op registry. */
 #include "io/io.h"
+#include "ops/ops.h"
 
 #include <errno.h>
 #include <math.h>
@@ -198,83 +200,43 @@ static hr_status parse_args(lexer *lx, call *c) {
     return HR_OK;
 }
 
-/* ---- layer signatures, with PyTorch's argument names and defaults -------------- */
-typedef enum { P_SIZE, P_NONNEG, P_OPTSIZE, P_FLOAT, P_BOOL, P_PAD, P_INT, P_STR } ptype;
-typedef struct {
-    const char *name;
-    ptype type;
-    const char *def;  /* NULL: required */
-    bool fixed;       /* accepted only with its default value: headroom has no other */
-} param;
-
-typedef enum {
-    L_LINEAR, L_CONV, L_RELU, L_MAXPOOL, L_AVGPOOL, L_ADAPTIVE, L_BN1, L_BN2, L_DROPOUT, L_FLATTEN,
-    L_RESHAPE, L_SOFTMAX, L_LOGSOFTMAX, L_ADD, L_CONCAT, L_CE, L_MSE,
-} kind;
-
-typedef struct {
-    const char *name;
-    kind k;
-    param p[10];
-} spec;
-
-#define REQ(n, t) {n, t, NULL, false}
-#define OPT(n, t, d) {n, t, d, false}
-#define FIX(n, t, d) {n, t, d, true} /* only the default is supported */
-#define BOOL_T "True"
-static const spec layers[] = {
-    {"Linear", L_LINEAR, {REQ("in_features", P_SIZE), REQ("out_features", P_SIZE), OPT("bias", P_BOOL, BOOL_T)}},
-    {"Conv2d", L_CONV, {REQ("in_channels", P_SIZE), REQ("out_channels", P_SIZE), REQ("kernel_size", P_SIZE),
-                        OPT("stride", P_SIZE, "1"), OPT("padding", P_PAD, "0"), FIX("dilation", P_SIZE, "1"),
-                        FIX("groups", P_SIZE, "1"), OPT("bias", P_BOOL, BOOL_T), FIX("padding_mode", P_STR, "'zeros'")}},
-    {"ReLU", L_RELU, {OPT("inplace", P_BOOL, "False")}},
-    {"MaxPool2d", L_MAXPOOL, {REQ("kernel_size", P_SIZE), OPT("stride", P_OPTSIZE, "None"),
-                              FIX("padding", P_NONNEG, "0"), FIX("dilation", P_SIZE, "1"),
-                              FIX("return_indices", P_BOOL, "False"), FIX("ceil_mode", P_BOOL, "False")}},
-    {"AvgPool2d", L_AVGPOOL, {REQ("kernel_size", P_SIZE), OPT("stride", P_OPTSIZE, "None"),
-                              FIX("padding", P_NONNEG, "0"), FIX("ceil_mode", P_BOOL, "False"),
-                              OPT("count_include_pad", P_BOOL, BOOL_T), FIX("divisor_override", P_OPTSIZE, "None")}},
-    {"AdaptiveAvgPool2d", L_ADAPTIVE, {REQ("output_size", P_SIZE)}},
-    {"BatchNorm1d", L_BN1, {REQ("num_features", P_SIZE), OPT("eps", P_FLOAT, "1e-5"), OPT("momentum", P_FLOAT, "0.1"),
-                            FIX("affine", P_BOOL, BOOL_T), FIX("track_running_stats", P_BOOL, BOOL_T)}},
-    {"BatchNorm2d", L_BN2, {REQ("num_features", P_SIZE), OPT("eps", P_FLOAT, "1e-5"), OPT("momentum", P_FLOAT, "0.1"),
-                            FIX("affine", P_BOOL, BOOL_T), FIX("track_running_stats", P_BOOL, BOOL_T)}},
-    {"Dropout", L_DROPOUT, {OPT("p", P_FLOAT, "0.5"), OPT("inplace", P_BOOL, "False")}},
-    {"Flatten", L_FLATTEN, {FIX("start_dim", P_INT, "1"), FIX("end_dim", P_INT, "-1")}},
-    {"Reshape", L_RESHAPE, {{0}}}, /* Reshape(d1, d2, ...): sizes without the batch; one may be -1 */
-    {"Softmax", L_SOFTMAX, {OPT("dim", P_INT, "1")}},
-    {"LogSoftmax", L_LOGSOFTMAX, {OPT("dim", P_INT, "1")}},
-    {"Add", L_ADD, {{0}}},       /* Add(a): previous + a; Add(a, b): a + b */
-    {"Concat", L_CONCAT, {{0}}}, /* Concat(a, b, ...): along channels */
-};
-static const spec losses[] = {
-    {"CrossEntropyLoss", L_CE, {FIX("reduction", P_STR, "'mean'"), FIX("label_smoothing", P_FLOAT, "0.0")}},
-    {"MSELoss", L_MSE, {FIX("reduction", P_STR, "'mean'")}},
-};
+/* ---- binding arguments to a layer's signature (src/ops/<family>.c) ------------------ */
+typedef hr_layer_sig spec;
+typedef hr_arg_spec param;
 
 static int n_params(const spec *s) {
     int n = 0;
-    while (n < 10 && s->p[n].name) n++;
+    while (n < HR_LAYER_MAX_ARGS && s->args[n].name) n++;
     return n;
 }
 
-static const char *type_desc(ptype t) {
+static const char *type_desc(hr_arg_type t) {
     switch (t) {
-    case P_SIZE: return "a positive integer";
-    case P_NONNEG: return "an integer >= 0";
-    case P_OPTSIZE: return "a positive integer or None";
-    case P_FLOAT: return "a number";
-    case P_BOOL: return "True or False";
-    case P_PAD: return "an integer >= 0, 'same' or 'valid'";
-    case P_INT: return "an integer";
-    case P_STR: return "a string";
+    case HR_ARG_SIZE: return "a positive integer";
+    case HR_ARG_NONNEG: return "an integer >= 0";
+    case HR_ARG_OPTSIZE: return "a positive integer or None";
+    case HR_ARG_FLOAT: return "a number";
+    case HR_ARG_BOOL: return "True or False";
+    case HR_ARG_PAD: return "an integer >= 0, 'same' or 'valid'";
+    case HR_ARG_INT: return "an integer";
+    case HR_ARG_STR: return "a string";
+    case HR_ARG_SHAPE: return "a positive integer or a tuple of up to 3";
     }
     return "?";
 }
 
 /* Checks v against the type; a tuple of equal sizes stands for one size. */
 static hr_status check_type(const lexer *lx, const spec *s, const param *p, value *v) {
-    if (v->kind == V_TUPLE && (p->type == P_SIZE || p->type == P_NONNEG || p->type == P_OPTSIZE || p->type == P_PAD)) {
+    if (p->type == HR_ARG_SHAPE) { /* one size, or a tuple of them */
+        bool ok = v->kind == V_INT ? v->i > 0 : v->kind == V_TUPLE && v->n >= 1 && v->n <= 3;
+        for (int i = 0; ok && v->kind == V_TUPLE && i < v->n; i++) ok = v->tup[i] > 0;
+        if (!ok)
+            return errf(lx, HR_ERR_PARSE, "%s argument %s must be %s, got %.*s", s->name, p->name, type_desc(p->type),
+                        v->len, v->src);
+        if (v->kind == V_INT) v->n = 1, v->tup[0] = v->i;
+        return HR_OK;
+    }
+    if (v->kind == V_TUPLE && (p->type == HR_ARG_SIZE || p->type == HR_ARG_NONNEG || p->type == HR_ARG_OPTSIZE || p->type == HR_ARG_PAD)) {
         for (int i = 1; i < v->n; i++)
             if (v->tup[i] != v->tup[0])
                 return errf(lx, HR_ERR_UNSUPPORTED, "%s %s=%.*s: headroom supports only square kernels and equal "
@@ -287,14 +249,14 @@ static hr_status check_type(const lexer *lx, const spec *s, const param *p, valu
     }
     bool ok;
     switch (p->type) {
-    case P_SIZE: ok = v->kind == V_INT && v->i > 0; break;
-    case P_NONNEG: ok = v->kind == V_INT && v->i >= 0; break;
-    case P_OPTSIZE: ok = v->kind == V_NONE || (v->kind == V_INT && v->i > 0); break;
-    case P_FLOAT: ok = v->kind == V_INT || v->kind == V_FLOAT; break;
-    case P_BOOL: ok = v->kind == V_BOOL; break;
-    case P_PAD: ok = (v->kind == V_INT && v->i >= 0) || v->kind == V_STR; break;
-    case P_INT: ok = v->kind == V_INT; break;
-    case P_STR: ok = v->kind == V_STR; break;
+    case HR_ARG_SIZE: ok = v->kind == V_INT && v->i > 0; break;
+    case HR_ARG_NONNEG: ok = v->kind == V_INT && v->i >= 0; break;
+    case HR_ARG_OPTSIZE: ok = v->kind == V_NONE || (v->kind == V_INT && v->i > 0); break;
+    case HR_ARG_FLOAT: ok = v->kind == V_INT || v->kind == V_FLOAT; break;
+    case HR_ARG_BOOL: ok = v->kind == V_BOOL; break;
+    case HR_ARG_PAD: ok = (v->kind == V_INT && v->i >= 0) || v->kind == V_STR; break;
+    case HR_ARG_INT: ok = v->kind == V_INT; break;
+    case HR_ARG_STR: ok = v->kind == V_STR; break;
     default: ok = false;
     }
     if (!ok)
@@ -317,24 +279,24 @@ static hr_status bind(const lexer *lx, const spec *s, call *c, value *out) {
     if (c->npos > np)
         return errf(lx, HR_ERR_PARSE, "%s takes at most %d positional argument%s but %d were given", s->name, np,
                     np == 1 ? "" : "s", c->npos);
-    bool given[10] = {0};
+    bool given[HR_LAYER_MAX_ARGS] = {0};
     for (int i = 0; i < c->npos; i++) out[i] = c->pos[i], given[i] = true;
     for (int k = 0; k < c->nkw; k++) {
         int i = 0;
-        while (i < np && !same(c->kw_name[k], c->kw_len[k], s->p[i].name)) i++;
+        while (i < np && !same(c->kw_name[k], c->kw_len[k], s->args[i].name)) i++;
         if (i == np) {
             char known[200] = "";
             for (int j = 0; j < np; j++)
-                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", j ? ", " : "", s->p[j].name);
+                snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", j ? ", " : "", s->args[j].name);
             return errf(lx, HR_ERR_PARSE, "%s has no argument '%.*s'; its arguments are: %s", s->name, c->kw_len[k],
                         c->kw_name[k], np ? known : "(none)");
         }
-        if (given[i]) return errf(lx, HR_ERR_PARSE, "%s got two values for argument '%s'", s->name, s->p[i].name);
+        if (given[i]) return errf(lx, HR_ERR_PARSE, "%s got two values for argument '%s'", s->name, s->args[i].name);
         out[i] = c->kw[k];
         given[i] = true;
     }
     for (int i = 0; i < np; i++) {
-        const param *p = &s->p[i];
+        const param *p = &s->args[i];
         value def;
         if (p->def) {
             lexer dl = {lx->file, lx->line, p->def, p->def + strlen(p->def)};
@@ -404,123 +366,71 @@ static hr_status resolve(builder *b, const char *layer, const value *v, int *ten
 /* Errors of build_layer, which returns a tensor id or -1. */
 #define FAIL(...) return (errf(lx, __VA_ARGS__), -1)
 
+/* The parsed value as the layer's builder takes it. */
+static hr_arg to_arg(const value *v) {
+    hr_arg r;
+    memset(&r, 0, sizeof r);
+    r.none = v->kind == V_NONE;
+    r.is_str = v->kind == V_STR;
+    r.is_float = v->kind == V_FLOAT;
+    r.i = v->i;
+    r.f = v->f;
+    r.n = v->n;
+    memcpy(r.tup, v->tup, sizeof r.tup);
+    r.src = v->src;
+    r.len = v->len;
+    return r;
+}
+
+/* Binds the call to the layer's signature and gathers its inputs: the
+ * previous output (or the layer named in Layer(...)(name)), then, for layers
+ * that join others, the layers named as arguments. */
 static int build_layer(builder *b, const spec *s, call *c, const char *name) {
-    value a[10];
+    value a[HR_LAYER_MAX_ARGS];
+    hr_arg args[HR_LAYER_MAX_ARGS];
+    int xs[MAX_ARGS + 1], nx = 0;
+    int64_t ints[MAX_ARGS];
+    int nints = 0;
     lexer *lx = &b->lx;
-    hr_model_t *m = b->m;
     int x = b->prev;
-    if (c->has_from && (s->k == L_ADD || s->k == L_CONCAT))
+    if (c->has_from && s->inputs == HR_LAYER_REFS)
         FAIL(HR_ERR_PARSE, "%s takes the layers it joins as its arguments, not as (%.*s)", s->name, c->from.len,
              c->from.src);
     if (c->has_from && resolve(b, s->name, &c->from, &x) != HR_OK) return -1;
-    int nd = hr_tensor_ndim(m, x);
-    if (s->p[0].name && bind(lx, s, c, a) != HR_OK) return -1;
-    if (!s->p[0].name && c->nkw)
-        FAIL(HR_ERR_PARSE, "%s takes no keyword arguments, got '%.*s'", s->name, c->kw_len[0], c->kw_name[0]);
-    switch (s->k) {
-    case L_LINEAR: return hr_linear(m, name, x, a[0].i, a[1].i, a[2].i);
-    case L_CONV: {
-        int64_t pad = a[4].i;
-        if (a[4].kind == V_STR) {
-            bool valid = value_eq(&a[4], &(value){.kind = V_STR, .src = "'valid'", .len = 7});
-            bool same_pad = value_eq(&a[4], &(value){.kind = V_STR, .src = "'same'", .len = 6});
-            if (!valid && !same_pad)
-                FAIL(HR_ERR_PARSE, "Conv2d padding=%.*s: expected a number, 'same' or 'valid'", a[4].len, a[4].src);
-            if (same_pad && (a[3].i != 1 || a[2].i % 2 == 0))
-                FAIL(HR_ERR_UNSUPPORTED, "Conv2d padding='same' needs stride 1 and an odd kernel_size; write the "
-                     "padding as a number");
-            pad = valid ? 0 : a[2].i / 2;
-        }
-        if (a[2].i > 1 << 20 || a[3].i > 1 << 20 || pad > 1 << 20)
-            FAIL(HR_ERR_PARSE, "Conv2d kernel_size, stride or padding is too large");
-        return hr_conv2d(m, name, x, a[0].i, a[1].i, (int)a[2].i, (int)a[3].i, (int)pad, a[7].i);
-    }
-    case L_RELU: return hr_relu(m, name, x);
-    case L_MAXPOOL: case L_AVGPOOL: {
-        int64_t k = a[0].i, st = a[1].kind == V_NONE ? k : a[1].i;
-        if (k > 1 << 20 || st > 1 << 20)
-            FAIL(HR_ERR_PARSE, "%s kernel_size or stride is too large", s->name);
-        return (s->k == L_MAXPOOL ? hr_maxpool2d : hr_avgpool2d)(m, name, x, (int)k, (int)st);
-    }
-    case L_ADAPTIVE:
-        if (a[0].i != 1)
-            FAIL(HR_ERR_UNSUPPORTED, "AdaptiveAvgPool2d(%lld): headroom supports only output size 1 (global average "
-                 "pooling); use AvgPool2d for other sizes", (long long)a[0].i);
-        return hr_global_avgpool(m, name, x);
-    case L_BN1: case L_BN2:
-        if (nd >= 0 && (s->k == L_BN2) != (nd == 3)) {
-            char sh[80];
-            hr_shape xs = {.ndim = nd < HR_MAX_DIMS ? nd : HR_MAX_DIMS};
-            for (int i = 0; i < xs.ndim; i++) xs.d[i] = hr_tensor_dim(m, x, i);
-            FAIL(HR_ERR_SHAPE, "%s takes %s but its input has per-sample shape %s; use %s", s->name,
-                 s->k == L_BN2 ? "(batch, C, H, W)" : "(batch, features)", hr_shape_str(&xs, sh, sizeof sh),
-                 s->k == L_BN2 ? "BatchNorm1d" : "BatchNorm2d");
-        }
-        if (!(a[1].f > 0) || !(a[2].f >= 0 && a[2].f <= 1))
-            FAIL(HR_ERR_PARSE, "%s needs eps > 0 and momentum in [0, 1]", s->name);
-        return hr_batchnorm(m, name, x, a[0].i, (float)a[1].f, (float)a[2].f);
-    case L_DROPOUT:
-        if (!(a[0].f >= 0 && a[0].f < 1))
-            FAIL(HR_ERR_PARSE, "Dropout p must be in [0, 1), got %.*s", a[0].len, a[0].src);
-        return hr_dropout(m, name, x, (float)a[0].f);
-    case L_FLATTEN: return hr_flatten(m, name, x);
-    case L_SOFTMAX: case L_LOGSOFTMAX:
-        if (a[0].i != 1 && !(a[0].i == -1 && nd == 1))
-            FAIL(HR_ERR_UNSUPPORTED, "%s(dim=%lld): headroom supports only dim=1 (the features)", s->name,
-                 (long long)a[0].i);
-        return (s->k == L_SOFTMAX ? hr_softmax : hr_log_softmax)(m, name, x);
-    case L_RESHAPE: {
-        int64_t d[HR_MAX_DIMS], known = 1, numel = 1;
-        int infer = -1;
-        if (c->npos < 1 || c->npos > 3)
-            FAIL(HR_ERR_PARSE, "Reshape takes 1 to 3 sizes (without the batch), got %d", c->npos);
+    xs[nx++] = x;
+    if (s->inputs == HR_LAYER_ONE || s->inputs == HR_LAYER_LOSS) {
+        if (bind(lx, s, c, a) != HR_OK) return -1;
+        for (int i = 0; i < n_params(s); i++) args[i] = to_arg(&a[i]);
+    } else {
+        if (c->nkw) FAIL(HR_ERR_PARSE, "%s takes no keyword arguments, got '%.*s'", s->name, c->kw_len[0], c->kw_name[0]);
         for (int i = 0; i < c->npos; i++) {
             const value *v = &c->pos[i];
-            if (v->kind != V_INT || v->i == 0 || v->i < -1 || (v->i == -1 && infer >= 0))
-                FAIL(HR_ERR_PARSE, "Reshape sizes must be positive integers (one may be -1), got %.*s", v->len, v->src);
-            if (v->i == -1) infer = i;
-            else if (!hr_mul_ok(known, v->i, &known)) FAIL(HR_ERR_PARSE, "Reshape sizes too large");
-            d[i] = v->i;
+            if (s->inputs == HR_LAYER_REFS) {
+                if (resolve(b, s->name, v, &xs[nx++]) != HR_OK) return -1;
+            } else if (v->kind != V_INT) {
+                FAIL(HR_ERR_PARSE, "%s sizes must be positive integers (one may be -1), got %.*s", s->name, v->len, v->src);
+            } else {
+                ints[nints++] = v->i;
+            }
         }
-        for (int i = 0; i < nd; i++) numel *= hr_tensor_dim(m, x, i);
-        if (infer >= 0) d[infer] = numel % known ? -1 : numel / known;
-        if (infer >= 0 && d[infer] < 0)
-            FAIL(HR_ERR_SHAPE, "Reshape: %lld values a sample do not divide into sizes of %lld", (long long)numel,
-                 (long long)known);
-        return hr_reshape(m, name, x, c->npos, d);
     }
-    case L_ADD: case L_CONCAT: {
-        int xs[MAX_ARGS + 1], n = 0;
-        if (s->k == L_ADD && (c->npos < 1 || c->npos > 2))
-            FAIL(HR_ERR_PARSE, "Add takes one layer name (added to the previous output) or two, got %d", c->npos);
-        if (s->k == L_CONCAT && c->npos < 2)
-            FAIL(HR_ERR_PARSE, "Concat takes two or more layer names, got %d", c->npos);
-        if (s->k == L_ADD && c->npos == 1) xs[n++] = x;
-        for (int i = 0; i < c->npos; i++)
-            if (resolve(b, s->name, &c->pos[i], &xs[n++]) != HR_OK) return -1;
-        return s->k == L_ADD ? hr_add(m, name, xs[0], xs[1]) : hr_concat(m, name, n, xs);
-    }
-    default: return -1;
-    }
+    hr_layer_call lc = {xs, nx, args, ints, nints};
+    return s->build(b->m, name, &lc);
 }
 
 #undef FAIL
 
-static const spec *lookup(const spec *table, int n, const call *c) {
-    for (int i = 0; i < n; i++)
-        if (same(c->type, c->type_len, table[i].name)) return &table[i];
-    return NULL;
-}
-
-static hr_status unknown(const lexer *lx, const spec *table, int n, const call *c, const char *what) {
-    char known[400] = "", hint[120] = "";
-    for (int i = 0; i < n; i++) {
-        snprintf(known + strlen(known), sizeof known - strlen(known), "%s%s", i ? ", " : "", table[i].name);
-        if ((int)strlen(table[i].name) == c->type_len && !strncasecmp(table[i].name, c->type, (size_t)c->type_len))
-            snprintf(hint, sizeof hint, " (did you mean %s?)", table[i].name);
-    }
-    return errf(lx, HR_ERR_PARSE, "unknown %s '%.*s'%s; known %s: %s", what, c->type_len, c->type, hint,
-                table == losses ? "losses" : "layers", known);
+/* An unknown name: the known ones, and the one that differs only in case. */
+static hr_status unknown(const lexer *lx, const call *c, bool loss) {
+    char known[600], hint[120] = "";
+    hr_layer_names(loss, known, sizeof known);
+    for (int op = 0; op < HR_OP_COUNT; op++)
+        for (const hr_layer_sig *l = hr_op_descs[op]->layers; l && l->name; l++)
+            if ((l->inputs == HR_LAYER_LOSS) == loss && (int)strlen(l->name) == c->type_len &&
+                !strncasecmp(l->name, c->type, (size_t)c->type_len))
+                snprintf(hint, sizeof hint, " (did you mean %s?)", l->name);
+    return errf(lx, HR_ERR_PARSE, "unknown %s '%.*s'%s; known %s: %s", loss ? "loss" : "layer", c->type_len, c->type,
+                hint, loss ? "losses" : "layers", known);
 }
 
 /* After a layer: nothing, or one comma (a line pasted from nn.Sequential). */
@@ -578,19 +488,12 @@ static hr_status statement(builder *b) {
     call c;
     if (n && same(word, n, "loss") && !call_or_label) {
         if (parse_call(lx, &c) != HR_OK || line_end(lx) != HR_OK) return HR_ERR_PARSE;
-        const spec *s = lookup(losses, 2, &c);
-        if (!s) return unknown(lx, losses, 2, &c, "loss");
+        const spec *s = hr_layer_find(c.type, c.type_len, true);
+        if (!s) return unknown(lx, &c, true);
         if (b->input < 0) return errf(lx, HR_ERR_PARSE, "the loss comes before the input line");
-        value a[10];
-        if (bind(lx, s, &c, a) != HR_OK) return HR_ERR_PARSE;
-        int out = b->prev, nd = hr_tensor_ndim(b->m, out);
-        if (s->k == L_CE && nd != 1)
-            return errf(lx, HR_ERR_SHAPE, "CrossEntropyLoss takes (batch, classes) logits but the last layer gives a "
-                        "per-sample shape of %d dims; add Flatten() and a Linear layer", nd);
         b->loss_line = lx->line;
         hr_model_set_source(b->m, lx->file, lx->line);
-        int r = s->k == L_CE ? hr_loss_cross_entropy(b->m, out, hr_tensor_dim(b->m, out, 0)) : hr_loss_mse(b->m, out);
-        return r < 0 ? builder_failed(b) : HR_OK;
+        return build_layer(b, s, &c, "loss") < 0 ? builder_failed(b) : HR_OK;
     }
     char label[64] = "";
     if (n && accept(lx, '=')) {
@@ -605,8 +508,8 @@ static hr_status statement(builder *b) {
         *lx = save;
     }
     if (parse_call(lx, &c) != HR_OK) return HR_ERR_PARSE;
-    const spec *s = lookup(layers, (int)(sizeof layers / sizeof *layers), &c);
-    if (!s) return unknown(lx, layers, (int)(sizeof layers / sizeof *layers), &c, "layer");
+    const spec *s = hr_layer_find(c.type, c.type_len, false);
+    if (!s) return unknown(lx, &c, false);
     if (line_end(lx) != HR_OK) return HR_ERR_PARSE;
     if (b->input < 0)
         return errf(lx, HR_ERR_PARSE, "%s comes before the input line; begin the model with `input C H W` (images) "

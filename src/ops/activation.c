@@ -1,159 +1,125 @@
-/* activation.c — elementwise ops: ReLU, Dropout, Add, Softmax, LogSoftmax:
- * shape rules and backward nodes. */
+/* activation.c — the elementwise activations: ReLU, LeakyReLU, GELU, SiLU,
+ * Sigmoid, Tanh (PyTorch's modules), their backward nodes and what each keeps. */
 #include "ops/ops.h"
 
-/* One input, one output of the same shape. */
-static int unary(hr_model_t *m, const char *name, const char *type, hr_op op, int x, int *layer) {
-    if (!hr_model_check_tensor(m, x, type)) return -1;
-    int L = hr_model_begin_layer(m, name, type);
-    if (L < 0) return -1;
-    *layer = L;
-    hr_node n = hr_node_make(op, L);
-    n.in[0] = x;
-    n.nin = 1;
-    n.out[0] = hr_model_add_act(m, L, "out", m->g.t[x].shape);
-    n.nout = 1;
-    if (n.out[0] < 0) return -1;
-    return hr_build_node(m, &n);
+/* Every activation: in {x}, out {y}, and may write y over x. What the
+ * backward keeps: ReLU and LeakyReLU one bit a value (x > 0), added in
+ * training by autodiff as out[1]; GELU and SiLU their input; Sigmoid and
+ * Tanh their output. Backward: in {saved, dy}, out {dx}, dx over dy. */
+int hr_relu(hr_model_t *m, const char *name, int x) { return hr_build_unary(m, name, "ReLU", HR_OP_RELU, x, NULL); }
+
+int hr_leaky_relu(hr_model_t *m, const char *name, int x, float negative_slope) {
+    hr_attr a = {.alpha = negative_slope};
+    return hr_build_unary(m, name, "LeakyReLU", HR_OP_LEAKY_RELU, x, &a);
 }
 
-/* ReLU: in {x}, out {y, mask}; the mask (bit i of byte i/8: y[i] > 0) is
- * added in training by autodiff. Backward in {mask, dy}, out {dx}; a backward
- * in {y, dy} (float y) is understood too. x may be overwritten in place. */
-int hr_relu(hr_model_t *m, const char *name, int x) {
-    int L;
-    return unary(m, name, "ReLU", HR_OP_RELU, x, &L);
+int hr_gelu(hr_model_t *m, const char *name, int x, bool tanh_approximation) {
+    hr_attr a = {.approx = tanh_approximation};
+    return hr_build_unary(m, name, "GELU", HR_OP_GELU, x, &a);
 }
 
-/* Softmax / LogSoftmax over dim 1 of (N, C): backward in {y, dy}, out {dx}. */
-static int softmax_like(hr_model_t *m, const char *name, const char *type, hr_op op, int x) {
-    if (x >= 0 && m && x < m->g.nt && m->g.t[x].shape.ndim != 1) {
-        int L = hr_model_begin_layer(m, name, type);
-        if (L < 0) return -1;
-        return hr_build_fail(m, L, HR_ERR_SHAPE, "%s(dim=1) takes (batch, classes); add Flatten() before it", type);
-    }
-    int L;
-    return unary(m, name, type, op, x, &L);
+int hr_silu(hr_model_t *m, const char *name, int x) { return hr_build_unary(m, name, "SiLU", HR_OP_SILU, x, NULL); }
+int hr_sigmoid(hr_model_t *m, const char *name, int x) {
+    return hr_build_unary(m, name, "Sigmoid", HR_OP_SIGMOID, x, NULL);
 }
-int hr_softmax(hr_model_t *m, const char *name, int x) { return softmax_like(m, name, "Softmax", HR_OP_SOFTMAX, x); }
-int hr_log_softmax(hr_model_t *m, const char *name, int x) {
-    return softmax_like(m, name, "LogSoftmax", HR_OP_LOGSOFTMAX, x);
-}
+int hr_tanh(hr_model_t *m, const char *name, int x) { return hr_build_unary(m, name, "Tanh", HR_OP_TANH, x, NULL); }
 
-/* Dropout: in {x}, out {y, mask (u8, one byte a sample element)}; backward in
- * {mask, dy}, out {dx}. The mask comes from (seed, step, element), so it is
- * the same on every backend. In inference the node copies. */
-int hr_dropout(hr_model_t *m, const char *name, int x, float p) {
-    if (!hr_model_check_tensor(m, x, "Dropout")) return -1;
-    int L = hr_model_begin_layer(m, name, "Dropout");
-    if (L < 0) return -1;
-    if (!(p >= 0.0f && p < 1.0f)) return hr_build_fail(m, L, HR_ERR_INVALID_ARG, "p must be in [0, 1), got %g", p);
-    hr_node n = hr_node_make(HR_OP_DROPOUT, L);
-    n.a.p = p;
-    n.a.seed = (uint64_t)L;
-    n.in[0] = x;
-    n.nin = 1;
-    n.out[0] = hr_model_add_act(m, L, "out", m->g.t[x].shape);
-    n.out[1] = hr_model_add_act(m, L, "mask", m->g.t[x].shape);
-    n.nout = 2;
-    if (n.out[0] < 0 || n.out[1] < 0) return -1;
-    m->g.t[n.out[1]].dtype = HR_U8;
-    return hr_build_node(m, &n);
+/* ---- model-file layers ---------------------------------------------------------- */
+static int build_relu(hr_model_t *m, const char *name, const hr_layer_call *c) { return hr_relu(m, name, c->x[0]); }
+static int build_leaky(hr_model_t *m, const char *name, const hr_layer_call *c) {
+    return hr_leaky_relu(m, name, c->x[0], (float)c->a[0].f);
 }
-
-/* Add: in {a, b}, out {y}; backward: a Copy of dy to each input. */
-int hr_add(hr_model_t *m, const char *name, int a, int b) {
-    if (!hr_model_check_tensor(m, a, "Add") || !hr_model_check_tensor(m, b, "Add")) return -1;
-    int L = hr_model_begin_layer(m, name, "Add");
-    if (L < 0) return -1;
-    char sa[64], sb[64];
-    if (!hr_shape_eq(&m->g.t[a].shape, &m->g.t[b].shape))
-        return hr_build_fail(m, L, HR_ERR_SHAPE, "cannot add %s (%s) and %s (%s): the shapes differ", m->g.t[a].name,
-                             hr_shape_str(&m->g.t[a].shape, sa, sizeof sa), m->g.t[b].name,
-                             hr_shape_str(&m->g.t[b].shape, sb, sizeof sb));
-    hr_node n = hr_node_make(HR_OP_ADD, L);
-    n.in[0] = a;
-    n.in[1] = b;
-    n.nin = 2;
-    n.out[0] = hr_model_add_act(m, L, "out", m->g.t[a].shape);
-    n.nout = 1;
-    if (n.out[0] < 0) return -1;
-    return hr_build_node(m, &n);
+static int build_gelu(hr_model_t *m, const char *name, const hr_layer_call *c) {
+    bool tanh_ = hr_arg_is(&c->a[0], "tanh");
+    if (!tanh_ && !hr_arg_is(&c->a[0], "none"))
+        return hr_model_fail(m, HR_ERR_PARSE, "GELU approximate=%.*s: expected 'none' or 'tanh'", c->a[0].len,
+                             c->a[0].src);
+    return hr_gelu(m, name, c->x[0], tanh_);
 }
-
-/* dy flows unchanged to x: a Copy node, which the planner turns into a view
- * when it can (x's gradient not yet written, dy dead afterwards). */
-static hr_status copy_grad(hr_autodiff *ad, int layer, int dy, int x) {
-    bool acc;
-    hr_node n = hr_node_make(HR_OP_COPY, layer);
-    n.out[0] = hr_ad_grad_out(ad, x, &acc);
-    if (n.out[0] == -2) return HR_ERR_OOM;
-    if (n.out[0] < 0) return HR_OK;
-    n.in[0] = dy;
-    n.nin = 1;
-    n.nout = 1;
-    return hr_ad_emit(ad, &n) < 0 ? HR_ERR_OOM : HR_OK;
+static int build_silu(hr_model_t *m, const char *name, const hr_layer_call *c) { return hr_silu(m, name, c->x[0]); }
+static int build_sigmoid(hr_model_t *m, const char *name, const hr_layer_call *c) {
+    return hr_sigmoid(m, name, c->x[0]);
 }
+static int build_tanh(hr_model_t *m, const char *name, const hr_layer_call *c) { return hr_tanh(m, name, c->x[0]); }
 
-hr_status hr_add_backward(hr_autodiff *ad, const hr_node *f) {
-    int dy = hr_ad_grad_in(ad, f->out[0]);
-    if (dy < 0) return HR_OK;
-    hr_status st = copy_grad(ad, f->layer, dy, f->in[0]);
-    return st ? st : copy_grad(ad, f->layer, dy, f->in[1]);
-}
+/* `inplace=True` is accepted: headroom decides in place from the plan. */
+static const hr_layer_sig relu_layers[] = {{"ReLU", {HR_OPT("inplace", HR_ARG_BOOL, "False")}, HR_LAYER_ONE, build_relu}, {0}};
+static const hr_layer_sig leaky_layers[] = {
+    {"LeakyReLU", {HR_OPT("negative_slope", HR_ARG_FLOAT, "0.01"), HR_OPT("inplace", HR_ARG_BOOL, "False")}, HR_LAYER_ONE,
+     build_leaky},
+    {0}};
+static const hr_layer_sig gelu_layers[] = {{"GELU", {HR_OPT("approximate", HR_ARG_STR, "'none'")}, HR_LAYER_ONE, build_gelu},
+                                           {0}};
+static const hr_layer_sig silu_layers[] = {{"SiLU", {HR_OPT("inplace", HR_ARG_BOOL, "False")}, HR_LAYER_ONE, build_silu}, {0}};
+static const hr_layer_sig sigmoid_layers[] = {{"Sigmoid", {{0}}, HR_LAYER_ONE, build_sigmoid}, {0}};
+static const hr_layer_sig tanh_layers[] = {{"Tanh", {{0}}, HR_LAYER_ONE, build_tanh}, {0}};
 
-hr_status hr_reshape_backward(hr_autodiff *ad, const hr_node *f) {
-    int dy = hr_ad_grad_in(ad, f->out[0]);
-    return dy < 0 ? HR_OK : copy_grad(ad, f->layer, dy, f->in[0]);
-}
-
-/* The common shape of backward nodes: in {saved..., dy}, out {dx}. */
-static hr_status simple_backward(hr_autodiff *ad, const hr_node *f, hr_op op, int saved0, int saved1) {
-    int dy = hr_ad_grad_in(ad, f->out[0]);
-    if (dy < 0) return HR_OK;
-    bool acc;
-    hr_node n = hr_node_make(op, f->layer);
-    n.a = f->a;
-    n.out[0] = hr_ad_grad_out(ad, f->in[0], &acc);
-    if (n.out[0] == -2) return HR_ERR_OOM;
-    if (n.out[0] < 0) return HR_OK;
-    n.nout = 1;
-    if (saved0 >= 0) n.in[n.nin++] = saved0;
-    if (saved1 >= 0) n.in[n.nin++] = saved1;
-    n.in[n.nin++] = dy;
-    return hr_ad_emit(ad, &n) < 0 ? HR_ERR_OOM : HR_OK;
-}
-
-/* ReLU keeps one bit a value for its backward (where y > 0) rather than y:
- * y is then free once the forward pass is done with it, unless another
- * backward node reads it anyway (a following Linear does). */
-hr_status hr_relu_backward(hr_autodiff *ad, const hr_node *f) {
+/* ---- backward ------------------------------------------------------------------- */
+/* ReLU and LeakyReLU keep one bit a value for their backward (x > 0) rather
+ * than x or y: y is then free once the forward pass is done with it, unless
+ * another backward node reads it anyway (a following Linear does). */
+static hr_status backward_mask(hr_autodiff *ad, const hr_node *f, hr_op op) {
     if (hr_ad_grad_in(ad, f->out[0]) < 0) return HR_OK;
     int64_t n = hr_shape_numel(&ad->g->t[f->out[0]].shape);
-    int mask = hr_ad_add_saved(ad, "relu_mask", HR_U8, (n + 7) / 8);
+    int mask = hr_ad_add_saved(ad, op == HR_OP_RELU_BWD ? "relu_mask" : "mask", HR_U8, (n + 7) / 8);
     if (mask < 0) return HR_ERR_OOM;
-    return simple_backward(ad, f, HR_OP_RELU_BWD, mask, -1);
+    return hr_ad_simple(ad, f, op, mask, -1);
 }
-hr_status hr_dropout_backward(hr_autodiff *ad, const hr_node *f) {
-    return simple_backward(ad, f, HR_OP_DROPOUT_BWD, f->out[1], -1);
+static hr_status relu_backward(hr_autodiff *ad, const hr_node *f) { return backward_mask(ad, f, HR_OP_RELU_BWD); }
+static hr_status leaky_backward(hr_autodiff *ad, const hr_node *f) {
+    return backward_mask(ad, f, HR_OP_LEAKY_RELU_BWD);
 }
-hr_status hr_softmax_backward(hr_autodiff *ad, const hr_node *f) {
-    return simple_backward(ad, f, f->op == HR_OP_SOFTMAX ? HR_OP_SOFTMAX_BWD : HR_OP_LOGSOFTMAX_BWD, f->out[0], -1);
+static hr_status gelu_backward(hr_autodiff *ad, const hr_node *f) {
+    return hr_ad_simple(ad, f, HR_OP_GELU_BWD, f->in[0], -1);
 }
-/* MaxPool2d: in {x}, out {y, argmax}: argmax (u8, y's shape) is each window's
- * first maximum as i*kw + j, added in training by autodiff. Backward in
- * {argmax, dy} or, when x is kept anyway, in {x, dy} (the argmax found
- * again); AvgPool2d.backward: in {dy}. */
-hr_status hr_pool_backward(hr_autodiff *ad, const hr_node *f) {
-    if (f->op == HR_OP_MAXPOOL) {
-        /* Unless another backward node keeps x, keep each window's argmax as
-         * one byte (its offset in the window) instead of the whole of x. */
-        int x = f->in[0], saved = x;
-        if (!ad->read[x] && f->a.kh * f->a.kw <= 255 && hr_ad_grad_in(ad, f->out[0]) >= 0) {
-            saved = hr_ad_add_saved(ad, "argmax", HR_U8, hr_shape_numel(&ad->g->t[f->out[0]].shape));
-            if (saved < 0) return HR_ERR_OOM;
-        }
-        return simple_backward(ad, f, HR_OP_MAXPOOL_BWD, saved, -1);
-    }
-    return simple_backward(ad, f, HR_OP_AVGPOOL_BWD, -1, -1);
+static hr_status silu_backward(hr_autodiff *ad, const hr_node *f) {
+    return hr_ad_simple(ad, f, HR_OP_SILU_BWD, f->in[0], -1);
 }
+static hr_status sigmoid_backward(hr_autodiff *ad, const hr_node *f) {
+    return hr_ad_simple(ad, f, HR_OP_SIGMOID_BWD, f->out[0], -1);
+}
+static hr_status tanh_backward(hr_autodiff *ad, const hr_node *f) {
+    return hr_ad_simple(ad, f, HR_OP_TANH_BWD, f->out[0], -1);
+}
+
+/* ---- kernel arguments ------------------------------------------------------------ */
+static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a) {
+    hr_act_args *k = &a->act;
+    k->alpha = n->a.alpha;
+    k->tanh_approx = n->a.approx;
+    k->n = hr_shape_numel(&g->t[n->in[0]].shape);
+    k->out = hr_ptr(ptr, n->out[0]);
+    k->x = hr_ptr(ptr, n->in[0]);
+    if (n->nout > 1) k->mask_out = hr_ptr(ptr, n->out[1]);
+}
+
+/* in {saved, dy}: a u8 saved tensor is the bit mask; a float one is x or y,
+ * as the op keeps (ReLU's float form is y). */
+static void unpack_bwd(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a) {
+    hr_act_args *k = &a->act;
+    int saved = n->in[0];
+    k->alpha = n->a.alpha;
+    k->tanh_approx = n->a.approx;
+    k->n = hr_shape_numel(&g->t[n->in[1]].shape);
+    k->dy = hr_ptr(ptr, n->in[1]);
+    k->out = hr_ptr(ptr, n->out[0]);
+    k->acc = n->accum[0];
+    bool keeps_y = n->op == HR_OP_RELU_BWD || n->op == HR_OP_SIGMOID_BWD || n->op == HR_OP_TANH_BWD;
+    if (g->t[saved].dtype == HR_U8)
+        k->mask = hr_ptr(ptr, saved);
+    else if (keeps_y)
+        k->y = hr_ptr(ptr, saved);
+    else
+        k->x = hr_ptr(ptr, saved);
+}
+
+#define ACT(id, lay, bwd) \
+    const hr_op_desc hr_opdesc_##id = {.layers = lay, .backward = bwd, .unpack = unpack, .inplace = true}; \
+    const hr_op_desc hr_opdesc_##id##_bwd = {.unpack = unpack_bwd, .inplace = true, .inplace_last = true};
+ACT(relu, relu_layers, relu_backward)
+ACT(leaky_relu, leaky_layers, leaky_backward)
+ACT(gelu, gelu_layers, gelu_backward)
+ACT(silu, silu_layers, silu_backward)
+ACT(sigmoid, sigmoid_layers, sigmoid_backward)
+ACT(tanh, tanh_layers, tanh_backward)
+#undef ACT

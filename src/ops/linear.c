@@ -1,8 +1,8 @@
-/* linear.c — Linear and Conv2d: shape rules, parameters and the backward
- * nodes. Kernels: backend/cpu/cpu_gemm.c, backend/cuda/. */
+/* linear.c — Linear (nn.Linear): its model-file signature, shape rule,
+ * parameters and their init, backward node and kernel arguments. */
 #include "ops/ops.h"
 
-/* Linear: in {x (N,in), W (out,in), b (out)}, out {y (N,out)}
+/* Linear: in {x (N,in), W (out,in), b (out)?}, out {y (N,out)}
  * Linear.backward: in {x, W, dy}, out {dx, dW, db} */
 int hr_linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_f, bool bias) {
     if (!hr_model_check_tensor(m, x, "Linear")) return -1;
@@ -41,8 +41,13 @@ int hr_linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_
     return hr_build_node(m, &n);
 }
 
-/* Shared by Linear and Conv2d: both take {x, W, b} and give {dx, dW, db}. */
-static hr_status weighted_backward(hr_autodiff *ad, const hr_node *f, hr_op op) {
+static int build(hr_model_t *m, const char *name, const hr_layer_call *c) {
+    return hr_linear(m, name, c->x[0], c->a[0].i, c->a[1].i, c->a[2].i);
+}
+
+/* Shared with Conv2d's (conv2d.c): both take {x, W, b} and give {dx, dW, db}. */
+hr_status hr_weighted_backward(hr_autodiff *ad, const hr_node *f, hr_op op);
+hr_status hr_weighted_backward(hr_autodiff *ad, const hr_node *f, hr_op op) {
     int dy = hr_ad_grad_in(ad, f->out[0]);
     if (dy < 0) return HR_OK;
     hr_node n = hr_node_make(op, f->layer);
@@ -62,51 +67,41 @@ static hr_status weighted_backward(hr_autodiff *ad, const hr_node *f, hr_op op) 
     return hr_ad_emit(ad, &n) < 0 ? HR_ERR_OOM : HR_OK;
 }
 
-hr_status hr_linear_backward(hr_autodiff *ad, const hr_node *n) { return weighted_backward(ad, n, HR_OP_LINEAR_BWD); }
-hr_status hr_conv2d_backward(hr_autodiff *ad, const hr_node *n) { return weighted_backward(ad, n, HR_OP_CONV2D_BWD); }
+static hr_status backward(hr_autodiff *ad, const hr_node *n) { return hr_weighted_backward(ad, n, HR_OP_LINEAR_BWD); }
 
-/* Conv2d: in {x (N,C,H,W), W (K,C,kh,kw), b (K)}, out {y (N,K,OH,OW)}; square
- * kernels, symmetric stride and padding, as the model files write them. */
-int hr_conv2d(hr_model_t *m, const char *name, int x, int64_t cin, int64_t cout, int k, int stride, int pad, bool bias) {
-    if (!hr_model_check_tensor(m, x, "Conv2d")) return -1;
-    int L = hr_model_begin_layer(m, name, "Conv2d");
-    if (L < 0) return -1;
-    const hr_tensor *xt = &m->g.t[x];
-    char sb[64];
-    if (cin <= 0 || cout <= 0 || k <= 0 || stride <= 0 || pad < 0)
-        return hr_build_fail(m, L, HR_ERR_INVALID_ARG,
-                             "channels, kernel_size and stride must be positive and padding >= 0 "
-                             "(got in=%lld out=%lld kernel=%d stride=%d padding=%d)",
-                             (long long)cin, (long long)cout, k, stride, pad);
-    if (xt->shape.ndim != 3)
-        return hr_build_fail(m, L, HR_ERR_SHAPE, "Conv2d takes (batch, C, H, W) but its input has per-sample shape %s",
-                             hr_shape_str(&xt->shape, sb, sizeof sb));
-    if (xt->shape.d[0] != cin)
-        return hr_build_fail(m, L, HR_ERR_SHAPE, "in_channels is %lld (expected) but the input has %lld channels (received)",
-                             (long long)cin, (long long)xt->shape.d[0]);
-    int64_t H = xt->shape.d[1], W = xt->shape.d[2];
-    int64_t oh = (H + 2 * pad - k) / stride + 1, ow = (W + 2 * pad - k) / stride + 1;
-    if (H + 2 * pad < k || W + 2 * pad < k)
-        return hr_build_fail(m, L, HR_ERR_SHAPE, "kernel_size %d is larger than the padded input %lldx%lld", k,
-                             (long long)(H + 2 * pad), (long long)(W + 2 * pad));
-    hr_node n = hr_node_make(HR_OP_CONV2D, L);
-    n.a.in_f = cin;
-    n.a.out_f = cout;
-    n.a.kh = n.a.kw = k;
-    n.a.sh = n.a.sw = stride;
-    n.a.ph = n.a.pw = pad;
-    n.a.bias = bias;
-    n.in[0] = x;
-    n.in[1] = hr_model_add_param(m, L, "weight", 4, (int64_t[]){cout, cin, k, k}, HR_T_PARAM);
-    n.nin = 2;
-    if (n.in[1] < 0) return -1;
-    if (bias) {
-        n.in[2] = hr_model_add_param(m, L, "bias", 1, (int64_t[]){cout}, HR_T_PARAM);
-        if (n.in[2] < 0) return -1;
-        n.nin = 3;
-    }
-    n.out[0] = hr_model_add_act(m, L, "out", hr_shape_make(3, (int64_t[]){cout, oh, ow}));
-    n.nout = 1;
-    if (n.out[0] < 0) return -1;
-    return hr_build_node(m, &n);
+/* Weight and bias: U(-1/sqrt(in), 1/sqrt(in)), as nn.Linear.reset_parameters. */
+static void init(const hr_graph *g, const hr_node *n, int slot, uint64_t seed, uint64_t stream, float *v) {
+    hr_init_fan_in(&g->t[n->in[1]], hr_shape_numel(&g->t[n->in[slot]].shape), seed, stream, v);
 }
+
+static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a) {
+    hr_linear_args *l = &a->linear;
+    bool bwd = n->op == HR_OP_LINEAR_BWD;
+    l->x = hr_ptr(ptr, n->in[0]);
+    l->w = hr_ptr(ptr, n->in[1]);
+    l->N = g->t[n->in[0]].shape.d[0];
+    l->in = n->a.in_f;
+    l->out = n->a.out_f;
+    if (!bwd) {
+        l->b = n->nin > 2 ? hr_ptr(ptr, n->in[2]) : NULL;
+        l->y = hr_ptr(ptr, n->out[0]);
+        return;
+    }
+    l->dy = hr_ptr(ptr, n->in[2]);
+    l->dx = hr_ptr(ptr, n->out[0]);
+    l->dw = hr_ptr(ptr, n->out[1]);
+    l->db = hr_ptr(ptr, n->out[2]);
+    l->acc_dx = n->accum[0];
+    l->acc_dw = n->accum[1];
+    l->acc_db = n->accum[2];
+}
+
+static const hr_layer_sig layers[] = {
+    {"Linear", {HR_REQ("in_features", HR_ARG_SIZE), HR_REQ("out_features", HR_ARG_SIZE), HR_OPT("bias", HR_ARG_BOOL, "True")},
+     HR_LAYER_ONE, build},
+    {0},
+};
+
+const hr_op_desc hr_opdesc_linear = {.layers = layers, .backward = backward, .unpack = unpack, .init = init};
+/* dx over x: the kernels write dx last */
+const hr_op_desc hr_opdesc_linear_bwd = {.unpack = unpack, .inplace = true};

@@ -1,5 +1,5 @@
 /* loss.c — CrossEntropyLoss and MSELoss: the model's last node, its labels or
- * targets input, and the backward node that starts the backward pass. */
+ * targets input, the backward node that starts the backward pass. */
 #include "ops/ops.h"
 
 /* CrossEntropyLoss: in {logits (N,C), labels (N) int32}, out {loss (1)}, mean.
@@ -58,7 +58,31 @@ int hr_loss_mse(hr_model_t *m, int pred) {
     return m->loss;
 }
 
-hr_status hr_loss_backward(hr_autodiff *ad, const hr_node *f) {
+int64_t hr_model_classes(const hr_model_t *m) {
+    if (!m || m->loss < 0) return 0;
+    for (int i = 0; i < m->g.nn; i++)
+        if (m->g.n[i].out[0] == m->loss) return m->g.n[i].op == HR_OP_CROSS_ENTROPY ? m->g.n[i].a.nclasses : 0;
+    return 0;
+}
+
+/* `loss CrossEntropyLoss`: the previous layer gives (batch, classes) logits */
+static int build_ce(hr_model_t *m, const char *name, const hr_layer_call *c) {
+    int nd = hr_tensor_ndim(m, c->x[0]);
+    if (nd != 1)
+        return hr_model_fail(m, HR_ERR_SHAPE, "CrossEntropyLoss takes (batch, classes) logits but the last layer gives a "
+                             "per-sample shape of %d dims; add Flatten() and a Linear layer", nd);
+    return hr_loss_cross_entropy(m, c->x[0], hr_tensor_dim(m, c->x[0], 0));
+}
+static int build_mse(hr_model_t *m, const char *name, const hr_layer_call *c) { return hr_loss_mse(m, c->x[0]); }
+
+static const hr_layer_sig ce_layers[] = {
+    {"CrossEntropyLoss", {HR_FIX("reduction", HR_ARG_STR, "'mean'"), HR_FIX("label_smoothing", HR_ARG_FLOAT, "0.0")},
+     HR_LAYER_LOSS, build_ce},
+    {0}};
+static const hr_layer_sig mse_layers[] = {{"MSELoss", {HR_FIX("reduction", HR_ARG_STR, "'mean'")}, HR_LAYER_LOSS, build_mse},
+                                          {0}};
+
+static hr_status backward(hr_autodiff *ad, const hr_node *f) {
     bool acc;
     hr_node n = hr_node_make(f->op == HR_OP_CROSS_ENTROPY ? HR_OP_CROSS_ENTROPY_BWD : HR_OP_MSE_BWD, f->layer);
     n.a = f->a;
@@ -71,3 +95,31 @@ hr_status hr_loss_backward(hr_autodiff *ad, const hr_node *f) {
     n.nin = 2;
     return hr_ad_emit(ad, &n) < 0 ? HR_ERR_OOM : HR_OK;
 }
+
+/* in {x, labels or targets}, out {loss} (forward) or {dx} (backward) */
+static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a) {
+    hr_loss_args *l = &a->loss;
+    const hr_shape *s = &g->t[n->in[0]].shape;
+    bool ce = n->op == HR_OP_CROSS_ENTROPY || n->op == HR_OP_CROSS_ENTROPY_BWD;
+    bool fwd = n->op == HR_OP_CROSS_ENTROPY || n->op == HR_OP_MSE;
+    l->N = s->d[0];
+    l->C = s->ndim > 1 ? s->d[1] : 1;
+    l->n = hr_shape_numel(s);
+    l->x = hr_ptr(ptr, n->in[0]);
+    if (ce)
+        l->labels = hr_ptr(ptr, n->in[1]);
+    else
+        l->target = hr_ptr(ptr, n->in[1]);
+    if (fwd) {
+        l->loss = hr_ptr(ptr, n->out[0]);
+    } else {
+        l->dx = hr_ptr(ptr, n->out[0]);
+        l->acc = n->accum[0];
+    }
+}
+
+/* No gradient reaches the labels. */
+const hr_op_desc hr_opdesc_cross_entropy = {.layers = ce_layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1};
+const hr_op_desc hr_opdesc_cross_entropy_bwd = {.unpack = unpack};
+const hr_op_desc hr_opdesc_mse = {.layers = mse_layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1};
+const hr_op_desc hr_opdesc_mse_bwd = {.unpack = unpack};

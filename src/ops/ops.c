@@ -1,32 +1,53 @@
-/* ops.c — the op table and the autodiff helpers every op family uses. */
+/* ops.c — the registry of op descriptors, built from the one op list, and
+ * the helpers that every family's builders and backward builders share. */
 #include "ops/ops.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <string.h>
 
-const hr_op_info hr_ops[HR_OP_COUNT] = {
-    [HR_OP_LINEAR] = {hr_linear_backward, false},
-    [HR_OP_CONV2D] = {hr_conv2d_backward, false},
-    [HR_OP_RELU] = {hr_relu_backward, true},
-    [HR_OP_MAXPOOL] = {hr_pool_backward, false},
-    [HR_OP_AVGPOOL] = {hr_pool_backward, false},
-    [HR_OP_BATCHNORM] = {hr_batchnorm_backward, false},
-    [HR_OP_DROPOUT] = {hr_dropout_backward, true},
-    [HR_OP_RESHAPE] = {hr_reshape_backward, false},
-    [HR_OP_ADD] = {hr_add_backward, true},
-    [HR_OP_CONCAT] = {hr_concat_backward, false},
-    [HR_OP_SOFTMAX] = {hr_softmax_backward, false},
-    [HR_OP_LOGSOFTMAX] = {hr_softmax_backward, false},
-    [HR_OP_CROSS_ENTROPY] = {hr_loss_backward, false},
-    [HR_OP_MSE] = {hr_loss_backward, false},
-    [HR_OP_RELU_BWD] = {NULL, true, true},
-    [HR_OP_DROPOUT_BWD] = {NULL, true, true},
-    [HR_OP_LINEAR_BWD] = {NULL, true, false}, /* dx over x: the kernels write dx last */
-    /* dx over dy: per channel, the kernels finish the sums over dy before they
-     * write dx, and each element of dx reads only its own element of dy */
-    [HR_OP_BATCHNORM_BWD] = {NULL, true, true},
+const hr_op_desc *const hr_op_descs[HR_OP_COUNT] = {
+#define X(E, id, k, name) [HR_OP_##E] = &hr_opdesc_##id,
+    HR_OP_LIST(X)
+#undef X
 };
+_Static_assert(sizeof hr_op_descs / sizeof *hr_op_descs == HR_OP_COUNT, "a descriptor for every op");
 
+void hr_op_unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a) {
+    memset(a, 0, sizeof *a);
+    a->op = n->op;
+    if (n->ws >= 0) {
+        a->ws = hr_ptr(ptr, n->ws);
+        a->ws_bytes = (size_t)hr_shape_numel(&g->t[n->ws].shape);
+    }
+    hr_op_descs[n->op]->unpack(g, n, ptr, si, a);
+}
+
+/* ---- model-file layers ----------------------------------------------------- */
+const hr_layer_sig *hr_layer_find(const char *name, int len, bool loss) {
+    for (int op = 0; op < HR_OP_COUNT; op++)
+        for (const hr_layer_sig *l = hr_op_descs[op]->layers; l && l->name; l++)
+            if ((l->inputs == HR_LAYER_LOSS) == loss && (int)strlen(l->name) == len && !strncmp(l->name, name, (size_t)len))
+                return l;
+    return NULL;
+}
+
+const char *hr_layer_names(bool loss, char *buf, size_t n) {
+    size_t k = 0;
+    buf[0] = 0;
+    for (int op = 0; op < HR_OP_COUNT; op++)
+        for (const hr_layer_sig *l = hr_op_descs[op]->layers; l && l->name; l++)
+            if ((l->inputs == HR_LAYER_LOSS) == loss && k < n)
+                k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", l->name);
+    return buf;
+}
+
+bool hr_arg_is(const hr_arg *a, const char *word) {
+    size_t n = strlen(word);
+    return a->is_str && a->len == (int)n + 2 && !strncmp(a->src + 1, word, n);
+}
+
+/* ---- autodiff -------------------------------------------------------------- */
 int hr_ad_grad_out(hr_autodiff *ad, int x, bool *accum) {
     *accum = false;
     if (x < 0 || !ad->needs_grad[x]) return -1;
@@ -79,6 +100,35 @@ int hr_ad_add_saved(hr_autodiff *ad, const char *suffix, hr_dtype dt, int64_t nu
     return t;
 }
 
+hr_status hr_ad_simple(hr_autodiff *ad, const hr_node *f, hr_op op, int saved0, int saved1) {
+    int dy = hr_ad_grad_in(ad, f->out[0]);
+    if (dy < 0) return HR_OK;
+    bool acc;
+    hr_node n = hr_node_make(op, f->layer);
+    n.a = f->a;
+    n.out[0] = hr_ad_grad_out(ad, f->in[0], &acc);
+    if (n.out[0] == -2) return HR_ERR_OOM;
+    if (n.out[0] < 0) return HR_OK;
+    n.nout = 1;
+    if (saved0 >= 0) n.in[n.nin++] = saved0;
+    if (saved1 >= 0) n.in[n.nin++] = saved1;
+    n.in[n.nin++] = dy;
+    return hr_ad_emit(ad, &n) < 0 ? HR_ERR_OOM : HR_OK;
+}
+
+hr_status hr_ad_copy(hr_autodiff *ad, int layer, int dy, int x) {
+    bool acc;
+    hr_node n = hr_node_make(HR_OP_COPY, layer);
+    n.out[0] = hr_ad_grad_out(ad, x, &acc);
+    if (n.out[0] == -2) return HR_ERR_OOM;
+    if (n.out[0] < 0) return HR_OK;
+    n.in[0] = dy;
+    n.nin = 1;
+    n.nout = 1;
+    return hr_ad_emit(ad, &n) < 0 ? HR_ERR_OOM : HR_OK;
+}
+
+/* ---- builders ---------------------------------------------------------------- */
 int hr_build_fail(hr_model_t *m, int layer, hr_status st, const char *fmt, ...) {
     char where[512], msg[1024];
     va_list ap;
@@ -91,6 +141,20 @@ int hr_build_fail(hr_model_t *m, int layer, hr_status st, const char *fmt, ...) 
     return -1;
 }
 
+int hr_model_fail(hr_model_t *m, hr_status st, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (m->src_file)
+        hr_error_set(st, "%s:%d: %s", m->src_file, m->src_line, msg);
+    else
+        hr_error_set(st, "%s", msg);
+    m->broken = true;
+    return -1;
+}
+
 int hr_build_node(hr_model_t *m, hr_node *n) {
     if (hr_graph_add_node(&m->g, n) < 0) {
         m->broken = true;
@@ -98,4 +162,33 @@ int hr_build_node(hr_model_t *m, hr_node *n) {
     }
     m->output = n->out[0];
     return n->out[0];
+}
+
+int hr_build_unary(hr_model_t *m, const char *name, const char *type, hr_op op, int x, const hr_attr *a) {
+    if (!hr_model_check_tensor(m, x, type)) return -1;
+    int L = hr_model_begin_layer(m, name, type);
+    if (L < 0) return -1;
+    hr_node n = hr_node_make(op, L);
+    if (a) n.a = *a;
+    n.in[0] = x;
+    n.nin = 1;
+    n.out[0] = hr_model_add_act(m, L, "out", m->g.t[x].shape);
+    n.nout = 1;
+    if (n.out[0] < 0) return -1;
+    return hr_build_node(m, &n);
+}
+
+int64_t hr_numel_from(const hr_graph *g, int t, int from) {
+    int64_t r = 1;
+    const hr_shape *s = &g->t[t].shape;
+    for (int i = from; i < s->ndim; i++) r *= s->d[i];
+    return r;
+}
+
+void hr_init_fan_in(const hr_tensor *w, int64_t n, uint64_t seed, uint64_t stream, float *v) {
+    int64_t fan_in = 1;
+    for (int d = 1; d < w->shape.ndim; d++) fan_in *= w->shape.d[d];
+    double bound = 1.0 / sqrt((double)fan_in);
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (float)((double)(2.0f * hr_rng_uniform(seed, stream, (uint64_t)i) - 1.0f) * bound);
 }

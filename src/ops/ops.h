@@ -1,10 +1,87 @@
-/* ops.h — the op table: for each forward op, how autodiff builds its backward
- * and whether its output may overwrite its input. Builders live beside it. */
+/* ops.h — the op descriptor: everything about one op in one place (its
+ * model-file layers with PyTorch's signatures, shape rule, backward builder,
+ * in-place and alias rules, parameter initialisation, kernel arguments), and
+ * the registry that the parser, autodiff, the planner and exec read. Each
+ * family's descriptors live in src/ops/<family>.c. */
 #ifndef HR_OPS_H
 #define HR_OPS_H
 
 #include "graph/graph.h"
 
+/* What a node needs to know about the step it runs in. */
+typedef struct {
+    int64_t t;          /* optimizer step, 1-based, as PyTorch's state['step'] */
+    float lr;
+    uint64_t seed;      /* session seed: dropout masks hash (seed, layer, t, element) */
+    hr_optim_t optim;
+    int sqnorm;         /* tensor holding the squared global gradient norm, -1 without clipping */
+} hr_step_info;
+
+/* ---- model-file layers: PyTorch's names, arguments and defaults ------------- */
+typedef enum {
+    HR_ARG_SIZE,    /* a positive integer (a tuple of equal sizes stands for one) */
+    HR_ARG_NONNEG,  /* an integer >= 0 */
+    HR_ARG_OPTSIZE, /* a positive integer or None */
+    HR_ARG_FLOAT,
+    HR_ARG_BOOL,
+    HR_ARG_PAD,     /* an integer >= 0, 'same' or 'valid' */
+    HR_ARG_INT,
+    HR_ARG_STR,
+    HR_ARG_SHAPE,   /* a positive integer or a tuple of up to 3 (LayerNorm's normalized_shape) */
+} hr_arg_type;
+
+typedef struct {
+    const char *name;
+    hr_arg_type type;
+    const char *def; /* as written in Python; NULL: required */
+    bool fixed;      /* accepted only with its default: headroom has no other */
+} hr_arg_spec;
+
+/* A bound argument: the value given, or its default. */
+typedef struct {
+    bool none, is_str, is_float;
+    int64_t i;         /* integers and booleans */
+    double f;          /* numbers (integers too) */
+    int n;             /* HR_ARG_SHAPE: how many sizes in tup */
+    int64_t tup[4];
+    const char *src;   /* the text as written, for messages; a string keeps its quotes */
+    int len;
+} hr_arg;
+
+#define HR_LAYER_MAX_ARGS 10
+#define HR_REQ(n, t) {n, t, NULL, false}   /* required */
+#define HR_OPT(n, t, d) {n, t, d, false}   /* with its default */
+#define HR_FIX(n, t, d) {n, t, d, true}    /* only its default is supported */
+
+/* Is a a string argument that says `word` (either quotes)? */
+bool hr_arg_is(const hr_arg *a, const char *word);
+
+/* What the parser hands a layer's builder. */
+typedef struct {
+    const int *x;        /* input tensors: the previous layer's output, or the layers named */
+    int nx;
+    const hr_arg *a;     /* a[i]: the value of the layer's argument i */
+    const int64_t *ints; /* HR_LAYER_VARARGS: the positional integers */
+    int nints;
+} hr_layer_call;
+
+typedef enum {
+    HR_LAYER_ONE = 0, /* one input: the previous layer's output, or Layer(...)(name) */
+    HR_LAYER_REFS,    /* its positional arguments name the layers it joins (Add, Concat) */
+    HR_LAYER_VARARGS, /* positional integers, no keywords (Reshape) */
+    HR_LAYER_LOSS,    /* a `loss` line */
+} hr_layer_inputs;
+
+typedef struct {
+    const char *name;                       /* PyTorch's class name: "Conv2d" */
+    hr_arg_spec args[HR_LAYER_MAX_ARGS];    /* in PyTorch's order; ends at a NULL name */
+    hr_layer_inputs inputs;
+    /* Builds the layer into m (named `name`); the output tensor or -1 with
+     * the error set (hr_build_fail / hr_model_fail). */
+    int (*build)(hr_model_t *m, const char *name, const hr_layer_call *c);
+} hr_layer_sig;
+
+/* ---- autodiff ----------------------------------------------------------------- */
 /* State of autodiff while it walks the forward nodes backwards. */
 typedef struct {
     hr_graph *g;       /* the step program being built */
@@ -19,43 +96,73 @@ typedef struct {
 /* Adds a saved output to the forward node being differentiated (a ReLU's
  * bit mask, a max pool's window offsets); returns the tensor or -1. */
 int hr_ad_add_saved(hr_autodiff *ad, const char *suffix, hr_dtype dt, int64_t numel);
-
 /* The gradient that a backward node writes for forward tensor x: created on
  * first use; *accum tells whether the node must add into it. Returns -1 when x
- * needs no gradient (the node then skips that output). */
+ * needs no gradient (the node then skips that output), -2 when out of memory. */
 int hr_ad_grad_out(hr_autodiff *ad, int x, bool *accum);
 /* The gradient of forward tensor y, which later nodes have written; -1 if none. */
 int hr_ad_grad_in(const hr_autodiff *ad, int y);
 /* Appends a backward node; sets accum flags of its outputs. -1 on OOM. */
 int hr_ad_emit(hr_autodiff *ad, hr_node *n);
+/* The common backward node: in {saved0?, saved1?, dy}, out {dx}, attributes
+ * copied from the forward node f. */
+hr_status hr_ad_simple(hr_autodiff *ad, const hr_node *f, hr_op op, int saved0, int saved1);
+/* dy passed on unchanged to x: a Copy node (the planner makes it a view when it can). */
+hr_status hr_ad_copy(hr_autodiff *ad, int layer, int dy, int x);
 
+/* ---- the descriptor ---------------------------------------------------------- */
 typedef struct {
-    /* Emits the backward nodes of forward node `n`. */
+    /* Model-file layers that build this op (PyTorch's names), ending at a
+     * NULL name; NULL for ops that no layer writes (backward, update). */
+    const hr_layer_sig *layers;
+    /* Emits the backward nodes of forward node n; NULL: no gradient passes. */
     hr_status (*backward)(hr_autodiff *ad, const hr_node *n);
+    /* Fills the family's kernel arguments from the node's tensors: ptr[i] is
+     * tensor i's data, or ptr NULL while planning (every pointer NULL then). */
+    void (*unpack)(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a);
+    /* Initial values of the parameter or buffer in input slot `slot` of
+     * forward node n (PyTorch's default init), drawn from (seed, stream). */
+    void (*init)(const hr_graph *g, const hr_node *n, int slot, uint64_t seed, uint64_t stream, float *v);
+    unsigned grad_inputs;  /* bit i: a gradient flows to input i; 0: to every input */
     /* Output 0 may take the bytes of one input when that input dies at this
-     * node: input 0, or the last input (a backward node's dy). */
-    bool inplace;
-    bool inplace_last;
-} hr_op_info;
+     * node: input 0, or the last input (a backward node's dy) with inplace_last. */
+    bool inplace, inplace_last;
+    bool view;             /* output 0 is always input 0's bytes (Reshape) */
+    /* Outputs past the first exist only in training (batch statistics, a
+     * mask); the node's a.train says which mode it runs in. */
+    bool train_outputs;
+} hr_op_desc;
 
-extern const hr_op_info hr_ops[HR_OP_COUNT];
+#define HR_X_DECL(E, id, k, name) extern const hr_op_desc hr_opdesc_##id;
+HR_OP_LIST(HR_X_DECL)
+#undef HR_X_DECL
 
-/* Per-family backward builders (src/ops/<family>.c). */
-hr_status hr_linear_backward(hr_autodiff *ad, const hr_node *n);
-hr_status hr_conv2d_backward(hr_autodiff *ad, const hr_node *n);
-hr_status hr_relu_backward(hr_autodiff *ad, const hr_node *n);
-hr_status hr_dropout_backward(hr_autodiff *ad, const hr_node *n);
-hr_status hr_add_backward(hr_autodiff *ad, const hr_node *n);
-hr_status hr_pool_backward(hr_autodiff *ad, const hr_node *n);
-hr_status hr_batchnorm_backward(hr_autodiff *ad, const hr_node *n);
-hr_status hr_reshape_backward(hr_autodiff *ad, const hr_node *n);
-hr_status hr_concat_backward(hr_autodiff *ad, const hr_node *n);
-hr_status hr_softmax_backward(hr_autodiff *ad, const hr_node *n);
-hr_status hr_loss_backward(hr_autodiff *ad, const hr_node *n);
+/* The registry, indexed by op (ops.c). */
+extern const hr_op_desc *const hr_op_descs[HR_OP_COUNT];
+static inline const hr_op_desc *hr_op_desc_of(hr_op op) { return hr_op_descs[op]; }
 
-/* Shared by builders: fail the model with a located message. */
+/* The kernel arguments of node n (its descriptor's unpack, plus the workspace). */
+void hr_op_unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a);
+/* The layer a model file names `name` (len bytes); NULL if none. */
+const hr_layer_sig *hr_layer_find(const char *name, int len, bool loss);
+/* Every layer name (loss: the losses), ", "-separated, into buf. */
+const char *hr_layer_names(bool loss, char *buf, size_t n);
+
+/* ---- helpers for the builders ----------------------------------------------- */
+/* Fail the model with a located message: "file:line: layer 3 (Conv2d): ...". */
 int hr_build_fail(hr_model_t *m, int layer, hr_status st, const char *fmt, ...) HR_PRINTF(4, 5);
+/* The same before the layer exists: "file:line: ...". */
+int hr_model_fail(hr_model_t *m, hr_status st, const char *fmt, ...) HR_PRINTF(3, 4);
 /* Appends a forward node to the model; returns its output 0 or -1. */
 int hr_build_node(hr_model_t *m, hr_node *n);
+/* One input, one output of the same shape (activations): the output or -1. */
+int hr_build_unary(hr_model_t *m, const char *name, const char *type, hr_op op, int x, const hr_attr *a);
+/* Pointer of tensor t, or NULL (ptr NULL while planning, t < 0 unused). */
+static inline void *hr_ptr(void *const *ptr, int t) { return ptr && t >= 0 ? ptr[t] : NULL; }
+/* Product of dims [from, ndim) of tensor t. */
+int64_t hr_numel_from(const hr_graph *g, int t, int from);
+/* PyTorch's default init of a weighted layer's weight or bias:
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = the weight's dims past the first. */
+void hr_init_fan_in(const hr_tensor *w, int64_t n, uint64_t seed, uint64_t stream, float *v);
 
 #endif

@@ -5,8 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/ops.h"
-
 static bool persistent(const hr_tensor *t) {
     return t->kind == HR_T_PARAM || t->kind == HR_T_BUFFER || t->kind == HR_T_OPTSTATE;
 }
@@ -79,13 +77,14 @@ static void aliases(hr_program *p, int *root) {
     for (int i = 0; i < g->nt; i++) root[i] = i;
     for (int s = 0; s < g->nn; s++) {
         hr_node *n = &g->n[s];
-        int in = n->nin ? n->in[hr_ops[n->op].inplace_last ? n->nin - 1 : 0] : -1, out = n->nout ? n->out[0] : -1;
+        const hr_op_desc *d = hr_op_descs[n->op];
+        int in = n->nin ? n->in[d->inplace_last ? n->nin - 1 : 0] : -1, out = n->nout ? n->out[0] : -1;
         if (in < 0 || out < 0 || n->accum[0]) continue;
-        if (n->op == HR_OP_RESHAPE) {
+        if (d->view) {
             join(g, root, in, out);
             continue;
         }
-        if (!hr_ops[n->op].inplace) continue;
+        if (!d->inplace) continue;
         int r = find(root, in);
         hr_tensor *ti = &g->t[r], *to = &g->t[out];
         bool dies_here = ti->last == s;

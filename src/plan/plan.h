@@ -3,7 +3,7 @@
 #ifndef HR_PLAN_H
 #define HR_PLAN_H
 
-#include "graph/program.h"
+#include "plan/program.h"
 
 typedef struct {
     size_t arena_bytes;  /* the one arena of the backend's memory kind */

@@ -1,5 +1,5 @@
 /* cpu_backend.c — the CPU backend's table: a 64-byte aligned host arena,
- * plain copies, and the one switch that sends each node to its kernel. */
+ * plain copies, and the kernel table that HR_OP_LIST fills. */
 #include "backend/cpu/cpu.h"
 
 #include <cblas.h>
@@ -8,10 +8,16 @@
 #include <omp.h>
 #endif
 
-static size_t cpu_workspace(hr_backend *be, const hr_graph *g, const hr_node *n) {
-    if (n->op == HR_OP_CONV2D || n->op == HR_OP_CONV2D_BWD) return hr_cpu_conv_workspace(be->ctx, g, n);
-    return 0;
-}
+/* Built from the op list: an op whose kernel is missing here fails to link.
+ * Sized by its initialisers, so the count check below has something to check. */
+static const hr_kernel_fn cpu_kernels[] = {
+#define HR_X_CPU_KERNEL(E, id, k, name) [HR_OP_##E] = hr_cpu_##k,
+    HR_OP_LIST(HR_X_CPU_KERNEL)
+#undef HR_X_CPU_KERNEL
+};
+_Static_assert(sizeof cpu_kernels / sizeof cpu_kernels[0] == HR_OP_COUNT, "one CPU kernel entry per op");
+
+static size_t cpu_workspace(hr_backend *be, const hr_kargs *a) { return hr_cpu_workspace_size(be->ctx, a); }
 
 static hr_status cpu_arena_alloc(hr_backend *be, size_t bytes, void **base) {
     (void)be;
@@ -31,41 +37,10 @@ static hr_status cpu_copy(hr_backend *be, void *dst, const void *src, size_t n) 
     return HR_OK;
 }
 
-static hr_status cpu_run(hr_backend *be, const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si) {
-    hr_cpu *c = be->ctx;
-    switch (n->op) {
-    case HR_OP_LINEAR: hr_cpu_linear(g, n, ptr); break;
-    case HR_OP_LINEAR_BWD: hr_cpu_linear_bwd(g, n, ptr); break;
-    case HR_OP_CONV2D: hr_cpu_conv2d(c, g, n, ptr); break;
-    case HR_OP_CONV2D_BWD: hr_cpu_conv2d_bwd(c, g, n, ptr); break;
-    case HR_OP_RELU: hr_cpu_relu(g, n, ptr); break;
-    case HR_OP_RELU_BWD: hr_cpu_relu_bwd(g, n, ptr); break;
-    case HR_OP_DROPOUT: hr_cpu_dropout(g, n, ptr, si); break;
-    case HR_OP_DROPOUT_BWD: hr_cpu_dropout_bwd(g, n, ptr); break;
-    case HR_OP_ADD: hr_cpu_add(g, n, ptr); break;
-    case HR_OP_RESHAPE: case HR_OP_COPY: hr_cpu_copy(g, n, ptr); break;
-    case HR_OP_CONCAT: hr_cpu_concat(g, n, ptr); break;
-    case HR_OP_CONCAT_BWD: hr_cpu_concat_bwd(g, n, ptr); break;
-    case HR_OP_SOFTMAX: hr_cpu_softmax(g, n, ptr, false); break;
-    case HR_OP_LOGSOFTMAX: hr_cpu_softmax(g, n, ptr, true); break;
-    case HR_OP_SOFTMAX_BWD: hr_cpu_softmax_bwd(g, n, ptr, false); break;
-    case HR_OP_LOGSOFTMAX_BWD: hr_cpu_softmax_bwd(g, n, ptr, true); break;
-    case HR_OP_MAXPOOL: hr_cpu_maxpool(g, n, ptr); break;
-    case HR_OP_MAXPOOL_BWD: hr_cpu_maxpool_bwd(g, n, ptr); break;
-    case HR_OP_AVGPOOL: hr_cpu_avgpool(g, n, ptr); break;
-    case HR_OP_AVGPOOL_BWD: hr_cpu_avgpool_bwd(g, n, ptr); break;
-    case HR_OP_BATCHNORM: hr_cpu_batchnorm(g, n, ptr); break;
-    case HR_OP_BATCHNORM_BWD: hr_cpu_batchnorm_bwd(g, n, ptr); break;
-    case HR_OP_CROSS_ENTROPY: hr_cpu_cross_entropy(g, n, ptr); break;
-    case HR_OP_CROSS_ENTROPY_BWD: hr_cpu_cross_entropy_bwd(g, n, ptr); break;
-    case HR_OP_MSE: hr_cpu_mse(g, n, ptr); break;
-    case HR_OP_MSE_BWD: hr_cpu_mse_bwd(g, n, ptr); break;
-    case HR_OP_GRAD_SQNORM: hr_cpu_grad_sqnorm(g, n, ptr); break;
-    case HR_OP_SGD: hr_cpu_sgd(g, n, ptr, si); break;
-    case HR_OP_ADAM: hr_cpu_adam(g, n, ptr, si); break;
-    default: return hr_error_set(HR_ERR_INTERNAL, "cpu backend: no kernel for op %s", hr_op_name(n->op));
-    }
-    return HR_OK;
+static hr_status cpu_run(hr_backend *be, const hr_kargs *a) {
+    if ((unsigned)a->op >= HR_OP_COUNT || !be->kernels[a->op])
+        return hr_error_set(HR_ERR_INTERNAL, "cpu backend: no kernel for op %s", hr_op_name(a->op));
+    return be->kernels[a->op](be->ctx, a);
 }
 
 static hr_status cpu_sync(hr_backend *be) {
@@ -98,6 +73,9 @@ hr_backend *hr_backend_cpu_new(const hr_config_t *cfg) {
         /* .name           = */ "cpu",
         /* .arena_kind     = */ HR_MEM_ARENA_HOST,
         /* .ctx            = */ c,
+        /* .kernels        = */ cpu_kernels,
+        /* .supports       = */ NULL,
+        /* .set_batch      = */ NULL,
         /* .workspace_size = */ cpu_workspace,
         /* .arena_alloc    = */ cpu_arena_alloc,
         /* .arena_free     = */ cpu_arena_free,

@@ -35,36 +35,36 @@ void hr_cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const floa
 }
 
 /* y (N,out) = x (N,in) W^T + b */
-void hr_cpu_linear(const hr_graph *g, const hr_node *n, void *const *ptr) {
-    int N = (int)T_(n->in[0]).shape.d[0], in = (int)n->a.in_f, out = (int)n->a.out_f;
-    const float *x = P_(n->in[0]), *W = P_(n->in[1]);
-    float *y = P_(n->out[0]);
+hr_status hr_cpu_linear(void *ctx, const hr_kargs *a) {
+    const hr_linear_args *l = &a->linear;
+    int N = (int)l->N, in = (int)l->in, out = (int)l->out;
+    float *y = l->y;
     float beta = 0.0f;
-    if (n->nin > 2 && n->in[2] >= 0) {
-        const float *b = P_(n->in[2]);
-        for (int i = 0; i < N; i++) memcpy(y + (size_t)i * out, b, sizeof(float) * (size_t)out);
+    if (l->b) {
+        for (int i = 0; i < N; i++) memcpy(y + (size_t)i * out, l->b, sizeof(float) * (size_t)out);
         beta = 1.0f;
     }
-    hr_cpu_sgemm(false, true, N, out, in, 1.0f, x, in, W, in, beta, y, out);
+    hr_cpu_sgemm(false, true, N, out, in, 1.0f, l->x, in, l->w, in, beta, y, out);
+    return HR_OK;
 }
 
-/* in {x, W, dy}, out {dx = dy W, dW = dy^T x, db = sum dy}; dx is written last */
-void hr_cpu_linear_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
-    int N = (int)T_(n->in[0]).shape.d[0], in = (int)n->a.in_f, out = (int)n->a.out_f;
-    const float *x = P_(n->in[0]), *W = P_(n->in[1]), *dy = P_(n->in[2]);
-    if (n->out[1] >= 0)
-        hr_cpu_sgemm(true, false, out, in, N, 1.0f, dy, out, x, in, n->accum[1] ? 1.0f : 0.0f, P_(n->out[1]), in);
-    if (n->out[2] >= 0) {
-        float *db = P_(n->out[2]);
-        if (!n->accum[2]) memset(db, 0, sizeof(float) * (size_t)out);
+/* dx = dy W, dW = dy^T x, db = sum dy */
+hr_status hr_cpu_linear_bwd(void *ctx, const hr_kargs *a) {
+    const hr_linear_args *l = &a->linear;
+    int N = (int)l->N, in = (int)l->in, out = (int)l->out;
+    const float *dy = l->dy;
+    if (l->dw) hr_cpu_sgemm(true, false, out, in, N, 1.0f, dy, out, l->x, in, l->acc_dw ? 1.0f : 0.0f, l->dw, in);
+    if (l->db) {
+        float *db = l->db;
+        if (!l->acc_db) memset(db, 0, sizeof(float) * (size_t)out);
         for (int i = 0; i < N; i++) {
             const float *r = dy + (size_t)i * out;
             for (int j = 0; j < out; j++) db[j] += r[j];
         }
     }
     /* dx last: the planner may give it the bytes of x */
-    if (n->out[0] >= 0)
-        hr_cpu_sgemm(false, false, N, in, out, 1.0f, dy, out, W, in, n->accum[0] ? 1.0f : 0.0f, P_(n->out[0]), in);
+    if (l->dx) hr_cpu_sgemm(false, false, N, in, out, 1.0f, dy, out, l->w, in, l->acc_dx ? 1.0f : 0.0f, l->dx, in);
+    return HR_OK;
 }
 
 /* ---- Conv2d ---------------------------------------------------------------- */
@@ -73,13 +73,11 @@ typedef struct {
     int ckk, ohw;
 } conv_dims;
 
-static conv_dims dims_of(const hr_graph *g, const hr_node *n) {
-    const hr_shape *x = &T_(n->in[0]).shape, *w = &T_(n->in[1]).shape;
+static conv_dims dims_of(const hr_conv_args *c) {
     conv_dims d;
-    d.N = (int)x->d[0], d.C = (int)x->d[1], d.H = (int)x->d[2], d.W = (int)x->d[3];
-    d.K = (int)w->d[0], d.kh = n->a.kh, d.kw = n->a.kw, d.sh = n->a.sh, d.sw = n->a.sw, d.ph = n->a.ph, d.pw = n->a.pw;
-    d.OH = (d.H + 2 * d.ph - d.kh) / d.sh + 1;
-    d.OW = (d.W + 2 * d.pw - d.kw) / d.sw + 1;
+    d.N = (int)c->N, d.C = (int)c->C, d.H = (int)c->H, d.W = (int)c->W;
+    d.K = (int)c->K, d.kh = c->kh, d.kw = c->kw, d.sh = c->sh, d.sw = c->sw, d.ph = c->ph, d.pw = c->pw;
+    d.OH = (int)c->OH, d.OW = (int)c->OW;
     d.ckk = d.C * d.kh * d.kw;
     d.ohw = d.OH * d.OW;
     return d;
@@ -87,11 +85,12 @@ static conv_dims dims_of(const hr_graph *g, const hr_node *n) {
 
 /* Samples run in parallel, one column buffer per thread; the backward pass
  * also needs one dW partial per thread, summed at the end. */
-size_t hr_cpu_conv_workspace(const hr_cpu *c, const hr_graph *g, const hr_node *n) {
-    conv_dims d = dims_of(g, n);
-    int th = c->nthreads < T_(n->in[0]).shape.d[0] ? c->nthreads : d.N; /* the batch may not fit an int */
+size_t hr_cpu_workspace_size(const hr_cpu *c, const hr_kargs *a) {
+    if (a->op != HR_OP_CONV2D && a->op != HR_OP_CONV2D_BWD) return 0;
+    conv_dims d = dims_of(&a->conv);
+    int64_t th = c->nthreads < a->conv.N ? c->nthreads : a->conv.N; /* the batch may not fit an int */
     size_t col = (size_t)d.ckk * (size_t)d.ohw;
-    size_t part = n->op == HR_OP_CONV2D_BWD ? (size_t)d.K * (size_t)d.ckk + (size_t)d.K : 0;
+    size_t part = a->op == HR_OP_CONV2D_BWD ? (size_t)d.K * (size_t)d.ckk + (size_t)d.K : 0;
     return sizeof(float) * (size_t)th * (col + part);
 }
 
@@ -136,10 +135,12 @@ static void col2im_add(const conv_dims *d, const float *col, float *dx) {
 
 static int threads_for(const hr_cpu *c, int N) { return c->nthreads < N ? c->nthreads : N; }
 
-void hr_cpu_conv2d(const hr_cpu *cp, const hr_graph *g, const hr_node *n, void *const *ptr) {
-    conv_dims d = dims_of(g, n);
-    const float *x = P_(n->in[0]), *Wt = P_(n->in[1]), *b = n->nin > 2 && n->in[2] >= 0 ? P_(n->in[2]) : NULL;
-    float *y = P_(n->out[0]), *ws = P_(n->ws);
+hr_status hr_cpu_conv2d(void *ctx, const hr_kargs *a) {
+    const hr_cpu *cp = ctx;
+    const hr_conv_args *cv = &a->conv;
+    conv_dims d = dims_of(cv);
+    const float *x = cv->x, *Wt = cv->w, *b = cv->b;
+    float *y = cv->y, *ws = a->ws;
     int th = threads_for(cp, d.N);
     size_t col_n = (size_t)d.ckk * d.ohw;
     bool direct = d.kh == 1 && d.kw == 1 && d.sh == 1 && d.sw == 1 && d.ph == 0 && d.pw == 0;
@@ -165,21 +166,22 @@ void hr_cpu_conv2d(const hr_cpu *cp, const hr_graph *g, const hr_node *n, void *
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.K, d.ohw, d.ckk, 1.0f, Wt, d.ckk, col, d.ohw, beta, yi,
                     d.ohw);
     }
+    return HR_OK;
 }
 
-/* in {x, W, dy}, out {dx, dW, db}; workspace: per thread a column buffer and
- * a (dW, db) partial sum. */
-void hr_cpu_conv2d_bwd(const hr_cpu *cp, const hr_graph *g, const hr_node *n, void *const *ptr) {
-    conv_dims d = dims_of(g, n);
-    const float *x = P_(n->in[0]), *Wt = P_(n->in[1]), *dy = P_(n->in[2]);
-    float *dx = n->out[0] >= 0 ? P_(n->out[0]) : NULL, *dW = n->out[1] >= 0 ? P_(n->out[1]) : NULL;
-    float *db = n->out[2] >= 0 ? P_(n->out[2]) : NULL;
-    float *ws = P_(n->ws);
+/* Workspace: per thread a column buffer and a (dW, db) partial sum. */
+hr_status hr_cpu_conv2d_bwd(void *ctx, const hr_kargs *a) {
+    const hr_cpu *cp = ctx;
+    const hr_conv_args *cv = &a->conv;
+    conv_dims d = dims_of(cv);
+    const float *x = cv->x, *Wt = cv->w, *dy = cv->dy;
+    float *dx = cv->dx, *dW = cv->dw, *db = cv->db;
+    float *ws = a->ws;
     int th = threads_for(cp, d.N);
     size_t col_n = (size_t)d.ckk * d.ohw, part_n = (size_t)d.K * d.ckk + d.K;
     float *parts = ws + (size_t)th * col_n;
     memset(parts, 0, sizeof(float) * part_n * (size_t)th);
-    if (dx && !n->accum[0]) memset(dx, 0, sizeof(float) * (size_t)d.N * d.C * d.H * d.W);
+    if (dx && !cv->acc_dx) memset(dx, 0, sizeof(float) * (size_t)d.N * d.C * d.H * d.W);
 #pragma omp parallel for num_threads(th) schedule(static)
     for (int i = 0; i < d.N; i++) {
         int me = 0;
@@ -210,10 +212,11 @@ void hr_cpu_conv2d_bwd(const hr_cpu *cp, const hr_graph *g, const hr_node *n, vo
             float s = 0;
             for (int t = 0; t < th; t++) s += parts[(size_t)t * part_n + j];
             if (j < (size_t)d.K * d.ckk) {
-                if (dW) dW[j] = (n->accum[1] ? dW[j] : 0.0f) + s;
+                if (dW) dW[j] = (cv->acc_dw ? dW[j] : 0.0f) + s;
             } else if (db) {
                 size_t k = j - (size_t)d.K * d.ckk;
-                db[k] = (n->accum[2] ? db[k] : 0.0f) + s;
+                db[k] = (cv->acc_db ? db[k] : 0.0f) + s;
             }
         }
+    return HR_OK;
 }

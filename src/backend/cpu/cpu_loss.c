@@ -4,12 +4,11 @@
 
 #include <math.h>
 
-/* in {logits (N,C), labels (N)}, out {loss} */
-void hr_cpu_cross_entropy(const hr_graph *g, const hr_node *n, void *const *ptr) {
-    const hr_shape *s = &T_(n->in[0]).shape;
-    int64_t N = s->d[0], C = s->d[1];
-    const float *x = P_(n->in[0]);
-    const int32_t *lab = ptr[n->in[1]];
+/* CE: logits (N,C), labels (N) -> loss */
+static void cross_entropy(const hr_loss_args *l) {
+    int64_t N = l->N, C = l->C;
+    const float *x = l->x;
+    const int32_t *lab = l->labels;
     double total = 0;
     for (int64_t i = 0; i < N; i++) {
         const float *xi = x + i * C;
@@ -19,16 +18,15 @@ void hr_cpu_cross_entropy(const hr_graph *g, const hr_node *n, void *const *ptr)
         for (int64_t j = 0; j < C; j++) sum += exp((double)xi[j] - mx);
         total += (double)mx + log(sum) - xi[lab[i]];
     }
-    P_(n->out[0])[0] = (float)(total / (double)N);
+    l->loss[0] = (float)(total / (double)N);
 }
 
-/* in {logits, labels}, out {dlogits} = (softmax - onehot) / N */
-void hr_cpu_cross_entropy_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
-    const hr_shape *s = &T_(n->in[0]).shape;
-    int64_t N = s->d[0], C = s->d[1];
-    const float *x = P_(n->in[0]);
-    const int32_t *lab = ptr[n->in[1]];
-    float *dx = P_(n->out[0]);
+/* dlogits = (softmax - onehot) / N */
+static void cross_entropy_bwd(const hr_loss_args *l) {
+    int64_t N = l->N, C = l->C;
+    const float *x = l->x;
+    const int32_t *lab = l->labels;
+    float *dx = l->dx;
     double invn = 1.0 / (double)N;
     for (int64_t i = 0; i < N; i++) {
         const float *xi = x + i * C;
@@ -39,27 +37,45 @@ void hr_cpu_cross_entropy_bwd(const hr_graph *g, const hr_node *n, void *const *
         for (int64_t j = 0; j < C; j++) sum += exp((double)xi[j] - mx);
         for (int64_t j = 0; j < C; j++) {
             float v = (float)((exp((double)xi[j] - mx) / sum - (j == lab[i])) * invn);
-            di[j] = n->accum[0] ? di[j] + v : v;
+            di[j] = l->acc ? di[j] + v : v;
         }
     }
 }
 
-/* in {pred, target}, out {loss} = mean (pred - target)^2 */
-void hr_cpu_mse(const hr_graph *g, const hr_node *n, void *const *ptr) {
-    int64_t N = hr_shape_numel(&T_(n->in[0]).shape);
-    const float *p = P_(n->in[0]), *t = P_(n->in[1]);
+/* MSE: mean (pred - target)^2 */
+static void mse(const hr_loss_args *l) {
+    int64_t N = l->n;
+    const float *p = l->x, *t = l->target;
     double s = 0;
     for (int64_t i = 0; i < N; i++) s += ((double)p[i] - t[i]) * ((double)p[i] - t[i]);
-    P_(n->out[0])[0] = (float)(s / (double)N);
+    l->loss[0] = (float)(s / (double)N);
 }
 
-void hr_cpu_mse_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
-    int64_t N = hr_shape_numel(&T_(n->in[0]).shape);
-    const float *p = P_(n->in[0]), *t = P_(n->in[1]);
-    float *dx = P_(n->out[0]);
+static void mse_bwd(const hr_loss_args *l) {
+    int64_t N = l->n;
+    const float *p = l->x, *t = l->target;
+    float *dx = l->dx;
     float k = 2.0f / (float)N;
     for (int64_t i = 0; i < N; i++) {
         float v = k * (p[i] - t[i]);
-        dx[i] = n->accum[0] ? dx[i] + v : v;
+        dx[i] = l->acc ? dx[i] + v : v;
     }
+}
+
+hr_status hr_cpu_loss(void *ctx, const hr_kargs *a) {
+    switch (a->op) {
+    case HR_OP_CROSS_ENTROPY: cross_entropy(&a->loss); break;
+    case HR_OP_MSE: mse(&a->loss); break;
+    default: return hr_error_set(HR_ERR_INTERNAL, "cpu loss kernel: not a loss (%s)", hr_op_name(a->op));
+    }
+    return HR_OK;
+}
+
+hr_status hr_cpu_loss_bwd(void *ctx, const hr_kargs *a) {
+    switch (a->op) {
+    case HR_OP_CROSS_ENTROPY_BWD: cross_entropy_bwd(&a->loss); break;
+    case HR_OP_MSE_BWD: mse_bwd(&a->loss); break;
+    default: return hr_error_set(HR_ERR_INTERNAL, "cpu loss kernel: not a loss's backward (%s)", hr_op_name(a->op));
+    }
+    return HR_OK;
 }

@@ -1,5 +1,5 @@
-/* cpu_norm.c — BatchNorm on the CPU: batch statistics in training (sums in
- * double), running statistics in inference, and the backward pass. */
+/* cpu_norm.c — BatchNorm and LayerNorm on the CPU, forward and backward:
+ * statistics with sums in double, parameter gradients in a fixed order. */
 #include "backend/cpu/cpu.h"
 
 #include <math.h>
@@ -8,23 +8,20 @@ typedef struct {
     int64_t N, C, HW;
 } bn_dims;
 
-static bn_dims dims_of(const hr_shape *s) {
-    bn_dims d = {s->d[0], s->d[1], 1};
-    for (int i = 2; i < s->ndim; i++) d.HW *= s->d[i];
-    return d;
-}
-
-/* in {x, gamma, beta, running_mean, running_var}, out {y, mean, invstd} */
-void hr_cpu_batchnorm(const hr_graph *g, const hr_node *n, void *const *ptr) {
-    bn_dims d = dims_of(&T_(n->in[0]).shape);
-    const float *x = P_(n->in[0]), *gm = P_(n->in[1]), *bt = P_(n->in[2]);
-    float *rm = P_(n->in[3]), *rv = P_(n->in[4]), *y = P_(n->out[0]);
-    float eps = n->a.eps, mom = n->a.momentum;
+/* ---- BatchNorm ---------------------------------------------------------------
+ * Training: batch statistics, kept for the backward, and the running ones
+ * updated; inference: the running statistics. */
+hr_status hr_cpu_batchnorm(void *ctx, const hr_kargs *a) {
+    const hr_batchnorm_args *bn = &a->bn;
+    bn_dims d = {bn->N, bn->C, bn->HW};
+    const float *x = bn->x, *gm = bn->gamma, *bt = bn->beta;
+    float *rm = bn->running_mean, *rv = bn->running_var, *y = bn->y;
+    float eps = bn->eps, mom = bn->momentum;
     int64_t M = d.N * d.HW;
 #pragma omp parallel for schedule(static) if (d.C > 1 && M > 4096)
     for (int64_t c = 0; c < d.C; c++) {
         float mean, invstd;
-        if (n->a.train) {
+        if (bn->train) {
             double s = 0, ss = 0;
             for (int64_t i = 0; i < d.N; i++) {
                 const float *xc = x + (i * d.C + c) * d.HW;
@@ -38,8 +35,8 @@ void hr_cpu_batchnorm(const hr_graph *g, const hr_node *n, void *const *ptr) {
             double var = ss / (double)M;
             mean = (float)mu;
             invstd = (float)(1.0 / sqrt(var + (double)eps));
-            P_(n->out[1])[c] = mean;
-            P_(n->out[2])[c] = invstd;
+            if (bn->mean) bn->mean[c] = mean;
+            if (bn->invstd) bn->invstd[c] = invstd;
             double unbiased = M > 1 ? ss / (double)(M - 1) : var;
             rm[c] = (1.0f - mom) * rm[c] + mom * mean;
             rv[c] = (1.0f - mom) * rv[c] + mom * (float)unbiased;
@@ -47,22 +44,22 @@ void hr_cpu_batchnorm(const hr_graph *g, const hr_node *n, void *const *ptr) {
             mean = rm[c];
             invstd = 1.0f / sqrtf(rv[c] + eps);
         }
-        float a = gm[c] * invstd, b = bt[c] - mean * a;
+        float ka = gm[c] * invstd, kb = bt[c] - mean * ka;
         for (int64_t i = 0; i < d.N; i++) {
             const float *xc = x + (i * d.C + c) * d.HW;
             float *yc = y + (i * d.C + c) * d.HW;
-            for (int64_t j = 0; j < d.HW; j++) yc[j] = xc[j] * a + b;
+            for (int64_t j = 0; j < d.HW; j++) yc[j] = xc[j] * ka + kb;
         }
     }
+    return HR_OK;
 }
 
-/* in {x, gamma, mean, invstd, dy}, out {dx, dgamma, dbeta}:
- * dx = gamma invstd / M (M dy - sum dy - xhat sum(dy xhat)) */
-void hr_cpu_batchnorm_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
-    bn_dims d = dims_of(&T_(n->in[0]).shape);
-    const float *x = P_(n->in[0]), *gm = P_(n->in[1]), *mean = P_(n->in[2]), *inv = P_(n->in[3]), *dy = P_(n->in[4]);
-    float *dx = n->out[0] >= 0 ? P_(n->out[0]) : NULL;
-    float *dg = n->out[1] >= 0 ? P_(n->out[1]) : NULL, *db = n->out[2] >= 0 ? P_(n->out[2]) : NULL;
+/* dx = gamma invstd / M (M dy - sum dy - xhat sum(dy xhat)) */
+hr_status hr_cpu_batchnorm_bwd(void *ctx, const hr_kargs *a) {
+    const hr_batchnorm_args *bn = &a->bn;
+    bn_dims d = {bn->N, bn->C, bn->HW};
+    const float *x = bn->x, *gm = bn->gamma, *mean = bn->saved_mean, *inv = bn->saved_invstd, *dy = bn->dy;
+    float *dx = bn->dx, *dg = bn->dgamma, *db = bn->dbeta;
     int64_t M = d.N * d.HW;
 #pragma omp parallel for schedule(static) if (d.C > 1 && M > 4096)
     for (int64_t c = 0; c < d.C; c++) {
@@ -75,17 +72,108 @@ void hr_cpu_batchnorm_bwd(const hr_graph *g, const hr_node *n, void *const *ptr)
                 sdyx += (double)gc[j] * ((xc[j] - mu) * is);
             }
         }
-        if (dg) dg[c] = (n->accum[1] ? dg[c] : 0.0f) + (float)sdyx;
-        if (db) db[c] = (n->accum[2] ? db[c] : 0.0f) + (float)sdy;
+        if (dg) dg[c] = (bn->acc_dgamma ? dg[c] : 0.0f) + (float)sdyx;
+        if (db) db[c] = (bn->acc_dbeta ? db[c] : 0.0f) + (float)sdy;
         if (!dx) continue;
-        float k = gm[c] * is / (float)M, a = (float)sdy, b = (float)sdyx;
+        float k = gm[c] * is / (float)M, ka = (float)sdy, kb = (float)sdyx;
         for (int64_t i = 0; i < d.N; i++) {
             const float *xc = x + (i * d.C + c) * d.HW, *gc = dy + (i * d.C + c) * d.HW;
             float *dc = dx + (i * d.C + c) * d.HW;
             for (int64_t j = 0; j < d.HW; j++) {
-                float v = k * ((float)M * gc[j] - a - (xc[j] - mu) * is * b);
-                dc[j] = n->accum[0] ? dc[j] + v : v;
+                float v = k * ((float)M * gc[j] - ka - (xc[j] - mu) * is * kb);
+                dc[j] = bn->acc_dx ? dc[j] + v : v;
             }
         }
     }
+    return HR_OK;
+}
+
+/* ---- LayerNorm ---------------------------------------------------------------
+ * Rows are independent: one thread a block of rows. */
+hr_status hr_cpu_layernorm(void *ctx, const hr_kargs *a) {
+    const hr_layernorm_args *ln = &a->ln;
+    const float *x = ln->x, *gm = ln->gamma, *bt = ln->beta;
+    float *y = ln->y;
+    int64_t R = ln->rows, C = ln->cols;
+    double eps = ln->eps;
+#pragma omp parallel for schedule(static) if (R > 1 && R * C > 4096)
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = x + r * C;
+        float *yr = y + r * C;
+        double s = 0, ss = 0;
+        for (int64_t j = 0; j < C; j++) s += xr[j];
+        double mu = s / (double)C;
+        for (int64_t j = 0; j < C; j++) ss += ((double)xr[j] - mu) * ((double)xr[j] - mu);
+        /* the backward sees only these two floats, so y is made from them too */
+        float m = (float)mu, rs = (float)(1.0 / sqrt(ss / (double)C + eps));
+        if (ln->mean) ln->mean[r] = m;
+        if (ln->rstd) ln->rstd[r] = rs;
+        if (gm && bt)
+            for (int64_t j = 0; j < C; j++) yr[j] = (xr[j] - m) * rs * gm[j] + bt[j];
+        else if (gm)
+            for (int64_t j = 0; j < C; j++) yr[j] = (xr[j] - m) * rs * gm[j];
+        else
+            for (int64_t j = 0; j < C; j++) yr[j] = (xr[j] - m) * rs;
+    }
+    return HR_OK;
+}
+
+/* dgamma and dbeta sum over rows. A thread takes a block of LN_COLS columns
+ * and adds its rows in order, so the bits do not depend on the thread count;
+ * 16 floats are one cache line of each row. */
+#define LN_COLS 16
+
+static void layernorm_param_grads(const hr_layernorm_args *ln) {
+    const float *x = ln->x, *dy = ln->dy, *mean = ln->saved_mean, *rstd = ln->saved_rstd;
+    float *dg = ln->dgamma, *db = ln->dbeta;
+    int64_t R = ln->rows, C = ln->cols, nblk = (C + LN_COLS - 1) / LN_COLS;
+#pragma omp parallel for schedule(static) if (nblk > 1 && R * C > 65536)
+    for (int64_t b = 0; b < nblk; b++) {
+        int64_t j0 = b * LN_COLS, nj = C - j0 < LN_COLS ? C - j0 : LN_COLS;
+        double sg[LN_COLS] = {0}, sb[LN_COLS] = {0};
+        for (int64_t r = 0; r < R; r++) {
+            const float *xr = x + r * C + j0, *gr = dy + r * C + j0;
+            float m = mean[r], rs = rstd[r];
+            for (int64_t j = 0; j < nj; j++) {
+                sg[j] += (double)gr[j] * ((xr[j] - m) * rs);
+                sb[j] += gr[j];
+            }
+        }
+        for (int64_t j = 0; j < nj; j++) {
+            if (dg) dg[j0 + j] = (ln->acc_dgamma ? dg[j0 + j] : 0.0f) + (float)sg[j];
+            if (db) db[j0 + j] = (ln->acc_dbeta ? db[j0 + j] : 0.0f) + (float)sb[j];
+        }
+    }
+}
+
+/* With g = dy gamma and xhat = (x - mean) rstd:
+ * dx = rstd (g - mean_j(g) - xhat mean_j(g xhat)). */
+hr_status hr_cpu_layernorm_bwd(void *ctx, const hr_kargs *a) {
+    const hr_layernorm_args *ln = &a->ln;
+    /* the parameter gradients first: dx may take the bytes of dy or x */
+    if (ln->dgamma || ln->dbeta) layernorm_param_grads(ln);
+    if (!ln->dx) return HR_OK;
+    const float *x = ln->x, *gm = ln->gamma, *dy = ln->dy, *mean = ln->saved_mean, *rstd = ln->saved_rstd;
+    float *dx = ln->dx;
+    int64_t R = ln->rows, C = ln->cols;
+    bool acc = ln->acc_dx;
+#pragma omp parallel for schedule(static) if (R > 1 && R * C > 4096)
+    for (int64_t r = 0; r < R; r++) {
+        const float *xr = x + r * C, *gr = dy + r * C;
+        float *dr = dx + r * C;
+        float m = mean[r], rs = rstd[r];
+        double sg = 0, sgx = 0;
+        for (int64_t j = 0; j < C; j++) {
+            float g = gm ? gr[j] * gm[j] : gr[j];
+            sg += g;
+            sgx += (double)g * ((xr[j] - m) * rs);
+        }
+        float mg = (float)(sg / (double)C), mgx = (float)(sgx / (double)C);
+        for (int64_t j = 0; j < C; j++) {
+            float g = gm ? gr[j] * gm[j] : gr[j];
+            float v = rs * (g - mg - (xr[j] - m) * rs * mgx);
+            dr[j] = acc ? dr[j] + v : v;
+        }
+    }
+    return HR_OK;
 }

@@ -1,5 +1,5 @@
 /* cpu_pool.c — MaxPool2d and AvgPool2d (no padding) on the CPU; the max
- * pool's backward finds the argmax again in its saved input. */
+ * pool's backward reads the saved window offsets, or finds the max again. */
 #include "backend/cpu/cpu.h"
 
 #include <string.h>
@@ -9,9 +9,8 @@ typedef struct {
     int kh, kw, sh, sw;
 } pool_dims;
 
-static pool_dims dims_of(const hr_graph *g, const hr_node *n, int x, int y) {
-    const hr_shape *xs = &T_(x).shape, *ys = &T_(y).shape;
-    return (pool_dims){xs->d[0] * xs->d[1], xs->d[2], xs->d[3], ys->d[2], ys->d[3], n->a.kh, n->a.kw, n->a.sh, n->a.sw};
+static pool_dims dims_of(const hr_pool_args *p) {
+    return (pool_dims){p->NC, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw};
 }
 
 /* Index of the window's first maximum, as PyTorch picks it. */
@@ -60,7 +59,6 @@ static void maxpool22(const pool_dims *d, const float *xc, float *yc, float *dc,
     }
 }
 
-/* in {x}, out {y, argmax?}: argmax holds the window offset i*kw + j of the max */
 /* The window offsets of a plane whose maxima y are known: the first position
  * equal to its max, branch-free so that it vectorises; a window whose max is
  * NaN takes the exact rule of argmax22. */
@@ -82,11 +80,13 @@ static void argmax22_plane(const pool_dims *d, const float *xc, const float *yc,
     }
 }
 
-void hr_cpu_maxpool(const hr_graph *g, const hr_node *n, void *const *ptr) {
-    pool_dims d = dims_of(g, n, n->in[0], n->out[0]);
-    const float *x = P_(n->in[0]);
-    float *y = P_(n->out[0]);
-    uint8_t *am = n->nout > 1 && n->out[1] >= 0 ? ptr[n->out[1]] : NULL;
+/* argmax_out, when kept, holds the window offset i*kw + j of each max */
+hr_status hr_cpu_maxpool(void *ctx, const hr_kargs *a) {
+    const hr_pool_args *pa = &a->pool;
+    pool_dims d = dims_of(pa);
+    const float *x = pa->x;
+    float *y = pa->y;
+    uint8_t *am = pa->argmax_out;
     if (am) {
         bool fast = d.kh == 2 && d.kw == 2 && d.sh == 2 && d.sw == 2;
 #pragma omp parallel for schedule(static) if (d.NC > 64)
@@ -104,7 +104,7 @@ void hr_cpu_maxpool(const hr_graph *g, const hr_node *n, void *const *ptr) {
                     am[o] = (uint8_t)((k / d.W - oh * d.sh) * d.kw + (k % d.W - ow * d.sw));
                 }
         }
-        return;
+        return HR_OK;
     }
     bool k22 = d.kh == 2 && d.kw == 2 && d.sh == 2 && d.sw == 2;
 #pragma omp parallel for schedule(static) if (d.NC > 64)
@@ -118,36 +118,36 @@ void hr_cpu_maxpool(const hr_graph *g, const hr_node *n, void *const *ptr) {
         for (int64_t oh = 0; oh < d.OH; oh++)
             for (int64_t ow = 0; ow < d.OW; ow++) yc[oh * d.OW + ow] = xc[argmax(&d, xc, oh, ow)];
     }
+    return HR_OK;
 }
 
-/* in {x, dy}, out {dx} */
-void hr_cpu_maxpool_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
-    const float *x = P_(n->in[0]), *dy = P_(n->in[1]);
-    float *dx = P_(n->out[0]);
-    if (T_(n->in[0]).dtype == HR_U8) { /* in {argmax, dy} */
-        pool_dims d = dims_of(g, n, n->out[0], n->in[1]);
-        const uint8_t *am = ptr[n->in[0]];
+hr_status hr_cpu_maxpool_bwd(void *ctx, const hr_kargs *a) {
+    const hr_pool_args *pa = &a->pool;
+    pool_dims d = dims_of(pa);
+    const float *x = pa->x, *dy = pa->dy;
+    float *dx = pa->dx;
+    if (pa->argmax) {
+        const uint8_t *am = pa->argmax;
 #pragma omp parallel for schedule(static) if (d.NC > 64)
         for (int64_t c = 0; c < d.NC; c++) {
             float *dc = dx + c * d.H * d.W;
             const float *gc = dy + c * d.OH * d.OW;
             const uint8_t *ac = am + c * d.OH * d.OW;
-            if (!n->accum[0]) memset(dc, 0, sizeof(float) * (size_t)(d.H * d.W));
+            if (!pa->acc) memset(dc, 0, sizeof(float) * (size_t)(d.H * d.W));
             for (int64_t oh = 0; oh < d.OH; oh++)
                 for (int64_t ow = 0; ow < d.OW; ow++) {
-                    int a = ac[oh * d.OW + ow];
-                    dc[(oh * d.sh + a / d.kw) * d.W + ow * d.sw + a % d.kw] += gc[oh * d.OW + ow];
+                    int o = ac[oh * d.OW + ow];
+                    dc[(oh * d.sh + o / d.kw) * d.W + ow * d.sw + o % d.kw] += gc[oh * d.OW + ow];
                 }
         }
-        return;
+        return HR_OK;
     }
-    pool_dims d = dims_of(g, n, n->in[0], n->in[1]);
     bool k22 = d.kh == 2 && d.kw == 2 && d.sh == 2 && d.sw == 2;
 #pragma omp parallel for schedule(static) if (d.NC > 64)
     for (int64_t c = 0; c < d.NC; c++) {
         const float *xc = x + c * d.H * d.W, *gc = dy + c * d.OH * d.OW;
         float *dc = dx + c * d.H * d.W;
-        if (!n->accum[0]) memset(dc, 0, sizeof(float) * (size_t)(d.H * d.W));
+        if (!pa->acc) memset(dc, 0, sizeof(float) * (size_t)(d.H * d.W));
         if (k22) {
             maxpool22(&d, xc, NULL, dc, gc);
             continue;
@@ -155,12 +155,13 @@ void hr_cpu_maxpool_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
         for (int64_t oh = 0; oh < d.OH; oh++)
             for (int64_t ow = 0; ow < d.OW; ow++) dc[ARGMAX(&d, xc, oh, ow)] += gc[oh * d.OW + ow];
     }
+    return HR_OK;
 }
 
-void hr_cpu_avgpool(const hr_graph *g, const hr_node *n, void *const *ptr) {
-    pool_dims d = dims_of(g, n, n->in[0], n->out[0]);
-    const float *x = P_(n->in[0]);
-    float *y = P_(n->out[0]);
+hr_status hr_cpu_avgpool(void *ctx, const hr_kargs *a) {
+    pool_dims d = dims_of(&a->pool);
+    const float *x = a->pool.x;
+    float *y = a->pool.y;
     float inv = 1.0f / (float)(d.kh * d.kw);
     for (int64_t c = 0; c < d.NC; c++) {
         const float *xc = x + c * d.H * d.W;
@@ -172,15 +173,15 @@ void hr_cpu_avgpool(const hr_graph *g, const hr_node *n, void *const *ptr) {
                 y[c * d.OH * d.OW + oh * d.OW + ow] = s * inv;
             }
     }
+    return HR_OK;
 }
 
-/* in {dy}, out {dx} */
-void hr_cpu_avgpool_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
-    pool_dims d = dims_of(g, n, n->out[0], n->in[0]);
-    const float *dy = P_(n->in[0]);
-    float *dx = P_(n->out[0]);
+hr_status hr_cpu_avgpool_bwd(void *ctx, const hr_kargs *a) {
+    pool_dims d = dims_of(&a->pool);
+    const float *dy = a->pool.dy;
+    float *dx = a->pool.dx;
     float inv = 1.0f / (float)(d.kh * d.kw);
-    if (!n->accum[0]) memset(dx, 0, sizeof(float) * (size_t)(d.NC * d.H * d.W));
+    if (!a->pool.acc) memset(dx, 0, sizeof(float) * (size_t)(d.NC * d.H * d.W));
     for (int64_t c = 0; c < d.NC; c++) {
         float *dc = dx + c * d.H * d.W;
         for (int64_t oh = 0; oh < d.OH; oh++)
@@ -190,4 +191,5 @@ void hr_cpu_avgpool_bwd(const hr_graph *g, const hr_node *n, void *const *ptr) {
                     for (int j = 0; j < d.kw; j++) dc[(oh * d.sh + i) * d.W + ow * d.sw + j] += v;
             }
     }
+    return HR_OK;
 }

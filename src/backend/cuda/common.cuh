@@ -1,6 +1,6 @@
 /* common.cuh — what every kernel file shares: grid sizes, deterministic warp
  * and block reductions (fixed order, so a rerun gives the same bits), and the
- * counter-based generator of backend.h on the device. */
+ * counter-based generator of op_list.h on the device. */
 #ifndef HR_CUDA_COMMON_CUH
 #define HR_CUDA_COMMON_CUH
 
@@ -21,6 +21,12 @@ static inline unsigned hr_grid(int64_t n, int threads = HR_THREADS) {
 
 #define HR_GRID_STRIDE(i, n) \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+/* Index of the m-th element of channel c in an (N, C, HW) tensor, m in [0, N*HW). */
+__device__ __forceinline__ int64_t ch_index(int64_t m, int64_t c, int64_t C, int64_t HW) {
+    int64_t nn = m / HW;
+    return (nn * C + c) * HW + (m - nn * HW);
+}
 
 template <typename T> __device__ __forceinline__ T hr_warp_sum(T v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -47,7 +53,7 @@ template <typename T> __device__ T hr_block_sum(T v, T *sh) {
     return hr_warp_sum(v);
 }
 
-/* backend.h's hr_mix64 and session.c's hr_rng_uniform, bit for bit:
+/* op_list.h's hr_mix64 and hr_rng_uniform, bit for bit:
  * u(seed, stream, i) = splitmix64(key(seed, stream) + i) >> 40, times 2^-24
  * (docs/golden.md); tests/gpu/test_cuda_ops.c compares the masks exactly. */
 __device__ __forceinline__ uint64_t hr_dev_mix64(uint64_t x) {

@@ -1,20 +1,31 @@
-/* hr_cuda.h — the CUDA backend's insides: its context (streams, library
- * handles, arena, pinned staging, convolution plans), the checking macros and
- * the kernel launchers that the .cu files define, in plain C. */
+/* hr_cuda.h — the CUDA backend's insides, shared by its .c and .cu files: the
+ * context (streams, library handles, arena, pinned staging, convolution
+ * plans), the checking macros, the kernel entries (one a row of HR_OP_LIST's
+ * kernel column) and the few launchers that several families share.
+ * C and C++: the .cu files include it (through common.cuh). */
 #ifndef HR_CUDA_H
 #define HR_CUDA_H
 
+/* Included before the extern "C" block below, so that the project headers it
+ * wraps find them already included (a C++ standard header must not be read
+ * inside extern "C"). */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
 #include <cuda_runtime_api.h>
 
-#ifdef __CUDACC__
-#include <stdint.h>
-#else
-#include "backend/backend.h"
-#endif
+#include "headroom.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* core.h and op_list.h have no extern "C" of their own: wrapped here, their
+ * functions (hr_error_set, hr_op_name) keep C linkage in the .cu files. */
+#include "core/core.h"
+#include "graph/op_list.h"
 
 /* Scratch of the reductions that finish in a second launch (loss, norms):
  * one double per block of the first launch. Planned as the node's workspace. */
@@ -25,21 +36,19 @@ extern "C" {
 #define HR_CUDA_CUBLAS_WS ((size_t)4 << 20)
 /* cuDNN algorithms needing more workspace than this are passed over. */
 #define HR_CUDA_CONV_WS_CAP ((size_t)256 << 20)
+#define HR_PIECES 4 /* pieces of a pipelined input upload */
 
-#ifndef __CUDACC__
-#define HR_PIECES 4                     /* pieces of a pipelined input upload */
-#define HR_PIECE_MIN ((size_t)2 << 20) /* smaller inputs go whole: splitting them costs the first node more than it hides */
-
-typedef struct hr_cuda_conv hr_cuda_conv;
-typedef struct hr_cuda_dnn hr_cuda_dnn;
+typedef struct hr_cuda_conv hr_cuda_conv; /* conv.h */
+typedef struct hr_cuda_dnn hr_cuda_dnn;   /* cudnn_load.h */
 typedef struct cublasContext *hr_cublas_handle;
 
-typedef struct {
+typedef struct hr_cuda {
+    hr_options opt;           /* the HR_* switches, read once when the backend is made */
     int device;
     char device_name[256];
     int sms;                  /* multiprocessors */
     bool allow_tf32;
-    int64_t max_elems;        /* per library call (cuBLAS, cuDNN take int sizes); tests lower it */
+    int64_t max_elems;        /* per library call (cuBLAS, cuDNN take int sizes): opt.max_call_elems or INT_MAX */
     cudaStream_t stream;      /* every kernel and library call */
     cudaStream_t copy_stream; /* host-to-device batch copies */
     cudaEvent_t compute_ev;   /* marks the compute stream when an upload is queued */
@@ -58,15 +67,14 @@ typedef struct {
     size_t slot_bytes, fill[2];
     int cur;
     cudaEvent_t slot_ev[2];
-    size_t want_slot;         /* learnt from the last program planned (workspace_size) */
-    const void *seen_graph;   /* the first program planned on this backend */
+    size_t want_slot;         /* from set_batch: the session's input and labels, each rounded up to 256 */
     /* convolution plans by shape */
     hr_cuda_conv **conv;
     int nconv, capconv;
     /* the batch's input in pieces of samples, an event after each on the copy
      * stream, so that the node reading it can start on the samples that have
      * arrived (hr_cuda_*_pieces); every other node waits for the whole upload */
-    int64_t in_batch, in_sample;     /* learnt while planning: samples, bytes a sample */
+    int64_t in_batch, in_sample;     /* from set_batch: samples, bytes a sample */
     cudaEvent_t piece_ev[HR_PIECES];
     const void *piece_dst;           /* the input's bytes while their upload is pending, else NULL */
     int npieces;
@@ -80,12 +88,12 @@ typedef struct {
     unsigned char *defer_stage, *defer_dst;
     size_t defer_n, defer_piece;
     int staged, defer_slot;
-    /* HR_PROFILE=2: timing events on the compute stream, made as slots appear */
+    /* device profiles: timing events on the compute stream, made as slots appear */
     cudaEvent_t *marks;
     int nmarks;
 } hr_cuda;
 
-/* cuda_backend.c: turns a failed call into HR_ERR_DEVICE "file:line: call failed: why". */
+/* context.c: turns a failed call into HR_ERR_DEVICE "file:line: call failed: why". */
 hr_status hr_cuda_fail(const char *file, int line, const char *call, const char *why);
 const char *hr_cublas_status_str(int st);
 
@@ -100,73 +108,59 @@ const char *hr_cublas_status_str(int st);
         if (s_ != 0) return hr_cuda_fail(__FILE__, __LINE__, #call, hr_cublas_status_str(s_)); \
     } while (0)
 
-/* cuda_gemm.c: Linear through cuBLAS */
-hr_status hr_cuda_linear(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
-/* Scratch bytes a Linear node needs: `current` (cuBLAS's) or its split-K
- * partials, whichever is more; cuda_workspace() calls it. */
-size_t hr_cuda_linear_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n, size_t current);
-hr_status hr_cuda_linear_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
-/* cuda_dnn.c: cuDNN, loaded with dlopen; Conv2d */
+/* ---- the kernels: hr_cuda_<kernel>(ctx = hr_cuda *, a), one for each name
+ * in HR_OP_LIST's kernel column, each beside its family's device code ---- */
+#define HR_X_CUDA_KERNEL(E, id, k, name) hr_status hr_cuda_##k(void *ctx, const hr_kargs *a);
+HR_OP_LIST(HR_X_CUDA_KERNEL)
+#undef HR_X_CUDA_KERNEL
+
+/* ---- context.c: the device, streams, handles; released in reverse ---- */
+hr_status hr_cuda_init(hr_cuda *c, const hr_config_t *cfg);
+void hr_cuda_fini(hr_cuda *c); /* everything but the arena; c itself stays */
+const char *hr_cuda_unavailable_why(void); /* after hr_backend_cuda_available() said no */
+
+/* ---- cudnn_load.c: cuDNN, loaded with dlopen (c->dnn; NULL with c->dnn_why) */
 hr_status hr_cuda_dnn_open(hr_cuda *c);
 void hr_cuda_dnn_close(hr_cuda *c);
-size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n);
-hr_status hr_cuda_conv2d(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
-/* The same on an input arriving in pieces (c->piece_*); they return with the
- * compute stream past the whole upload. */
-hr_status hr_cuda_conv2d_pieces(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
-hr_status hr_cuda_linear_pieces(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
+
+/* ---- conv2d.c: Conv2d by plans made per shape while planning ---- */
+size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_kargs *a);
+void hr_cuda_conv_plans_free(hr_cuda *c);
+/* The forward pass on an input arriving in pieces (c->piece_*); returns with
+ * the compute stream past the whole upload. */
+hr_status hr_cuda_conv2d_pieces(hr_cuda *c, const hr_kargs *a);
+
+/* ---- cuda_gemm.c: Linear through cuBLAS ---- */
+/* Scratch a Linear node needs: cuBLAS's or its split-K partials, the more. */
+size_t hr_cuda_linear_workspace(hr_cuda *c, const hr_kargs *a);
+hr_status hr_cuda_linear_pieces(hr_cuda *c, const hr_kargs *a);
+
+/* ---- staging.c: the batch's way to the device ---- */
+/* Pinned slots for c->want_slot bytes each (none when 0 or too large). */
+hr_status hr_cuda_staging_alloc(hr_cuda *c);
+void hr_cuda_staging_free(hr_cuda *c);
+/* Through a pinned slot on the copy stream; `input`: the batch's input (the
+ * last upload of a step), which may go in pieces. */
+hr_status hr_cuda_upload(hr_cuda *c, void *dst, const void *src, size_t n, bool input);
 /* Samples a piece of a pipelined upload of `batch` samples of `sample` bytes
  * (0: one piece, no pipelining); the same rule for planning and running. */
-int64_t hr_cuda_piece_samples(int64_t batch, int64_t sample);
+int64_t hr_cuda_piece_samples(const hr_cuda *c, int64_t batch, int64_t sample);
 /* Makes the compute stream wait for every upload queued so far (staging
  * the pieces not yet staged). */
 hr_status hr_cuda_settle(hr_cuda *c);
 /* Stages the input's pieces up to k (host copy and transfer), if not yet. */
 hr_status hr_cuda_stage_upto(hr_cuda *c, int k);
-hr_status hr_cuda_conv2d_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr);
 
-/* For tests: pinned bytes held, device bytes in use when the backend was made. */
-size_t hr_cuda_pinned_bytes(const hr_backend *be);
-size_t hr_cuda_used_at_start(const hr_backend *be);
-#endif
+/* ---- optim.cu: a[0..count), all SGD or all Adam, in few launches ---- */
+hr_status hr_cuda_optim_group(hr_cuda *c, const hr_kargs *a, int count);
 
-/* ---- kernel launchers (the .cu files); each returns cudaGetLastError() ---- */
-/* elementwise.cu */
-cudaError_t hrk_relu(cudaStream_t s, const float *x, float *y, int64_t n);
-cudaError_t hrk_relu_bwd(cudaStream_t s, const float *y, const float *dy, float *dx, int64_t n, bool acc);
-cudaError_t hrk_relu_mask(cudaStream_t s, const float *x, float *y, uint8_t *mask, int64_t n);
-cudaError_t hrk_relu_bwd_mask(cudaStream_t s, const uint8_t *mask, const float *dy, float *dx, int64_t n, bool acc);
-cudaError_t hrk_dropout(cudaStream_t s, const float *x, float *y, uint8_t *mask, int64_t n, float p, float scale,
-                        uint64_t seed, uint64_t stream);
-cudaError_t hrk_dropout_bwd(cudaStream_t s, const uint8_t *mask, const float *dy, float *dx, int64_t n, float scale,
-                            bool acc);
-cudaError_t hrk_add(cudaStream_t s, const float *a, const float *b, float *y, int64_t n);
-cudaError_t hrk_acc(cudaStream_t s, const float *x, float *y, int64_t n); /* y += x */
-/* rows of `cols` floats from src (pitch sp) to dst (pitch dp), added when acc */
-cudaError_t hrk_copy_rows(cudaStream_t s, const float *src, int64_t sp, float *dst, int64_t dp, int64_t rows,
-                          int64_t cols, bool acc);
-cudaError_t hrk_softmax(cudaStream_t s, const float *x, float *y, int64_t N, int64_t C, bool lg);
-cudaError_t hrk_softmax_bwd(cudaStream_t s, const float *y, const float *dy, float *dx, int64_t N, int64_t C, bool lg,
-                            bool acc);
-/* pool.cu (no padding) */
-cudaError_t hrk_maxpool(cudaStream_t s, const float *x, float *y, uint8_t *am, int64_t NC, int64_t H, int64_t W,
-                        int64_t OH, int64_t OW, int kh, int kw, int sh, int sw);
-cudaError_t hrk_maxpool_bwd_am(cudaStream_t s, const uint8_t *am, const float *dy, float *dx, int64_t NC, int64_t H,
-                               int64_t W, int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, bool acc);
-cudaError_t hrk_maxpool_bwd(cudaStream_t s, const float *x, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W,
-                            int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, bool acc);
-cudaError_t hrk_avgpool(cudaStream_t s, const float *x, float *y, int64_t NC, int64_t H, int64_t W, int64_t OH,
-                        int64_t OW, int kh, int kw, int sh, int sw);
-cudaError_t hrk_avgpool_bwd(cudaStream_t s, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W, int64_t OH,
-                            int64_t OW, int kh, int kw, int sh, int sw, bool acc);
-/* norm.cu: (N, C, HW) layouts */
-cudaError_t hrk_bn_train(cudaStream_t s, const float *x, const float *gm, const float *bt, float *rm, float *rv, float *y,
-                         float *mean, float *invstd, int64_t N, int64_t C, int64_t HW, float eps, float mom);
-cudaError_t hrk_bn_infer(cudaStream_t s, const float *x, const float *gm, const float *bt, const float *rm,
-                         const float *rv, float *y, int64_t N, int64_t C, int64_t HW, float eps);
-cudaError_t hrk_bn_bwd(cudaStream_t s, const float *x, const float *gm, const float *mean, const float *invstd,
-                       const float *dy, float *dx, float *dg, float *db, int64_t N, int64_t C, int64_t HW, bool acc0,
-                       bool acc1, bool acc2);
+/* ---- profile.c: timing events for device profiles ---- */
+hr_status hr_cuda_mark(hr_cuda *c, int slot);
+double hr_cuda_mark_ms(hr_cuda *c, int a, int b);
+void hr_cuda_marks_free(hr_cuda *c);
+
+/* ---- launchers several families share; each returns cudaGetLastError() ---- */
+/* channel.cu: (N, C, HW) layouts (HW = 1: row-major (N, C)) */
 cudaError_t hrk_bias_fill(cudaStream_t s, const float *b, float *y, int64_t N, int64_t C, int64_t HW);
 cudaError_t hrk_channel_sum(cudaStream_t s, const float *dy, float *db, int64_t N, int64_t C, int64_t HW, bool acc);
 /* The same sum spread over many blocks: (N, C) is cut into hr_chan_splits
@@ -184,33 +178,8 @@ static inline size_t hr_chan_sum_ws(int64_t N, int64_t C, int64_t HW) {
 }
 cudaError_t hrk_channel_sum_ws(cudaStream_t s, const float *dy, float *db, int64_t N, int64_t C, int64_t HW, bool acc,
                                void *part);
-/* loss.cu: ws holds HR_CUDA_RED_BLOCKS doubles */
-/* out[0] = (acc ? out[0] : 0) + sum(part[0..n)) / div, in double */
+/* loss.cu: out[0] = (acc ? out[0] : 0) + sum(part[0..n)) / div, in double */
 cudaError_t hr_finish_launch(cudaStream_t s, const double *part, int n, float *out, bool acc, double div);
-cudaError_t hrk_cross_entropy(cudaStream_t s, const float *x, const int32_t *lab, float *loss, int64_t N, int64_t C,
-                              double *ws);
-cudaError_t hrk_cross_entropy_bwd(cudaStream_t s, const float *x, const int32_t *lab, float *dx, int64_t N, int64_t C,
-                                  bool acc);
-cudaError_t hrk_mse(cudaStream_t s, const float *p, const float *t, float *loss, int64_t n, double *ws);
-cudaError_t hrk_mse_bwd(cudaStream_t s, const float *p, const float *t, float *dx, int64_t n, bool acc);
-/* optim.cu */
-cudaError_t hrk_sqnorm(cudaStream_t s, const float *g, int64_t n, float *out, bool acc, double *ws);
-/* Multi-tensor updates: t[0..count) in launches of up to HR_MT_MAX tensors
- * (the table travels as a kernel parameter, under 4 KB), in order; empty
- * tensors are skipped. The step's scalars are shared by all. sqnorm NULL (or
- * clip <= 0): no clipping. */
-#define HR_MT_MAX 48
-typedef struct {
-    float *p;       /* parameter */
-    const float *g; /* its gradient */
-    float *s1, *s2; /* Adam: exp_avg, exp_avg_sq; SGD: momentum_buffer or NULL, - */
-    int64_t n;
-} hr_mt_tensor;
-cudaError_t hrk_sgd_mt(cudaStream_t s, const hr_mt_tensor *t, int count, const float *sqnorm, float clip, float lr,
-                       float wd, float mom, float damp, bool nesterov, bool first);
-cudaError_t hrk_adam_mt(cudaStream_t s, const hr_mt_tensor *t, int count, const float *sqnorm, float clip, float lr,
-                        float b1, float b2, float eps, float wd, bool decoupled, float step, float bc2s);
-
 /* gemm_splitk.cu: C (m, n column-major, leading dimension ldc) = the sum of
  * the `parts` partials (each m*n, packed, one after the other) in the order
  * 0..parts-1, + bias[i] on row i when bias, + beta C when beta != 0. */
@@ -220,4 +189,12 @@ cudaError_t hrk_splitk_reduce(cudaStream_t s, const float *part, int parts, int6
 #ifdef __cplusplus
 }
 #endif
+
+#ifndef __CUDACC__
+#include "backend/backend.h"
+/* For tests: pinned bytes held, device bytes in use when the backend was made. */
+size_t hr_cuda_pinned_bytes(const hr_backend *be);
+size_t hr_cuda_used_at_start(const hr_backend *be);
+#endif
+
 #endif

@@ -1,7 +1,8 @@
-/* loss.cu — CrossEntropyLoss and MSELoss on the GPU (means over the batch,
- * sums in double as cpu_loss.c), and the two-launch reduction they and the
- * gradient norm share: per-block partials in the node's workspace, then one
- * block adds them in order, so the result does not depend on timing. */
+/* loss.cu — CrossEntropyLoss and MSELoss on the GPU, forward and backward
+ * (means over the batch, sums in double as the CPU's), and the two-launch
+ * reduction they and the gradient norm share: per-block partials in the
+ * node's workspace, then one block adds them in order, so the result does
+ * not depend on timing. */
 #include "backend/cuda/common.cuh"
 
 /* out[0] = (acc ? out[0] : 0) + sum(part[0..n)) / div */
@@ -78,6 +79,21 @@ static unsigned red_grid(int64_t items, int per_block) {
     return (unsigned)(b > HR_CUDA_RED_BLOCKS ? HR_CUDA_RED_BLOCKS : b);
 }
 
+static cudaError_t hrk_cross_entropy(cudaStream_t s, const float *x, const int32_t *lab, float *loss, int64_t N,
+                                     int64_t C, double *ws) {
+    unsigned nb = red_grid(N, 8);
+    k_ce<<<nb, HR_THREADS, 0, s>>>(x, lab, N, C, ws);
+    cudaError_t e = cudaGetLastError();
+    return e != cudaSuccess ? e : hr_finish_launch(s, ws, (int)nb, loss, false, (double)N);
+}
+
+static cudaError_t hrk_mse(cudaStream_t s, const float *p, const float *t, float *loss, int64_t n, double *ws) {
+    unsigned nb = red_grid(n, HR_THREADS * 4);
+    k_mse<<<nb, HR_THREADS, 0, s>>>(p, t, n, ws);
+    cudaError_t e = cudaGetLastError();
+    return e != cudaSuccess ? e : hr_finish_launch(s, ws, (int)nb, loss, false, (double)n);
+}
+
 extern "C" {
 
 cudaError_t hr_finish_launch(cudaStream_t s, const double *part, int n, float *out, bool acc, double div) {
@@ -85,30 +101,31 @@ cudaError_t hr_finish_launch(cudaStream_t s, const double *part, int n, float *o
     return cudaGetLastError();
 }
 
-cudaError_t hrk_cross_entropy(cudaStream_t s, const float *x, const int32_t *lab, float *loss, int64_t N, int64_t C,
-                              double *ws) {
-    unsigned nb = red_grid(N, 8);
-    k_ce<<<nb, HR_THREADS, 0, s>>>(x, lab, N, C, ws);
-    cudaError_t e = cudaGetLastError();
-    return e != cudaSuccess ? e : hr_finish_launch(s, ws, (int)nb, loss, false, (double)N);
+/* ---- the kernel entries ---- */
+/* The loss (a mean) into loss[0]; the block partials go to the node's
+ * workspace (HR_CUDA_RED_BYTES, planned by workspace_size). */
+hr_status hr_cuda_loss(void *ctx, const hr_kargs *a) {
+    const hr_loss_args *p = &a->loss;
+    cudaStream_t s = ((hr_cuda *)ctx)->stream;
+    bool ce = a->op == HR_OP_CROSS_ENTROPY;
+    if (!a->ws || a->ws_bytes < HR_CUDA_RED_BYTES)
+        return hr_error_set(HR_ERR_INTERNAL, "%s: no workspace was planned", hr_op_name(a->op));
+    if (ce)
+        HR_CU(hrk_cross_entropy(s, p->x, p->labels, p->loss, p->N, p->C, (double *)a->ws));
+    else
+        HR_CU(hrk_mse(s, p->x, p->target, p->loss, p->n, (double *)a->ws));
+    return HR_OK;
 }
 
-cudaError_t hrk_cross_entropy_bwd(cudaStream_t s, const float *x, const int32_t *lab, float *dx, int64_t N, int64_t C,
-                                  bool acc) {
-    k_ce_bwd<<<hr_grid(N, 8), HR_THREADS, 0, s>>>(x, lab, dx, N, C, acc);
-    return cudaGetLastError();
-}
-
-cudaError_t hrk_mse(cudaStream_t s, const float *p, const float *t, float *loss, int64_t n, double *ws) {
-    unsigned nb = red_grid(n, HR_THREADS * 4);
-    k_mse<<<nb, HR_THREADS, 0, s>>>(p, t, n, ws);
-    cudaError_t e = cudaGetLastError();
-    return e != cudaSuccess ? e : hr_finish_launch(s, ws, (int)nb, loss, false, (double)n);
-}
-
-cudaError_t hrk_mse_bwd(cudaStream_t s, const float *p, const float *t, float *dx, int64_t n, bool acc) {
-    k_mse_bwd<<<hr_grid(n), HR_THREADS, 0, s>>>(p, t, dx, n, 2.0f / (float)n, acc);
-    return cudaGetLastError();
+hr_status hr_cuda_loss_bwd(void *ctx, const hr_kargs *a) {
+    const hr_loss_args *p = &a->loss;
+    cudaStream_t s = ((hr_cuda *)ctx)->stream;
+    if (a->op == HR_OP_CROSS_ENTROPY_BWD)
+        k_ce_bwd<<<hr_grid(p->N, 8), HR_THREADS, 0, s>>>(p->x, p->labels, p->dx, p->N, p->C, p->acc);
+    else
+        k_mse_bwd<<<hr_grid(p->n), HR_THREADS, 0, s>>>(p->x, p->target, p->dx, p->n, 2.0f / (float)p->n, p->acc);
+    HR_CU(cudaGetLastError());
+    return HR_OK;
 }
 
 } /* extern "C" */

@@ -1,10 +1,21 @@
-/* optim.cu — the optimizer updates on the GPU with cpu_optim.c's arithmetic,
+/* optim.cu — the optimizer updates on the GPU with the CPU's arithmetic,
  * step for step (the library is built without FMA contraction, so the same
  * inputs give the same bits), and the squared gradient norm for clipping.
  * The updates are multi-tensor: one launch updates up to HR_MT_MAX parameters
  * (a table passed by value), so a step's update costs a few launches, not one
  * a parameter; the session hands the backend the whole run of update nodes. */
 #include "backend/cuda/common.cuh"
+
+#include <math.h>
+
+/* A launch's tensors: the table travels as a kernel parameter, under 4 KB. */
+#define HR_MT_MAX 48
+typedef struct {
+    float *p;       /* parameter */
+    const float *g; /* its gradient */
+    float *s1, *s2; /* Adam: exp_avg, exp_avg_sq; SGD: momentum_buffer or NULL, - */
+    int64_t n;
+} hr_mt_tensor;
 
 /* As torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)), read
  * on the device so that no step waits for the host. */
@@ -110,28 +121,74 @@ template <typename Launch> static cudaError_t mt_launch(const hr_mt_tensor *t, i
     return cudaSuccess;
 }
 
-extern "C" {
-
-cudaError_t hrk_sqnorm(cudaStream_t s, const float *g, int64_t n, float *out, bool acc, double *ws) {
-    int64_t b = (n + HR_THREADS * 4 - 1) / (HR_THREADS * 4);
-    unsigned nb = (unsigned)(b < 1 ? 1 : b > HR_CUDA_RED_BLOCKS ? HR_CUDA_RED_BLOCKS : b);
-    k_sqnorm<<<nb, HR_THREADS, 0, s>>>(g, n, ws);
-    cudaError_t e = cudaGetLastError();
-    return e != cudaSuccess ? e : hr_finish_launch(s, ws, (int)nb, out, acc, 1.0);
-}
-
-cudaError_t hrk_sgd_mt(cudaStream_t s, const hr_mt_tensor *t, int count, const float *sqnorm, float clip, float lr,
-                       float wd, float mom, float damp, bool nesterov, bool first) {
+/* Multi-tensor updates: t[0..count) in launches of up to HR_MT_MAX tensors,
+ * in order; empty tensors are skipped. The step's scalars are shared by all.
+ * sqnorm NULL (or clip <= 0): no clipping. */
+static cudaError_t hrk_sgd_mt(cudaStream_t s, const hr_mt_tensor *t, int count, const float *sqnorm, float clip,
+                              float lr, float wd, float mom, float damp, bool nesterov, bool first) {
     return mt_launch(t, count, [&](const mt_table &tab, unsigned blocks) {
         k_sgd_mt<<<blocks, HR_THREADS, 0, s>>>(tab, sqnorm, clip, lr, wd, mom, damp, nesterov, first);
     });
 }
 
-cudaError_t hrk_adam_mt(cudaStream_t s, const hr_mt_tensor *t, int count, const float *sqnorm, float clip, float lr,
-                        float b1, float b2, float eps, float wd, bool decoupled, float step, float bc2s) {
+static cudaError_t hrk_adam_mt(cudaStream_t s, const hr_mt_tensor *t, int count, const float *sqnorm, float clip,
+                               float lr, float b1, float b2, float eps, float wd, bool decoupled, float step,
+                               float bc2s) {
     return mt_launch(t, count, [&](const mt_table &tab, unsigned blocks) {
         k_adam_mt<<<blocks, HR_THREADS, 0, s>>>(tab, sqnorm, clip, lr, b1, b2, eps, wd, decoupled, step, bc2s);
     });
 }
+
+extern "C" {
+
+/* ---- the kernel entries ---- */
+/* sum(g^2) into out[0]: block partials in the node's workspace, then one
+ * block adds them in order (loss.cu's hr_finish_launch). */
+hr_status hr_cuda_grad_sqnorm(void *ctx, const hr_kargs *a) {
+    const hr_sqnorm_args *p = &a->sq;
+    cudaStream_t s = ((hr_cuda *)ctx)->stream;
+    if (!a->ws || a->ws_bytes < HR_CUDA_RED_BYTES)
+        return hr_error_set(HR_ERR_INTERNAL, "grad_sqnorm: no workspace was planned");
+    int64_t b = (p->n + HR_THREADS * 4 - 1) / (HR_THREADS * 4);
+    unsigned nb = (unsigned)(b < 1 ? 1 : b > HR_CUDA_RED_BLOCKS ? HR_CUDA_RED_BLOCKS : b);
+    k_sqnorm<<<nb, HR_THREADS, 0, s>>>(p->g, p->n, (double *)a->ws);
+    HR_CU(cudaGetLastError());
+    HR_CU(hr_finish_launch(s, (const double *)a->ws, (int)nb, p->out, p->acc, 1.0));
+    return HR_OK;
+}
+
+/* Updates a[0..count), all SGD or all Adam, in launches of up to HR_MT_MAX
+ * parameters; the step's scalars (a[0]'s, the same in all) are made once, on
+ * the host, exactly as the CPU makes them. */
+hr_status hr_cuda_optim_group(hr_cuda *c, const hr_kargs *a, int count) {
+    if (count <= 0) return HR_OK;
+    const hr_optim_args *f = &a[0].opt;
+    const hr_optim_t *o = &f->o;
+    const float *sq = f->sqnorm && o->clip_norm > 0 ? f->sqnorm : NULL;
+    bool sgd = a[0].op == HR_OP_SGD;
+    double bc1 = 1.0 - pow((double)o->beta1, (double)f->t), bc2 = 1.0 - pow((double)o->beta2, (double)f->t);
+    float step = (float)(f->lr / bc1), bc2s = (float)sqrt(bc2);
+    hr_mt_tensor t[HR_MT_MAX];
+    for (int k0 = 0; k0 < count; k0 += HR_MT_MAX) {
+        int m = count - k0 < HR_MT_MAX ? count - k0 : HR_MT_MAX;
+        for (int j = 0; j < m; j++) {
+            const hr_kargs *k = &a[k0 + j];
+            if (k->op != a[0].op)
+                return hr_error_set(HR_ERR_INTERNAL, "cuda backend: a group of %s nodes holds a %s",
+                                    hr_op_name(a[0].op), hr_op_name(k->op));
+            t[j] = hr_mt_tensor{k->opt.p, k->opt.g, k->opt.s1, sgd ? NULL : k->opt.s2, k->opt.n};
+        }
+        if (sgd)
+            HR_CU(hrk_sgd_mt(c->stream, t, m, sq, o->clip_norm, f->lr, o->weight_decay, o->momentum, o->dampening,
+                             o->nesterov, f->t == 1));
+        else
+            HR_CU(hrk_adam_mt(c->stream, t, m, sq, o->clip_norm, f->lr, o->beta1, o->beta2, o->eps, o->weight_decay,
+                              o->kind == HR_OPTIM_ADAMW, step, bc2s));
+    }
+    return HR_OK;
+}
+
+hr_status hr_cuda_sgd(void *ctx, const hr_kargs *a) { return hr_cuda_optim_group((hr_cuda *)ctx, a, 1); }
+hr_status hr_cuda_adam(void *ctx, const hr_kargs *a) { return hr_cuda_optim_group((hr_cuda *)ctx, a, 1); }
 
 } /* extern "C" */

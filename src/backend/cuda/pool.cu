@@ -1,6 +1,7 @@
-/* pool.cu — MaxPool2d and AvgPool2d (no padding) on the GPU. The backward
- * passes gather: each input element visits the windows that hold it, in the
- * CPU's (oh, ow) order, so sums match it bit for bit and need no atomics. */
+/* pool.cu — MaxPool2d and AvgPool2d (no padding) on the GPU, forward and
+ * backward, kernels and entries. The backward passes gather: each input
+ * element visits the windows that hold it, in the CPU's (oh, ow) order, so
+ * sums match it bit for bit and need no atomics. */
 #include "backend/cuda/common.cuh"
 
 /* Index (within the plane) of the window's first maximum; NaN wins, as in PyTorch. */
@@ -203,10 +204,8 @@ __global__ void k_avgpool_bwd(const float *dy, float *dx, int64_t NC, int64_t H,
     }
 }
 
-extern "C" {
-
-cudaError_t hrk_maxpool(cudaStream_t s, const float *x, float *y, uint8_t *am, int64_t NC, int64_t H, int64_t W,
-                        int64_t OH, int64_t OW, int kh, int kw, int sh, int sw) {
+static cudaError_t hrk_maxpool(cudaStream_t s, const float *x, float *y, uint8_t *am, int64_t NC, int64_t H, int64_t W,
+                               int64_t OH, int64_t OW, int kh, int kw, int sh, int sw) {
     if (kh == 2 && kw == 2 && sh == 2 && sw == 2 && H == 2 * OH && W == 2 * OW && ((uintptr_t)x & 7) == 0) {
         int lt = row_shift(OW);
         k_maxpool2<<<hr_grid((NC * OH) << lt), HR_THREADS, 0, s>>>(x, y, am, NC * OH, OW, lt);
@@ -216,28 +215,55 @@ cudaError_t hrk_maxpool(cudaStream_t s, const float *x, float *y, uint8_t *am, i
     return cudaGetLastError();
 }
 
-cudaError_t hrk_maxpool_bwd_am(cudaStream_t s, const uint8_t *am, const float *dy, float *dx, int64_t NC, int64_t H,
-                               int64_t W, int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, bool acc) {
-    return maxpool_bwd(s, saved_argmax{am}, dy, dx, NC, H, W, OH, OW, kh, kw, sh, sw, acc);
-}
-
-cudaError_t hrk_maxpool_bwd(cudaStream_t s, const float *x, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W,
-                            int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, bool acc) {
-    return maxpool_bwd(s, found_argmax{x}, dy, dx, NC, H, W, OH, OW, kh, kw, sh, sw, acc);
-}
-
-cudaError_t hrk_avgpool(cudaStream_t s, const float *x, float *y, int64_t NC, int64_t H, int64_t W, int64_t OH,
-                        int64_t OW, int kh, int kw, int sh, int sw) {
+static cudaError_t hrk_avgpool(cudaStream_t s, const float *x, float *y, int64_t NC, int64_t H, int64_t W, int64_t OH,
+                               int64_t OW, int kh, int kw, int sh, int sw) {
     float inv = 1.0f / (float)(kh * kw);
     k_avgpool<<<hr_grid(NC * OH * OW), HR_THREADS, 0, s>>>(x, y, NC, H, W, OH, OW, kh, kw, sh, sw, inv);
     return cudaGetLastError();
 }
 
-cudaError_t hrk_avgpool_bwd(cudaStream_t s, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W, int64_t OH,
-                            int64_t OW, int kh, int kw, int sh, int sw, bool acc) {
+static cudaError_t hrk_avgpool_bwd(cudaStream_t s, const float *dy, float *dx, int64_t NC, int64_t H, int64_t W,
+                                   int64_t OH, int64_t OW, int kh, int kw, int sh, int sw, bool acc) {
     float inv = 1.0f / (float)(kh * kw);
     k_avgpool_bwd<<<hr_grid(NC * H * W), HR_THREADS, 0, s>>>(dy, dx, NC, H, W, OH, OW, kh, kw, sh, sw, inv, acc);
     return cudaGetLastError();
+}
+
+/* ---- the kernel entries: NC, H, W the big side (x or dx), OH, OW the pooled one */
+extern "C" {
+
+hr_status hr_cuda_maxpool(void *ctx, const hr_kargs *a) {
+    const hr_pool_args *p = &a->pool;
+    HR_CU(hrk_maxpool(((hr_cuda *)ctx)->stream, p->x, p->y, p->argmax_out, p->NC, p->H, p->W, p->OH, p->OW, p->kh,
+                      p->kw, p->sh, p->sw));
+    return HR_OK;
+}
+
+/* From the window offsets the forward kept, else from x found again. */
+hr_status hr_cuda_maxpool_bwd(void *ctx, const hr_kargs *a) {
+    const hr_pool_args *p = &a->pool;
+    cudaStream_t s = ((hr_cuda *)ctx)->stream;
+    if (p->argmax)
+        HR_CU(maxpool_bwd(s, saved_argmax{p->argmax}, p->dy, p->dx, p->NC, p->H, p->W, p->OH, p->OW, p->kh, p->kw,
+                          p->sh, p->sw, p->acc));
+    else
+        HR_CU(maxpool_bwd(s, found_argmax{p->x}, p->dy, p->dx, p->NC, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh,
+                          p->sw, p->acc));
+    return HR_OK;
+}
+
+hr_status hr_cuda_avgpool(void *ctx, const hr_kargs *a) {
+    const hr_pool_args *p = &a->pool;
+    HR_CU(hrk_avgpool(((hr_cuda *)ctx)->stream, p->x, p->y, p->NC, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh,
+                      p->sw));
+    return HR_OK;
+}
+
+hr_status hr_cuda_avgpool_bwd(void *ctx, const hr_kargs *a) {
+    const hr_pool_args *p = &a->pool;
+    HR_CU(hrk_avgpool_bwd(((hr_cuda *)ctx)->stream, p->dy, p->dx, p->NC, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh,
+                          p->sw, p->acc));
+    return HR_OK;
 }
 
 } /* extern "C" */

@@ -3,8 +3,7 @@
 #ifndef HR_PROGRAM_H
 #define HR_PROGRAM_H
 
-#include "backend/backend.h"
-#include "graph/graph.h"
+#include "ops/ops.h"
 
 typedef struct {
     hr_graph g;
@@ -15,8 +14,14 @@ typedef struct {
     int sqnorm;     /* squared gradient norm (clipping), -1 */
 } hr_program;
 
-/* Builds the program; be answers workspace sizes. On failure p is freed. */
-hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be, hr_program *p);
+/* Scratch bytes node n of g needs on the device that will run it (0: none);
+ * the backend answers through exec, which passes this in. */
+typedef size_t (*hr_workspace_fn)(void *ctx, const hr_graph *g, const hr_node *n);
+
+/* Builds the program; ws (may be NULL: no workspace) sizes each node's
+ * scratch. On failure p is freed. */
+hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_workspace_fn ws, void *ws_ctx,
+                           hr_program *p);
 void hr_program_free(hr_program *p);
 
 #endif

@@ -1,7 +1,7 @@
-/* compile.c — turns a model into the step program: the forward nodes for the
- * batch, the backward nodes that autodiff needs, and the optimizer updates. */
-#include "graph/program.h"
-#include "ops/ops.h"
+/* program.c — turns a model into the step program: the forward nodes for the
+ * batch, the backward nodes that autodiff needs (from each op's descriptor),
+ * and the optimizer updates. */
+#include "plan/program.h"
 
 #include <string.h>
 
@@ -47,17 +47,17 @@ static hr_status build_backward(hr_program *p) {
     for (int i = 0; i < g->nt; i++) ad.needs_grad[i] = g->t[i].kind == HR_T_PARAM && g->t[i].requires_grad;
     for (int s = 0; s < p->n_fwd; s++) {
         const hr_node *n = &g->n[s];
+        unsigned through = hr_op_descs[n->op]->grad_inputs;
         bool any = false;
-        for (int i = 0; i < n->nin; i++) any |= ad.needs_grad[n->in[i]];
-        if (n->op == HR_OP_BATCHNORM) any = ad.needs_grad[n->in[0]] || ad.needs_grad[n->in[1]] || ad.needs_grad[n->in[2]];
-        if (n->op == HR_OP_DROPOUT) any = ad.needs_grad[n->in[0]];
+        for (int i = 0; i < n->nin; i++)
+            if (n->in[i] >= 0 && (!through || (through >> i & 1))) any |= ad.needs_grad[n->in[i]];
         if (any) ad.needs_grad[n->out[0]] = true;
     }
     for (int s = p->n_fwd - 1; s >= 0; s--) {
         hr_node n = g->n[s]; /* copy: emitting may move g->n */
-        if (!ad.needs_grad[n.out[0]] || !hr_ops[n.op].backward) continue;
+        if (!ad.needs_grad[n.out[0]] || !hr_op_descs[n.op]->backward) continue;
         ad.cur = s;
-        if ((st = hr_ops[n.op].backward(&ad, &n)) != HR_OK) goto done;
+        if ((st = hr_op_descs[n.op]->backward(&ad, &n)) != HR_OK) goto done;
     }
 done:
     hr_free(ad.grad);
@@ -148,7 +148,8 @@ static hr_status check_config(const hr_model_t *m, const hr_config_t *cfg) {
     return HR_OK;
 }
 
-hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be, hr_program *p) {
+hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_workspace_fn wsfn, void *ws_ctx,
+                           hr_program *p) {
     memset(p, 0, sizeof *p);
     hr_status st = check_config(m, cfg);
     if (st) return st;
@@ -164,10 +165,9 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_backe
     /* Inference drops the loss and keeps no statistics or masks. */
     for (int s = 0; s < p->g.nn; s++) {
         hr_node *n = &p->g.n[s];
-        if (n->op == HR_OP_BATCHNORM || n->op == HR_OP_DROPOUT) {
-            n->a.train = train;
-            if (!train) n->nout = 1, n->out[1] = n->out[2] = -1;
-        }
+        n->a.train = train;
+        if (!train && hr_op_descs[n->op]->train_outputs)
+            for (; n->nout > 1; n->nout--) n->out[n->nout - 1] = -1;
     }
     if (!train) {
         p->g.nn--; /* the loss node is last */
@@ -183,7 +183,7 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_backe
     }
     /* Workspace: one tensor per node that asks for scratch. */
     for (int s = 0; s < p->g.nn; s++) {
-        size_t ws = be && be->workspace_size ? be->workspace_size(be, &p->g, &p->g.n[s]) : 0;
+        size_t ws = wsfn ? wsfn(ws_ctx, &p->g, &p->g.n[s]) : 0;
         if (!ws) continue;
         if (ws > ((size_t)1 << 61)) {
             st = hr_error_set(HR_ERR_INVALID_ARG, "%s needs %zu bytes of workspace; plan a smaller batch",

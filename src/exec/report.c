@@ -113,7 +113,7 @@ static int plan_fits(const hr_model_t *m, const hr_config_t *cfg, int64_t batch,
     hr_config_t c = *cfg;
     c.batch = batch;
     hr_program p;
-    if (hr_program_build(m, &c, be, &p) != HR_OK) return -1;
+    if (hr_program_build(m, &c, hr_exec_workspace, be, &p) != HR_OK) return -1;
     hr_plan pl;
     int fits = -1;
     if (hr_plan_make(&p, &pl) == HR_OK) {

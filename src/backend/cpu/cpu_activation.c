@@ -1,0 +1,275 @@
+/* cpu_activation.c — the elementwise activations on the CPU (ReLU, LeakyReLU,
+ * GELU, SiLU, Sigmoid, Tanh), forward and backward, as PyTorch defines them. */
+#include "backend/cpu/cpu.h"
+
+#include <math.h>
+
+/* The bit mask of x > 0 (ReLU, LeakyReLU): bit k of byte j is v[8j+k] > 0.
+ * Eight values a byte, a fixed body, so that it vectorises. */
+static void mask_positive(const float *v, int64_t n, uint8_t *mask) {
+    int64_t nb = (n + 7) / 8, full = n / 8;
+#pragma omp parallel for schedule(static) if (nb > 8192)
+    for (int64_t j = 0; j < full; j++) {
+        const float *vj = v + 8 * j;
+        mask[j] = (uint8_t)((vj[0] > 0.0f) | (vj[1] > 0.0f) << 1 | (vj[2] > 0.0f) << 2 | (vj[3] > 0.0f) << 3 |
+                            (vj[4] > 0.0f) << 4 | (vj[5] > 0.0f) << 5 | (vj[6] > 0.0f) << 6 | (vj[7] > 0.0f) << 7);
+    }
+    if (nb > full) {
+        unsigned bits = 0;
+        for (int64_t i = 8 * full; i < n; i++) bits |= (unsigned)(v[i] > 0.0f) << (i - 8 * full);
+        mask[full] = (uint8_t)bits;
+    }
+}
+
+/* dx = bit ? dy : dy * neg, from the forward's bit mask (ReLU: neg = 0). */
+static void masked_bwd(const uint8_t *mask, const float *dy, float *dx, int64_t n, float neg, bool acc) {
+    int64_t full = n / 8;
+#pragma omp parallel for schedule(static) if (full > 8192)
+    for (int64_t j = 0; j < full; j++) { /* 8 values a mask byte, a fixed body */
+        unsigned m = mask[j];
+        float *d = dx + 8 * j;
+        const float *g2 = dy + 8 * j;
+        float v[8];
+        for (int k = 0; k < 8; k++) v[k] = (m >> k) & 1 ? g2[k] : g2[k] * neg;
+        if (acc)
+            for (int k = 0; k < 8; k++) d[k] += v[k];
+        else
+            for (int k = 0; k < 8; k++) d[k] = v[k];
+    }
+    for (int64_t i = 8 * full; i < n; i++) {
+        float v = (mask[i >> 3] >> (i & 7)) & 1 ? dy[i] : dy[i] * neg;
+        dx[i] = acc ? dx[i] + v : v;
+    }
+}
+
+/* ---- ReLU ------------------------------------------------------------------ */
+static void relu(const hr_act_args *p) {
+    const float *x = p->x;
+    float *y = p->out;
+    int64_t N = p->n;
+    /* two passes, each of which vectorises: y, then the bits from y (y > 0
+     * exactly where x > 0, and y may be x's bytes) */
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+    for (int64_t i = 0; i < N; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    if (p->mask_out) mask_positive(y, N, p->mask_out);
+}
+
+/* From the bit mask, or from y (y > 0 is where x was > 0). Two loops, so that
+ * each vectorises without a branch inside. */
+static void relu_bwd(const hr_act_args *p) {
+    const float *y = p->y, *dy = p->dy;
+    float *dx = p->out;
+    int64_t N = p->n;
+    if (p->mask) {
+        /* not masked_bwd with a zero slope: dy * 0 is NaN for an infinite
+         * dy and -0 for a negative one, where ReLU passes exact zeros */
+        const uint8_t *mask = p->mask;
+        bool acc = p->acc;
+        int64_t full = N / 8;
+#pragma omp parallel for schedule(static) if (full > 8192)
+        for (int64_t j = 0; j < full; j++) { /* 8 values a mask byte, a fixed body */
+            unsigned m = mask[j];
+            float *d = dx + 8 * j;
+            const float *g2 = dy + 8 * j;
+            float v[8];
+            for (int k = 0; k < 8; k++) v[k] = (m >> k) & 1 ? g2[k] : 0.0f;
+            if (acc)
+                for (int k = 0; k < 8; k++) d[k] += v[k];
+            else
+                for (int k = 0; k < 8; k++) d[k] = v[k];
+        }
+        for (int64_t i = 8 * full; i < N; i++) {
+            float v = (mask[i >> 3] >> (i & 7)) & 1 ? dy[i] : 0.0f;
+            dx[i] = acc ? dx[i] + v : v;
+        }
+        return;
+    }
+    if (p->acc) {
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+        for (int64_t i = 0; i < N; i++) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+    } else {
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+        for (int64_t i = 0; i < N; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+    }
+}
+
+/* ---- LeakyReLU ------------------------------------------------------------- */
+static void leaky_relu(const hr_act_args *p) {
+    const float *x = p->x;
+    float *y = p->out;
+    int64_t N = p->n;
+    float al = p->alpha;
+    /* the bits first, from x: y may be x's bytes, and with a negative slope
+     * y > 0 is not x > 0 */
+    if (p->mask_out) mask_positive(x, N, p->mask_out);
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+    for (int64_t i = 0; i < N; i++) y[i] = x[i] > 0.0f ? x[i] : x[i] * al;
+}
+
+static void leaky_relu_bwd(const hr_act_args *p) {
+    const float *x = p->x, *dy = p->dy;
+    float *dx = p->out;
+    int64_t N = p->n;
+    float al = p->alpha;
+    if (p->mask) {
+        masked_bwd(p->mask, dy, dx, N, al, p->acc);
+        return;
+    }
+    if (p->acc) {
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+        for (int64_t i = 0; i < N; i++) dx[i] += x[i] > 0.0f ? dy[i] : dy[i] * al;
+    } else {
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+        for (int64_t i = 0; i < N; i++) dx[i] = x[i] > 0.0f ? dy[i] : dy[i] * al;
+    }
+}
+
+/* ---- GELU ------------------------------------------------------------------
+ * Each expression is grouped as PyTorch's CPU kernel groups it, so that the
+ * float rounding is the same as far as erff/tanhf/expf allow. */
+#define GELU_SQRT1_2 0.70710678118654752440f   /* 1/sqrt(2) */
+#define GELU_INV_SQRT_2PI 0.39894228040143267794f /* 1/sqrt(2 pi) */
+#define GELU_BETA 0.79788456080286535588f      /* sqrt(2/pi) */
+#define GELU_KAPPA 0.044715f
+
+static void gelu(const hr_act_args *p) {
+    const float *x = p->x;
+    float *y = p->out;
+    int64_t N = p->n;
+    if (p->tanh_approx) {
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+        for (int64_t i = 0; i < N; i++) {
+            float v = x[i];
+            y[i] = 0.5f * v * (1.0f + tanhf(GELU_BETA * (v + GELU_KAPPA * (v * v * v))));
+        }
+    } else {
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+        for (int64_t i = 0; i < N; i++) {
+            float v = x[i];
+            y[i] = v * 0.5f * (1.0f + erff(v * GELU_SQRT1_2));
+        }
+    }
+}
+
+/* From x: exact dx = dy (Phi(x) + x phi(x)); tanh form differentiates its
+ * forward, as PyTorch's gelu_backward does. */
+static void gelu_bwd(const hr_act_args *p) {
+    const float *x = p->x, *dy = p->dy;
+    float *dx = p->out;
+    int64_t N = p->n;
+    bool acc = p->acc;
+    if (p->tanh_approx) {
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+        for (int64_t i = 0; i < N; i++) {
+            float v = x[i], v2 = v * v;
+            float t = tanhf(GELU_BETA * (v + GELU_KAPPA * (v2 * v)));
+            float d = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * (GELU_BETA * (1.0f + 3.0f * GELU_KAPPA * v2));
+            float g = dy[i] * d;
+            dx[i] = acc ? dx[i] + g : g;
+        }
+    } else {
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+        for (int64_t i = 0; i < N; i++) {
+            float v = x[i];
+            float d = 0.5f * (1.0f + erff(v * GELU_SQRT1_2)) + v * (expf(-0.5f * v * v) * GELU_INV_SQRT_2PI);
+            float g = dy[i] * d;
+            dx[i] = acc ? dx[i] + g : g;
+        }
+    }
+}
+
+/* ---- SiLU, Sigmoid, Tanh ---------------------------------------------------- */
+static void silu(const hr_act_args *p) {
+    const float *x = p->x;
+    float *y = p->out;
+    int64_t N = p->n;
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+    for (int64_t i = 0; i < N; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
+}
+
+/* From x: d/dx x s(x) = s (1 + x (1 - s)). */
+static void silu_bwd(const hr_act_args *p) {
+    const float *x = p->x, *dy = p->dy;
+    float *dx = p->out;
+    int64_t N = p->n;
+    bool acc = p->acc;
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+    for (int64_t i = 0; i < N; i++) {
+        float s = 1.0f / (1.0f + expf(-x[i]));
+        float g = dy[i] * s * (1.0f + x[i] * (1.0f - s));
+        dx[i] = acc ? dx[i] + g : g;
+    }
+}
+
+static void sigmoid(const hr_act_args *p) {
+    const float *x = p->x;
+    float *y = p->out;
+    int64_t N = p->n;
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+    for (int64_t i = 0; i < N; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
+}
+
+/* From y, so that x need not be kept: dx = dy (1 - y) y. */
+static void sigmoid_bwd(const hr_act_args *p) {
+    const float *y = p->y, *dy = p->dy;
+    float *dx = p->out;
+    int64_t N = p->n;
+    bool acc = p->acc;
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+    for (int64_t i = 0; i < N; i++) {
+        float g = dy[i] * (1.0f - y[i]) * y[i];
+        dx[i] = acc ? dx[i] + g : g;
+    }
+}
+
+static void tanh_fwd(const hr_act_args *p) {
+    const float *x = p->x;
+    float *y = p->out;
+    int64_t N = p->n;
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+    for (int64_t i = 0; i < N; i++) y[i] = tanhf(x[i]);
+}
+
+/* From y: dx = dy (1 - y^2). */
+static void tanh_bwd(const hr_act_args *p) {
+    const float *y = p->y, *dy = p->dy;
+    float *dx = p->out;
+    int64_t N = p->n;
+    bool acc = p->acc;
+#pragma omp parallel for simd schedule(static) if (N > 65536)
+    for (int64_t i = 0; i < N; i++) {
+        float g = dy[i] * (1.0f - y[i] * y[i]);
+        dx[i] = acc ? dx[i] + g : g;
+    }
+}
+
+/* ---- the two kernels: one switch each, over the family's ops ---------------- */
+hr_status hr_cpu_act(void *ctx, const hr_kargs *a) {
+    const hr_act_args *p = &a->act;
+    switch (a->op) {
+    case HR_OP_RELU: relu(p); break;
+    case HR_OP_LEAKY_RELU: leaky_relu(p); break;
+    case HR_OP_GELU: gelu(p); break;
+    case HR_OP_SILU: silu(p); break;
+    case HR_OP_SIGMOID: sigmoid(p); break;
+    case HR_OP_TANH: tanh_fwd(p); break;
+    default: return hr_error_set(HR_ERR_INTERNAL, "cpu activation kernel: not an activation (%s)", hr_op_name(a->op));
+    }
+    return HR_OK;
+}
+
+hr_status hr_cpu_act_bwd(void *ctx, const hr_kargs *a) {
+    const hr_act_args *p = &a->act;
+    switch (a->op) {
+    case HR_OP_RELU_BWD: relu_bwd(p); break;
+    case HR_OP_LEAKY_RELU_BWD: leaky_relu_bwd(p); break;
+    case HR_OP_GELU_BWD: gelu_bwd(p); break;
+    case HR_OP_SILU_BWD: silu_bwd(p); break;
+    case HR_OP_SIGMOID_BWD: sigmoid_bwd(p); break;
+    case HR_OP_TANH_BWD: tanh_bwd(p); break;
+    default:
+        return hr_error_set(HR_ERR_INTERNAL, "cpu activation kernel: not an activation's backward (%s)",
+                            hr_op_name(a->op));
+    }
+    return HR_OK;
+}

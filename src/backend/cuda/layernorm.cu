@@ -1,0 +1,265 @@
+/* layernorm.cu — LayerNorm on the GPU over the last `cols` values of each row,
+ * forward and backward, as the CPU computes it (row statistics in double). */
+#include "backend/cuda/common.cuh"
+#include "graph/op_list.h"
+
+/* Declared here until hr_cuda.h exposes them to .cu files (its HR_CU is C-only
+ * today): the backend's error wrapper and its compute stream. */
+extern "C" hr_status hr_cuda_fail(const char *file, int line, const char *call, const char *why);
+extern "C" cudaStream_t hr_cuda_stream(void *ctx);
+
+/* Row work (statistics, y, dx) goes to one warp a row for short rows, so that
+ * a 256-thread block keeps 8 rows in flight instead of idling most lanes, and
+ * to one block a row past LN_WARP_COLS, with block-stride loops for rows of any
+ * length. Sums are in double and run in a fixed order (the same thread takes
+ * the same elements, the reductions are fixed trees), so reruns give the same
+ * bits. A row's values are reread from global memory for each pass (L1/L2
+ * serve them) rather than held, which keeps rows of any length in one kernel. */
+#define LN_WARP_COLS 1024
+#define LN_ROW_BLOCKS 65535 /* rows loop past this many blocks */
+
+/* The two shapes of a row's group of threads: t its index in the group, n the
+ * group's size, sum the group's total (every thread gets it). */
+struct LnWarp {
+    int t;
+    static constexpr int n = 32;
+    __device__ __forceinline__ double sum(double v) const { return hr_warp_sum(v); }
+};
+struct LnBlock {
+    int t, n;
+    double *sh; /* 32 doubles of shared memory */
+    __device__ __forceinline__ double sum(double v) const { return hr_block_sum(v, sh); }
+};
+
+/* One row of the forward. Two passes in double (mean, then the biased
+ * variance of the deviations) as the CPU does; y is written only after both
+ * sums are complete in the whole group, so y may be x. */
+template <class G>
+__device__ __forceinline__ void ln_fwd_row(G g, const float *xr, const float *gamma, const float *beta, float *yr,
+                                           float *mean, float *rstd, int64_t r, int64_t cols, float eps) {
+    double s = 0;
+    for (int64_t j = g.t; j < cols; j += g.n) s += xr[j];
+    double mu = g.sum(s) / (double)cols;
+    double ss = 0;
+    for (int64_t j = g.t; j < cols; j += g.n) {
+        double d = (double)xr[j] - mu;
+        ss += d * d;
+    }
+    double var = g.sum(ss) / (double)cols;
+    float mf = (float)mu, rs = (float)(1.0 / sqrt(var + (double)eps));
+    if (g.t == 0) {
+        if (mean) mean[r] = mf;
+        if (rstd) rstd[r] = rs;
+    }
+    for (int64_t j = g.t; j < cols; j += g.n) {
+        float v = (xr[j] - mf) * rs;
+        if (gamma) v = v * gamma[j];
+        if (beta) v = v + beta[j];
+        yr[j] = v;
+    }
+}
+
+/* One row of dx = rstd (g - mean_j(g) - xhat mean_j(g xhat)), g = dy gamma
+ * (or dy), xhat = (x - mean) rstd. Both row sums are complete before any dx is
+ * written, and each dx[j] is written after its own inputs are read, so dx may
+ * be dy or x. */
+template <class G>
+__device__ __forceinline__ void ln_bwd_row(G g, const float *xr, const float *gamma, const float *dyr, float *dxr,
+                                           float mu, float rs, int64_t cols, bool acc) {
+    double sg = 0, sgx = 0;
+    for (int64_t j = g.t; j < cols; j += g.n) {
+        float xh = (xr[j] - mu) * rs;
+        float gj = gamma ? dyr[j] * gamma[j] : dyr[j];
+        sg += gj;
+        sgx += (double)gj * xh;
+    }
+    sg = g.sum(sg);
+    sgx = g.sum(sgx);
+    float mg = (float)(sg / (double)cols), mgx = (float)(sgx / (double)cols);
+    for (int64_t j = g.t; j < cols; j += g.n) {
+        float xh = (xr[j] - mu) * rs;
+        float gj = gamma ? dyr[j] * gamma[j] : dyr[j];
+        float v = rs * (gj - mg - xh * mgx);
+        dxr[j] = acc ? dxr[j] + v : v;
+    }
+}
+
+/* ---- forward ---- */
+static __global__ void k_ln_fwd_warp(const float *x, const float *gamma, const float *beta, float *y, float *mean,
+                                     float *rstd, int64_t rows, int64_t cols, float eps) {
+    int64_t wpb = blockDim.x >> 5;
+    LnWarp g{(int)(threadIdx.x & 31)};
+    for (int64_t r = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += (int64_t)gridDim.x * wpb)
+        ln_fwd_row(g, x + r * cols, gamma, beta, y + r * cols, mean, rstd, r, cols, eps);
+}
+
+/* 1024 threads for long rows: the bound keeps registers within what a full
+ * block may use, so the launch cannot fail for lack of them. */
+static __global__ void __launch_bounds__(1024)
+    k_ln_fwd_block(const float *x, const float *gamma, const float *beta, float *y, float *mean, float *rstd,
+                   int64_t rows, int64_t cols, float eps) {
+    __shared__ double sh[32];
+    LnBlock g{(int)threadIdx.x, (int)blockDim.x, sh};
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) /* block-uniform: every thread reaches the syncs */
+        ln_fwd_row(g, x + r * cols, gamma, beta, y + r * cols, mean, rstd, r, cols, eps);
+}
+
+/* ---- backward, dx ---- */
+static __global__ void k_ln_dx_warp(const float *x, const float *gamma, const float *mean, const float *rstd,
+                                    const float *dy, float *dx, int64_t rows, int64_t cols, bool acc) {
+    int64_t wpb = blockDim.x >> 5;
+    LnWarp g{(int)(threadIdx.x & 31)};
+    for (int64_t r = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += (int64_t)gridDim.x * wpb)
+        ln_bwd_row(g, x + r * cols, gamma, dy + r * cols, dx + r * cols, mean[r], rstd[r], cols, acc);
+}
+
+static __global__ void __launch_bounds__(1024)
+    k_ln_dx_block(const float *x, const float *gamma, const float *mean, const float *rstd, const float *dy, float *dx,
+                  int64_t rows, int64_t cols, bool acc) {
+    __shared__ double sh[32];
+    LnBlock g{(int)threadIdx.x, (int)blockDim.x, sh};
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
+        ln_bwd_row(g, x + r * cols, gamma, dy + r * cols, dx + r * cols, mean[r], rstd[r], cols, acc);
+}
+
+/* ---- backward, dgamma and dbeta: column sums over the rows ----
+ * Block (bx, k) owns columns [32 bx, 32 bx + 32) and the rows
+ * [k rows / S, (k+1) rows / S): its 8 warps each read whole 128-byte row
+ * segments (warp w takes rows w, w+8, ...), then the 8 partial sums of a
+ * column are added in warp order. With S = 1 the block writes the gradients;
+ * with S > 1 it writes its partial (doubles, [S][cols]) and k_ln_col_finish
+ * adds the S partials of a column in order k = 0..S-1. Either way the order is
+ * fixed by the shape alone, so the sums are deterministic. */
+#define LN_COL_ROWGROUPS 8
+
+static __global__ void k_ln_col(const float *x, const float *mean, const float *rstd, const float *dy, float *dg,
+                                float *db, double *pg, double *pb, int64_t rows, int64_t cols, int64_t S, bool acc_g,
+                                bool acc_b) {
+    __shared__ double shg[LN_COL_ROWGROUPS][33], shb[LN_COL_ROWGROUPS][33];
+    int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    int64_t c = (int64_t)blockIdx.x * 32 + tx, k = blockIdx.y;
+    int64_t r0 = k * rows / S, r1 = (k + 1) * rows / S;
+    double sg = 0, sb = 0;
+    if (c < cols)
+        for (int64_t r = r0 + ty; r < r1; r += LN_COL_ROWGROUPS) {
+            float gv = dy[r * cols + c];
+            sb += gv;
+            if (dg) sg += (double)gv * ((x[r * cols + c] - mean[r]) * rstd[r]);
+        }
+    shg[ty][tx] = sg;
+    shb[ty][tx] = sb;
+    __syncthreads();
+    if (ty != 0 || c >= cols) return;
+    double tg = 0, tb = 0;
+    for (int q = 0; q < LN_COL_ROWGROUPS; q++) {
+        tg += shg[q][tx];
+        tb += shb[q][tx];
+    }
+    if (S > 1) {
+        if (dg) pg[k * cols + c] = tg;
+        if (db) pb[k * cols + c] = tb;
+        return;
+    }
+    if (dg) dg[c] = (acc_g ? dg[c] : 0.0f) + (float)tg;
+    if (db) db[c] = (acc_b ? db[c] : 0.0f) + (float)tb;
+}
+
+static __global__ void k_ln_col_finish(const double *pg, const double *pb, float *dg, float *db, int64_t cols,
+                                       int64_t S, bool acc_g, bool acc_b) {
+    HR_GRID_STRIDE(c, cols) {
+        if (dg) {
+            double t = 0;
+            for (int64_t k = 0; k < S; k++) t += pg[k * cols + c];
+            dg[c] = (acc_g ? dg[c] : 0.0f) + (float)t;
+        }
+        if (db) {
+            double t = 0;
+            for (int64_t k = 0; k < S; k++) t += pb[k * cols + c];
+            db[c] = (acc_b ? db[c] : 0.0f) + (float)t;
+        }
+    }
+}
+
+/* Row slices S of the column sums: enough blocks (column tiles times slices)
+ * to fill the device, about 1024, each slice at least 32 rows (4 per warp).
+ * The partials are 2 S cols doubles, under 1 MiB for every shape (S > 1 only
+ * while cols < 32 * 1024, and then S * cols < 65536). */
+static int64_t ln_col_splits(int64_t rows, int64_t cols) {
+    int64_t tiles = (cols + 31) / 32;
+    int64_t s = (1024 + tiles - 1) / tiles;
+    if (s > rows / 32) s = rows / 32;
+    return s < 1 ? 1 : s;
+}
+
+static unsigned ln_row_grid(int64_t rows) { return (unsigned)(rows < LN_ROW_BLOCKS ? rows : LN_ROW_BLOCKS); }
+/* threads a row in the block form: more for long rows, fewer loop trips */
+static unsigned ln_row_threads(int64_t cols) { return cols <= 4096 ? 256u : 1024u; }
+
+extern "C" {
+
+/* The workspace LayerNorm.backward wants for deterministic, parallel column
+ * sums: 16 S cols bytes (S = ln_col_splits) when S > 1, else 0. The backend's
+ * workspace_size returns it for HR_OP_LAYERNORM_BWD; with less, the kernel
+ * falls back to one slice (slower, as deterministic). */
+size_t hr_cuda_layernorm_bwd_ws(int64_t rows, int64_t cols) {
+    if (rows <= 0 || cols <= 0) return 0;
+    int64_t S = ln_col_splits(rows, cols);
+    return S > 1 ? (size_t)(2 * S * cols) * sizeof(double) : 0;
+}
+
+hr_status hr_cuda_layernorm(void *ctx, const hr_kargs *a) {
+    const hr_layernorm_args *p = &a->ln;
+    cudaStream_t s = hr_cuda_stream(ctx);
+    int64_t rows = p->rows, cols = p->cols;
+    if (rows <= 0 || cols <= 0) return HR_OK;
+    if (!p->x || !p->y) return HR_ERR_INVALID_ARG;
+    if (cols <= LN_WARP_COLS)
+        k_ln_fwd_warp<<<hr_grid(rows, HR_THREADS / 32), HR_THREADS, 0, s>>>(p->x, p->gamma, p->beta, p->y, p->mean,
+                                                                           p->rstd, rows, cols, p->eps);
+    else
+        k_ln_fwd_block<<<ln_row_grid(rows), ln_row_threads(cols), 0, s>>>(p->x, p->gamma, p->beta, p->y, p->mean,
+                                                                          p->rstd, rows, cols, p->eps);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) return hr_cuda_fail(__FILE__, __LINE__, "LayerNorm kernel", cudaGetErrorString(e));
+    return HR_OK;
+}
+
+/* dgamma and dbeta first: they read dy and x, which dx may overwrite (in
+ * place); the stream orders the launches. */
+hr_status hr_cuda_layernorm_bwd(void *ctx, const hr_kargs *a) {
+    const hr_layernorm_args *p = &a->ln;
+    cudaStream_t s = hr_cuda_stream(ctx);
+    int64_t rows = p->rows, cols = p->cols;
+    if (rows <= 0 || cols <= 0) return HR_OK;
+    if (!p->dy || ((p->dx || p->dgamma) && (!p->x || !p->saved_mean || !p->saved_rstd))) return HR_ERR_INVALID_ARG;
+    cudaError_t e;
+    if (p->dgamma || p->dbeta) {
+        int64_t S = ln_col_splits(rows, cols);
+        size_t need = hr_cuda_layernorm_bwd_ws(rows, cols);
+        if (S > 1 && (!a->ws || a->ws_bytes < need)) S = 1; /* no room for partials */
+        double *pg = S > 1 ? (double *)a->ws : NULL, *pb = S > 1 ? pg + S * cols : NULL;
+        dim3 grid((unsigned)((cols + 31) / 32), (unsigned)S);
+        k_ln_col<<<grid, 32 * LN_COL_ROWGROUPS, 0, s>>>(p->x, p->saved_mean, p->saved_rstd, p->dy, p->dgamma, p->dbeta,
+                                                         pg, pb, rows, cols, S, p->acc_dgamma, p->acc_dbeta);
+        e = cudaGetLastError();
+        if (e == cudaSuccess && S > 1)
+            k_ln_col_finish<<<hr_grid(cols), HR_THREADS, 0, s>>>(pg, pb, p->dgamma, p->dbeta, cols, S, p->acc_dgamma,
+                                                                 p->acc_dbeta);
+        e = e == cudaSuccess ? cudaGetLastError() : e;
+        if (e != cudaSuccess)
+            return hr_cuda_fail(__FILE__, __LINE__, "LayerNorm.backward dgamma/dbeta kernel", cudaGetErrorString(e));
+    }
+    if (!p->dx) return HR_OK;
+    if (cols <= LN_WARP_COLS)
+        k_ln_dx_warp<<<hr_grid(rows, HR_THREADS / 32), HR_THREADS, 0, s>>>(p->x, p->gamma, p->saved_mean, p->saved_rstd,
+                                                                          p->dy, p->dx, rows, cols, p->acc_dx);
+    else
+        k_ln_dx_block<<<ln_row_grid(rows), ln_row_threads(cols), 0, s>>>(p->x, p->gamma, p->saved_mean, p->saved_rstd,
+                                                                         p->dy, p->dx, rows, cols, p->acc_dx);
+    e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return hr_cuda_fail(__FILE__, __LINE__, "LayerNorm.backward dx kernel", cudaGetErrorString(e));
+    return HR_OK;
+}
+
+} /* extern "C" */

@@ -1,0 +1,50 @@
+/* options.c — the HR_* environment switches, read into one struct when a
+ * session or backend is made (README, "Switches", has the table). */
+#include "core/core.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *env(const char *name) {
+    const char *v = getenv(name);
+    return v && *v ? v : NULL;
+}
+
+static bool flag(const char *name, bool def) {
+    const char *v = env(name);
+    return v ? *v != '0' : def;
+}
+
+static long long number(const char *name, long long def) {
+    const char *v = env(name);
+    if (!v) return def;
+    char *end;
+    long long k = strtoll(v, &end, 10);
+    return *end ? def : k;
+}
+
+hr_options hr_options_read(void) {
+    hr_options o;
+    memset(&o, 0, sizeof o);
+    o.profile = (int)number("HR_PROFILE", 0);
+    const char *algo = env("HR_CUDNN_ALGO");
+    o.cudnn_algo = algo && !strcmp(algo, "deterministic") ? HR_ALGO_DETERMINISTIC
+                   : algo && !strcmp(algo, "heuristic")   ? HR_ALGO_HEURISTIC
+                                                          : HR_ALGO_PRECISE;
+    o.cudnn_autotune = flag("HR_CUDNN_AUTOTUNE", true);
+    const char *api = env("HR_CUDNN_API");
+    o.cudnn_legacy = api && !strcmp(api, "legacy");
+    /* 0 (or not a number) turns split-K off; N > 0 sets the shortest k */
+    const char *sk = env("HR_CUDA_SPLITK");
+    long long k = sk ? atoll(sk) : HR_SPLITK_DEFAULT;
+    o.splitk_min_k = k > 0 ? k : 0;
+    long long pm = number("HR_CUDA_PIECE_MIN", 2LL << 20);
+    o.piece_min = pm > 0 ? pm : 0;
+    long long th = number("HR_STAGE_THREADS", 16);
+    o.stage_threads = th > 0 && th <= 1024 ? (int)th : 16;
+    o.cuda_verbose = flag("HR_CUDA_VERBOSE", false);
+    o.cuda_poison = flag("HR_CUDA_POISON", false);
+    long long mc = number("HR_CUDA_MAX_CALL_ELEMS", 0);
+    o.max_call_elems = mc > 0 ? mc : 0;
+    return o;
+}

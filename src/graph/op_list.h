@@ -1,0 +1,268 @@
+/* op_list.h — the one list of every op headroom has, and the argument struct
+ * each op's kernels take (plain pointers and sizes, the same on every backend).
+ *
+ * A row is X(ENUM, id, kernel, "Name"):
+ *   ENUM    the op is HR_OP_<ENUM>;
+ *   id      its descriptor is hr_opdesc_<id> (src/ops/, one file per family);
+ *   kernel  each backend's kernel for it is hr_<backend>_<kernel> (several ops
+ *           of a family may share one kernel, which reads a->op);
+ *   "Name"  what messages and profiles call it.
+ * Every table indexed by op is built from this list, so an op added here
+ * without its descriptor or a backend's kernel does not link.
+ *
+ * This header stands alone (C and C++: the .cu files include it). */
+#ifndef HR_OP_LIST_H
+#define HR_OP_LIST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "headroom.h"
+
+#define HR_OP_LIST(X)                                                          \
+    /* forward and backward, family by family */                               \
+    X(LINEAR, linear, linear, "Linear")                                        \
+    X(LINEAR_BWD, linear_bwd, linear_bwd, "Linear.backward")                   \
+    X(CONV2D, conv2d, conv2d, "Conv2d")                                        \
+    X(CONV2D_BWD, conv2d_bwd, conv2d_bwd, "Conv2d.backward")                   \
+    X(RELU, relu, act, "ReLU")                                                 \
+    X(RELU_BWD, relu_bwd, act_bwd, "ReLU.backward")                            \
+    X(LEAKY_RELU, leaky_relu, act, "LeakyReLU")                                \
+    X(LEAKY_RELU_BWD, leaky_relu_bwd, act_bwd, "LeakyReLU.backward")           \
+    X(GELU, gelu, act, "GELU")                                                 \
+    X(GELU_BWD, gelu_bwd, act_bwd, "GELU.backward")                            \
+    X(SILU, silu, act, "SiLU")                                                 \
+    X(SILU_BWD, silu_bwd, act_bwd, "SiLU.backward")                            \
+    X(SIGMOID, sigmoid, act, "Sigmoid")                                        \
+    X(SIGMOID_BWD, sigmoid_bwd, act_bwd, "Sigmoid.backward")                   \
+    X(TANH, tanh, act, "Tanh")                                                 \
+    X(TANH_BWD, tanh_bwd, act_bwd, "Tanh.backward")                            \
+    X(MAXPOOL, maxpool, maxpool, "MaxPool2d")                                  \
+    X(MAXPOOL_BWD, maxpool_bwd, maxpool_bwd, "MaxPool2d.backward")             \
+    X(AVGPOOL, avgpool, avgpool, "AvgPool2d")                                  \
+    X(AVGPOOL_BWD, avgpool_bwd, avgpool_bwd, "AvgPool2d.backward")             \
+    X(BATCHNORM, batchnorm, batchnorm, "BatchNorm")                            \
+    X(BATCHNORM_BWD, batchnorm_bwd, batchnorm_bwd, "BatchNorm.backward")       \
+    X(LAYERNORM, layernorm, layernorm, "LayerNorm")                            \
+    X(LAYERNORM_BWD, layernorm_bwd, layernorm_bwd, "LayerNorm.backward")       \
+    X(DROPOUT, dropout, dropout, "Dropout")                                    \
+    X(DROPOUT_BWD, dropout_bwd, dropout_bwd, "Dropout.backward")               \
+    X(RESHAPE, reshape, copy, "Reshape")                                       \
+    X(COPY, copy, copy, "Copy") /* a gradient passed on unchanged */           \
+    X(ADD, add, add, "Add")                                                    \
+    X(CONCAT, concat, concat, "Concat")                                        \
+    X(CONCAT_BWD, concat_bwd, concat_bwd, "Concat.backward")                   \
+    X(SOFTMAX, softmax, softmax, "Softmax")                                    \
+    X(SOFTMAX_BWD, softmax_bwd, softmax_bwd, "Softmax.backward")               \
+    X(LOGSOFTMAX, logsoftmax, softmax, "LogSoftmax")                           \
+    X(LOGSOFTMAX_BWD, logsoftmax_bwd, softmax_bwd, "LogSoftmax.backward")      \
+    X(CROSS_ENTROPY, cross_entropy, loss, "CrossEntropyLoss")                  \
+    X(CROSS_ENTROPY_BWD, cross_entropy_bwd, loss_bwd, "CrossEntropyLoss.backward") \
+    X(MSE, mse, loss, "MSELoss")                                               \
+    X(MSE_BWD, mse_bwd, loss_bwd, "MSELoss.backward")                          \
+    /* the update */                                                           \
+    X(GRAD_SQNORM, grad_sqnorm, grad_sqnorm, "GradNorm")                       \
+    X(SGD, sgd, sgd, "SGD.update")                                             \
+    X(ADAM, adam, adam, "Adam.update")
+
+typedef enum {
+#define HR_X_ENUM(E, id, k, name) HR_OP_##E,
+    HR_OP_LIST(HR_X_ENUM)
+#undef HR_X_ENUM
+    HR_OP_COUNT
+} hr_op;
+
+/* "Linear", "ReLU.backward"; "?" for a value that is not an op. */
+const char *hr_op_name(hr_op op);
+
+#define HR_OP_MAX_IN 8 /* inputs of one node (Concat's) */
+
+/* ---- kernel arguments: one struct a family, named by what each tensor is.
+ * A pointer an op does not use (or an output nobody needs) is NULL; `acc`
+ * flags say an output adds into what is there. While planning, the same
+ * structs come with every pointer NULL, for workspace sizes. ---------------- */
+
+/* Linear: y = x W^T + b; backward: dx = dy W, dW = dy^T x, db = sum dy */
+typedef struct {
+    const float *x, *w, *b, *dy; /* x (N, in), w (out, in), b (out) or NULL, dy (N, out) */
+    float *y, *dx, *dw, *db;
+    int64_t N, in, out;
+    bool acc_dx, acc_dw, acc_db;
+} hr_linear_args;
+
+/* Conv2d, NCHW: x (N, C, H, W), w (K, C, kh, kw), y (N, K, OH, OW) */
+typedef struct {
+    const float *x, *w, *b, *dy;
+    float *y, *dx, *dw, *db;
+    int64_t N, C, H, W, K, OH, OW;
+    int kh, kw, sh, sw, ph, pw;
+    bool acc_dx, acc_dw, acc_db;
+} hr_conv_args;
+
+/* Elementwise activations: forward out = f(x); backward out = dx from dy and
+ * what the forward kept: the input x (GELU, SiLU), the output y (Sigmoid,
+ * Tanh, ReLU's float form) or a bit mask (ReLU, LeakyReLU: bit i%8 of byte
+ * i/8 is x[i] > 0, (n+7)/8 bytes). */
+typedef struct {
+    const float *x, *y, *dy;
+    const uint8_t *mask;  /* backward: the forward's bit mask, or NULL */
+    float *out;           /* forward: y; backward: dx */
+    uint8_t *mask_out;    /* forward: the bit mask to write (training), or NULL */
+    int64_t n;
+    float alpha;          /* LeakyReLU: negative_slope */
+    bool tanh_approx;     /* GELU: approximate='tanh' */
+    bool acc;             /* backward: dx += */
+} hr_act_args;
+
+/* MaxPool2d / AvgPool2d, no padding: x (NC, H, W) planes, y (NC, OH, OW).
+ * Max-pool backward takes argmax (a byte a window: i*kw + j of its first
+ * maximum) when the forward kept it, else finds the maximum again in x. */
+typedef struct {
+    const float *x, *dy;
+    const uint8_t *argmax;
+    float *y, *dx;
+    uint8_t *argmax_out;  /* forward, training: the window offsets to write, or NULL */
+    int64_t NC, H, W, OH, OW;
+    int kh, kw, sh, sw;
+    bool acc;
+} hr_pool_args;
+
+/* BatchNorm1d/2d over (N, C, HW): batch statistics in training, running ones
+ * in inference. Backward: dx, dgamma, dbeta from x, gamma, mean, invstd, dy. */
+typedef struct {
+    const float *x, *gamma, *beta, *dy;
+    float *running_mean, *running_var;
+    float *y, *mean, *invstd;             /* forward outputs */
+    const float *saved_mean, *saved_invstd; /* backward inputs */
+    float *dx, *dgamma, *dbeta;
+    int64_t N, C, HW;
+    float eps, momentum;
+    bool train;
+    bool acc_dx, acc_dgamma, acc_dbeta;
+} hr_batchnorm_args;
+
+/* LayerNorm over the last `cols` values of each of `rows` rows; gamma and
+ * beta (cols) are NULL without elementwise_affine. mean and rstd (rows) are
+ * kept for the backward. */
+typedef struct {
+    const float *x, *gamma, *beta, *dy;
+    float *y, *mean, *rstd;
+    const float *saved_mean, *saved_rstd;
+    float *dx, *dgamma, *dbeta;
+    int64_t rows, cols;
+    float eps;
+    bool acc_dx, acc_dgamma, acc_dbeta;
+} hr_layernorm_args;
+
+/* Dropout: keep element i when hr_rng_uniform(seed, stream, i) >= p; a kept
+ * value is scaled by 1/(1-p). mask: one byte an element. Not in training (or
+ * p == 0): y = x, and the mask (if any) all ones. */
+typedef struct {
+    const float *x, *dy;
+    const uint8_t *mask;  /* backward */
+    float *y, *dx;
+    uint8_t *mask_out;    /* forward, training */
+    int64_t n;
+    float p, scale;
+    uint64_t seed, stream;
+    bool train, acc;
+} hr_dropout_args;
+
+/* Copy / Reshape: y = x (y += x with acc; nothing when y is x) */
+typedef struct {
+    const float *x;
+    float *y;
+    int64_t n;
+    bool acc;
+} hr_copy_args;
+
+/* Add: y = a + b */
+typedef struct {
+    const float *a, *b;
+    float *y;
+    int64_t n;
+} hr_add_args;
+
+/* Concat along channels: x[k] (N, c[k], inner) into y (N, CY, inner);
+ * backward: dx = channels [offset, offset + C) of dy. */
+typedef struct {
+    const float *x[HR_OP_MAX_IN];
+    int64_t c[HR_OP_MAX_IN];
+    int k;
+    float *y;
+    const float *dy;
+    float *dx;
+    int64_t N, CY, inner, offset, C;
+    bool acc;
+} hr_concat_args;
+
+/* Softmax / LogSoftmax over the C values of each of N rows; backward from the
+ * saved output y. */
+typedef struct {
+    const float *x, *y, *dy;
+    float *out, *dx;
+    int64_t N, C;
+    bool log, acc;
+} hr_softmax_args;
+
+/* CrossEntropyLoss (mean over N rows of C logits, int32 labels) and MSELoss
+ * (mean over n values); backward writes dx = d(loss)/d(x). */
+typedef struct {
+    const float *x;
+    const int32_t *labels;
+    const float *target;
+    float *loss, *dx;
+    int64_t N, C, n;
+    bool acc;
+} hr_loss_args;
+
+/* sum(g^2) into out[0] (added with acc) */
+typedef struct {
+    const float *g;
+    float *out;
+    int64_t n;
+    bool acc;
+} hr_sqnorm_args;
+
+/* One parameter's update (SGD: s1 = momentum buffer or NULL; Adam: s1, s2 =
+ * exp_avg, exp_avg_sq). sqnorm: the squared global gradient norm when
+ * clipping, else NULL. t is the update's step (1-based). */
+typedef struct {
+    float *p;
+    const float *g;
+    float *s1, *s2;
+    int64_t n;
+    const float *sqnorm;
+    hr_optim_t o;
+    float lr;
+    int64_t t;
+} hr_optim_args;
+
+/* What a kernel receives: the op, its family's arguments, its workspace. */
+typedef struct {
+    hr_op op;
+    void *ws;          /* the node's planned scratch, or NULL */
+    size_t ws_bytes;
+    union {
+        hr_linear_args linear;
+        hr_conv_args conv;
+        hr_act_args act;
+        hr_pool_args pool;
+        hr_batchnorm_args bn;
+        hr_layernorm_args ln;
+        hr_dropout_args drop;
+        hr_copy_args copy;
+        hr_add_args add;
+        hr_concat_args cat;
+        hr_softmax_args sm;
+        hr_loss_args loss;
+        hr_sqnorm_args sq;
+        hr_optim_args opt;
+    };
+} hr_kargs;
+
+/* A backend's kernel: ctx is the backend's own context. */
+typedef hr_status (*hr_kernel_fn)(void *ctx, const hr_kargs *a);
+
+#endif

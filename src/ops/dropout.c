@@ -1,0 +1,63 @@
+/* dropout.c — Dropout (nn.Dropout): its mask, the same on every backend
+ * from (seed, layer, step, element), the backward node and kernel arguments. */
+#include "ops/ops.h"
+
+/* Dropout: in {x}, out {y, mask (u8, one byte a sample element)}; backward in
+ * {mask, dy}, out {dx}. In inference the node copies (the mask is dropped). */
+int hr_dropout(hr_model_t *m, const char *name, int x, float p) {
+    if (!hr_model_check_tensor(m, x, "Dropout")) return -1;
+    int L = hr_model_begin_layer(m, name, "Dropout");
+    if (L < 0) return -1;
+    if (!(p >= 0.0f && p < 1.0f)) return hr_build_fail(m, L, HR_ERR_INVALID_ARG, "p must be in [0, 1), got %g", p);
+    hr_node n = hr_node_make(HR_OP_DROPOUT, L);
+    n.a.p = p;
+    n.a.seed = (uint64_t)L;
+    n.in[0] = x;
+    n.nin = 1;
+    n.out[0] = hr_model_add_act(m, L, "out", m->g.t[x].shape);
+    n.out[1] = hr_model_add_act(m, L, "mask", m->g.t[x].shape);
+    n.nout = 2;
+    if (n.out[0] < 0 || n.out[1] < 0) return -1;
+    m->g.t[n.out[1]].dtype = HR_U8;
+    return hr_build_node(m, &n);
+}
+
+static int build(hr_model_t *m, const char *name, const hr_layer_call *c) {
+    if (!(c->a[0].f >= 0 && c->a[0].f < 1))
+        return hr_model_fail(m, HR_ERR_PARSE, "Dropout p must be in [0, 1), got %.*s", c->a[0].len, c->a[0].src);
+    return hr_dropout(m, name, c->x[0], (float)c->a[0].f);
+}
+
+static const hr_layer_sig layers[] = {
+    {"Dropout", {HR_OPT("p", HR_ARG_FLOAT, "0.5"), HR_OPT("inplace", HR_ARG_BOOL, "False")}, HR_LAYER_ONE, build},
+    {0},
+};
+
+static hr_status backward(hr_autodiff *ad, const hr_node *f) { return hr_ad_simple(ad, f, HR_OP_DROPOUT_BWD, f->out[1], -1); }
+
+static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a) {
+    hr_dropout_args *d = &a->drop;
+    d->p = n->a.p;
+    d->scale = 1.0f / (1.0f - n->a.p);
+    d->train = n->a.train;
+    d->seed = si ? si->seed : 0;
+    /* the mask of step t+1 (t: steps taken): a stream per layer and step */
+    d->stream = (n->a.seed << 32) ^ (uint64_t)((si ? si->t : 0) + 1);
+    if (n->op == HR_OP_DROPOUT) {
+        d->n = hr_shape_numel(&g->t[n->in[0]].shape);
+        d->x = hr_ptr(ptr, n->in[0]);
+        d->y = hr_ptr(ptr, n->out[0]);
+        if (n->nout > 1) d->mask_out = hr_ptr(ptr, n->out[1]);
+        return;
+    }
+    d->n = hr_shape_numel(&g->t[n->in[1]].shape);
+    d->mask = hr_ptr(ptr, n->in[0]);
+    d->dy = hr_ptr(ptr, n->in[1]);
+    d->dx = hr_ptr(ptr, n->out[0]);
+    d->acc = n->accum[0];
+}
+
+/* Gradients reach x only (the mask is not differentiable). */
+const hr_op_desc hr_opdesc_dropout = {
+    .layers = layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1, .inplace = true, .train_outputs = true};
+const hr_op_desc hr_opdesc_dropout_bwd = {.unpack = unpack, .inplace = true, .inplace_last = true};
