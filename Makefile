@@ -51,7 +51,7 @@ $(FLAGS_STAMP):
 	@rm -f $(BUILD)/.flags-*
 	@touch $@
 
-all: $(BUILD)/headroom $(BUILD)/libheadroom.a $(TESTS) $(BENCHES)
+all: $(BUILD)/headroom $(BUILD)/libheadroom.a $(TESTS) $(BUILD)/tests/test_layout $(BENCHES)
 
 $(BUILD)/libheadroom.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
@@ -63,6 +63,11 @@ $(BUILD)/headroom: $(CLI_OBJ) $(BUILD)/libheadroom.a
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libheadroom.a tests/check.h $(FLAGS_STAMP)
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libheadroom.a $(LDLIBS)
+
+# The layout's promises (layers, files per op, file sizes), checked as a test.
+$(BUILD)/tests/test_layout: tests/test_layout.sh
+	@mkdir -p $(@D)
+	cp $< $@ && chmod +x $@
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libheadroom.a $(FLAGS_STAMP)
 	@mkdir -p $(@D)

@@ -31,7 +31,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "exec/session.h"
+#include "exec/internal.h"
 #include "headroom.h"
 #include "io/io.h"
 
@@ -97,7 +97,10 @@ static void free_batch(batch_t *b) {
     free(b->y);
 }
 
-static size_t overhead_of(hr_session_t *s) { return s->be->overhead ? s->be->overhead(s->be) : 0; }
+static size_t overhead_of(hr_session_t *s) {
+    hr_backend *be = hr_session_backend(s);
+    return be->overhead ? be->overhead(be) : 0;
+}
 
 static int fail(const char *what, const char *model, long long batch) {
     printf("{\"impl\": \"headroom\", \"model\": ");
@@ -222,7 +225,7 @@ static void try_batch(hr_model_t *m, const hr_config_t *base, int64_t batch, siz
         else margin *= 4;
     }
     if (!a->ok && ms.device_free > margin + gran)
-        *next = hr_largest_batch_on(m, &c, ms.device_free - margin - gran + ov, ov, batch - 1, s->be);
+        *next = hr_largest_batch_on(m, &c, ms.device_free - margin - gran + ov, ov, batch - 1, hr_session_backend(s));
     a->secs = now() - t0;
     free_batch(&b);
     hr_session_free(s);
@@ -241,7 +244,7 @@ static int largest(const char *model, int64_t batch, bool cuda) {
     size_t ov = overhead_of(s), fr = m0.device_free;
     const int64_t hi = (int64_t)1 << 28;
     double t0 = now();
-    int64_t planned = hr_largest_batch_on(m, &c, fr + ov, ov, hi, s->be);
+    int64_t planned = hr_largest_batch_on(m, &c, fr + ov, ov, hi, hr_session_backend(s));
     double search_s = now() - t0;
     hr_mem_stats(s, &m1);
     hr_session_free(s);

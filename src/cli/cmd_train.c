@@ -185,7 +185,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
             rc = hr_cli_fail(st);
             goto done;
         }
-        /* the shuffle and the dropout masks follow the seed: another seed
+        /* the shuffle and the random masks follow the seed: another seed
          * would continue a different run without a word */
         if (meta.fingerprint[0] && meta.seed != o->seed) {
             fprintf(stderr, "headroom train: %s was written with --seed %llu; resume it with --seed %llu (this run has "

@@ -67,7 +67,7 @@ char *hr_strdup(const char *s);
 bool hr_fault_should_fail(hr_memkind kind);
 
 /* ---- random numbers -------------------------------------------------------- */
-/* The counter-based generator shared by init, dropout and the golden tests:
+/* The counter-based generator shared by init, random masks and the golden tests:
  * splitmix64 of a stream-keyed counter (see docs/golden.md). */
 static inline uint64_t hr_mix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ULL;

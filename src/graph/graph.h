@@ -12,7 +12,7 @@
 typedef enum {
     HR_T_ACT = 0,   /* produced by a forward op */
     HR_T_PARAM,     /* trainable (or frozen) parameter */
-    HR_T_BUFFER,    /* persistent state that is not trained: BatchNorm running stats */
+    HR_T_BUFFER,    /* persistent state that is not trained: running statistics */
     HR_T_INPUT,     /* the batch */
     HR_T_LABEL,     /* labels or regression targets */
     HR_T_GRAD,      /* gradient of a parameter */
@@ -26,16 +26,16 @@ typedef enum {
 typedef struct {
     int64_t in_f, out_f;          /* Linear; Conv2d channels */
     int kh, kw, sh, sw, ph, pw;   /* Conv2d, pools */
-    float eps, momentum, p;       /* BatchNorm, Dropout */
+    float eps, momentum, p;       /* norms; the drop probability */
     int64_t nclasses;             /* CrossEntropy */
     bool bias;
-    bool train;                   /* BatchNorm/Dropout: batch statistics / masking */
-    uint64_t seed;                /* Dropout */
-    int64_t offset;               /* Concat backward: channel offset of this input */
+    bool train;                   /* training (batch statistics, masks) or inference */
+    uint64_t seed;                /* a random mask's stream, per layer */
+    int64_t offset;               /* a join's backward: the first channel of this input */
     float alpha;                  /* LeakyReLU: negative_slope */
-    bool approx;                  /* GELU: approximate='tanh' */
-    bool affine;                  /* LayerNorm: elementwise_affine */
-    int norm_dims;                /* LayerNorm: how many trailing dims are normalised */
+    bool approx;                  /* the tanh approximation of an activation */
+    bool affine;                  /* a norm's elementwise_affine */
+    int norm_dims;                /* how many trailing dims a norm normalises */
     int index;                    /* optimizer: parameter index (for its RNG stream, reports) */
 } hr_attr;
 

@@ -70,7 +70,7 @@ static bool has_state(const hr_session_t *s, const char *name) { return hr_state
 
 hr_status hr_checkpoint_save(hr_session_t *s, const char *path, const hr_ckpt_meta *meta) {
     int n = hr_state_count(s), extra = 0;
-    /* PyTorch's BatchNorm keeps num_batches_tracked; write it (as the step
+    /* PyTorch keeps num_batches_tracked beside running statistics; write it (as the step
      * count) so load_state_dict(strict=True) finds every key it expects. */
     for (int i = 0; i < n; i++) {
         const char *name = hr_state_name(s, i);
@@ -174,7 +174,7 @@ static void first_difference(const hr_session_t *s, const hr_safetensors_t *f, c
  * optimizer state (inference, plain SGD) takes the weights and leaves the
  * file's optimizer state aside. */
 static bool unexpected(const hr_session_t *s, const char *name, bool session_has_optim) {
-    if (ends_with(name, NBT_SUFFIX)) return false; /* PyTorch's BatchNorm counter */
+    if (ends_with(name, NBT_SUFFIX)) return false; /* PyTorch's counter beside running statistics */
     if (!strncmp(name, OPTIM_PREFIX, strlen(OPTIM_PREFIX))) {
         if (!session_has_optim) return false;
         int i = hr_state_find(s, name + strlen(OPTIM_PREFIX));

@@ -111,7 +111,7 @@ hr_status hr_safetensors_write(const char *path, const hr_st_entry *t, int n, co
 /* ---- checkpoints (checkpoint.c) ------------------------------------------- */
 /* A checkpoint is a safetensors file: parameters and buffers under their names
  * ("0.weight", "1.running_mean": PyTorch's load_state_dict takes them; each
- * BatchNorm also gets PyTorch's "N.num_batches_tracked"), optimizer state
+ * layer with running statistics also gets PyTorch's "N.num_batches_tracked"), optimizer state
  * under "optim." + its name ("optim.0.weight.exp_avg"), and this struct in
  * __metadata__ as "headroom.*" strings. */
 typedef struct {

@@ -12,7 +12,7 @@
 typedef struct {
     int64_t t;          /* optimizer step, 1-based, as PyTorch's state['step'] */
     float lr;
-    uint64_t seed;      /* session seed: dropout masks hash (seed, layer, t, element) */
+    uint64_t seed;      /* session seed: random masks hash (seed, layer, t, element) */
     hr_optim_t optim;
     int sqnorm;         /* tensor holding the squared global gradient norm, -1 without clipping */
 } hr_step_info;
@@ -27,7 +27,7 @@ typedef enum {
     HR_ARG_PAD,     /* an integer >= 0, 'same' or 'valid' */
     HR_ARG_INT,
     HR_ARG_STR,
-    HR_ARG_SHAPE,   /* a positive integer or a tuple of up to 3 (LayerNorm's normalized_shape) */
+    HR_ARG_SHAPE,   /* a positive integer or a tuple of up to 3 (a normalized_shape) */
 } hr_arg_type;
 
 typedef struct {
@@ -67,7 +67,7 @@ typedef struct {
 
 typedef enum {
     HR_LAYER_ONE = 0, /* one input: the previous layer's output, or Layer(...)(name) */
-    HR_LAYER_REFS,    /* its positional arguments name the layers it joins (Add, Concat) */
+    HR_LAYER_REFS,    /* its positional arguments name the layers it joins (Add) */
     HR_LAYER_VARARGS, /* positional integers, no keywords (Reshape) */
     HR_LAYER_LOSS,    /* a `loss` line */
 } hr_layer_inputs;

@@ -21,7 +21,7 @@ static void cross_entropy(const hr_loss_args *l) {
     l->loss[0] = (float)(total / (double)N);
 }
 
-/* dlogits = (softmax - onehot) / N */
+/* dlogits = (p - onehot) / N, p the row's probabilities */
 static void cross_entropy_bwd(const hr_loss_args *l) {
     int64_t N = l->N, C = l->C;
     const float *x = l->x;

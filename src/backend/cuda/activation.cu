@@ -1,12 +1,10 @@
 /* activation.cu — the elementwise activations on the GPU (ReLU, LeakyReLU, GELU,
  * SiLU, Sigmoid, Tanh), forward and backward, as the CPU kernels compute them. */
-#include "backend/cuda/common.cuh"
-#include "graph/op_list.h"
 
-/* Declared here until hr_cuda.h exposes them to .cu files (its HR_CU is C-only
- * today): the backend's error wrapper and its compute stream. */
-extern "C" hr_status hr_cuda_fail(const char *file, int line, const char *call, const char *why);
-extern "C" cudaStream_t hr_cuda_stream(void *ctx);
+/* hr_cuda.h (through common.cuh) declares the entries (HR_OP_LIST's kernel
+ * column), hr_cuda_fail and hr_cuda_stream, and brings op_list.h in with C
+ * linkage. */
+#include "backend/cuda/common.cuh"
 
 /* Every kernel is bandwidth-bound: where all its float pointers are 16-byte
  * aligned (the arena aligns tensors to 256 bytes) a thread moves a float4 and
@@ -25,17 +23,19 @@ struct FLeaky {
     float a;
     __device__ __forceinline__ float operator()(float x) const { return x > 0.0f ? x : x * a; }
 };
-/* 0.5 x (1 + erf(x / sqrt 2)); x * (1/sqrt 2) as PyTorch writes it */
+/* The GELU expressions are grouped as cpu_activation.c groups them (PyTorch's
+ * grouping), so that the float rounding matches as far as erff/tanhf/expf
+ * allow. Exact: 0.5 x (1 + erf(x / sqrt 2)), x * (1/sqrt 2). */
 struct FGelu {
     __device__ __forceinline__ float operator()(float x) const {
-        return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+        return x * 0.5f * (1.0f + erff(x * 0.70710678118654752f));
     }
 };
 #define GELU_K0 0.79788456080286536f /* sqrt(2/pi) */
 #define GELU_K1 0.044715f
 struct FGeluTanh {
     __device__ __forceinline__ float operator()(float x) const {
-        return 0.5f * x * (1.0f + tanhf(GELU_K0 * (x + GELU_K1 * x * x * x)));
+        return 0.5f * x * (1.0f + tanhf(GELU_K0 * (x + GELU_K1 * (x * x * x))));
     }
 };
 /* x / (1 + e^-x): for x very negative e^-x is inf and the quotient -0, no NaN */
@@ -75,8 +75,9 @@ struct BGelu { /* from x: dy (Phi(x) + x phi(x)) */
 };
 struct BGeluTanh { /* from x */
     __device__ __forceinline__ float operator()(float x, float g) const {
-        float t = tanhf(GELU_K0 * (x + GELU_K1 * x * x * x));
-        return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * GELU_K0 * (1.0f + 3.0f * GELU_K1 * x * x));
+        float x2 = x * x;
+        float t = tanhf(GELU_K0 * (x + GELU_K1 * (x2 * x)));
+        return g * (0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * (GELU_K0 * (1.0f + 3.0f * GELU_K1 * x2)));
     }
 };
 struct BSilu { /* from x */
@@ -86,7 +87,7 @@ struct BSilu { /* from x */
     }
 };
 struct BSigmoid { /* from y */
-    __device__ __forceinline__ float operator()(float y, float g) const { return g * y * (1.0f - y); }
+    __device__ __forceinline__ float operator()(float y, float g) const { return g * (1.0f - y) * y; }
 };
 struct BTanh { /* from y */
     __device__ __forceinline__ float operator()(float y, float g) const { return g * (1.0f - y * y); }

@@ -71,6 +71,8 @@ const char *hr_cuda_unavailable_why(void) {
     return g_count_err != cudaSuccess ? cudaGetErrorString(g_count_err) : "no device found";
 }
 
+cudaStream_t hr_cuda_stream(void *ctx) { return ((hr_cuda *)ctx)->stream; }
+
 /* ---- creation and release ------------------------------------------------------ */
 hr_status hr_cuda_init(hr_cuda *c, const hr_config_t *cfg) {
     c->opt = hr_options_read();

@@ -7,7 +7,6 @@
 
 #include <cublas_v2.h>
 #include <limits.h>
-#include <stdlib.h>
 
 static cublasComputeType_t compute_type(const hr_cuda *c) {
     return c->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
@@ -28,9 +27,9 @@ static hr_status gemm(hr_cuda *c, cublasOperation_t ta, cublasOperation_t tb, in
  * `parts` chunks gives tiles * parts blocks: one batched cuBLAS call writes the
  * partial products into the node's scratch, and hrk_splitk_reduce sums them in
  * the order 0..parts-1 (plus bias or beta C). The plan depends only on m, n, k,
- * the SM count and HR_CUDA_SPLITK, so the planner and the run agree on it and
- * a rerun gives the same bits. */
-#define HR_SPLITK_MIN_K 2048    /* shorter k: one plain product */
+ * the SM count and HR_CUDA_SPLITK (c->opt.splitk_min_k: the shortest k split,
+ * HR_SPLITK_DEFAULT unless set; 0 turns split-K off), so the planner and the
+ * run agree on it and a rerun gives the same bits. */
 #define HR_SPLITK_MAX 64        /* partial products, at most */
 #define HR_SPLITK_MIN_CHUNK 128 /* terms each partial sums, at least (default threshold) */
 #define HR_SPLITK_ALIGN 32      /* chunk lengths are multiples of this: aligned, vector loads */
@@ -43,19 +42,6 @@ typedef struct {
     size_t bytes; /* the partials, rounded up to HR_ALIGN */
 } splitk_plan;
 
-/* HR_CUDA_SPLITK: unset, the shortest k split is HR_SPLITK_MIN_K; 0 (or not a
- * number) turns split-K off (to compare); N > 0 sets the shortest k to N, so
- * tests reach the path with small layers. Read once, so plan and run agree. */
-static int64_t splitk_min_k(void) {
-    static int64_t v = -1;
-    if (v < 0) {
-        const char *e = getenv("HR_CUDA_SPLITK");
-        long long k = e && *e ? atoll(e) : HR_SPLITK_MIN_K;
-        v = k > 0 ? (int64_t)k : 0;
-    }
-    return v;
-}
-
 /* C (m, n) = op(A) (m, k) op(B) (k, n), k cut when
  *   k >= min_k  and  tiles = ceil(m/32) ceil(n/32) < SMs,
  * into at most want = min(64, ceil(SMs / tiles), k / min_chunk) pieces
@@ -65,7 +51,7 @@ static int64_t splitk_min_k(void) {
  * ceil(k / chunk) <= want, the last piece shorter (one more cuBLAS call). */
 static splitk_plan splitk_plan_for(const hr_cuda *c, int64_t m, int64_t n, int64_t k) {
     splitk_plan p = {0, 0, 0, 0};
-    int64_t min_k = splitk_min_k(), sms = c->sms;
+    int64_t min_k = c->opt.splitk_min_k, sms = c->sms;
     if (min_k <= 0 || k < min_k || k > INT_MAX || m <= 0 || n <= 0 || sms <= 0) return p;
     int64_t tiles = ((m + HR_SPLITK_TILE - 1) / HR_SPLITK_TILE) * ((n + HR_SPLITK_TILE - 1) / HR_SPLITK_TILE);
     if (tiles >= sms) return p;
@@ -126,27 +112,30 @@ static int64_t rows_per_call(const hr_cuda *c, int64_t in, int64_t out) {
 }
 
 /* The most partial bytes any product of the node needs (0: none splits).
- * The calls over rows have at most two sizes: `step` and the last one. */
-static size_t node_partials(const hr_cuda *c, const hr_graph *g, const hr_node *n) {
-    int64_t N = g->t[n->in[0]].shape.d[0], in = n->a.in_f, out = n->a.out_f;
+ * The calls over rows have at most two sizes: `step` and the last one. The
+ * backward's products are those of the gradients it writes; while planning
+ * (every pointer NULL, x too) that is not known, and both count. */
+static size_t node_partials(const hr_cuda *c, hr_op op, const hr_linear_args *l) {
+    int64_t N = l->N, in = l->in, out = l->out;
     if (N <= 0 || in > INT_MAX || out > INT_MAX) return 0;
+    bool planning = !l->x;
     int64_t step = rows_per_call(c, in, out), rows[2] = {N < step ? N : step, N % step};
     size_t most = 0, b;
     for (int i = 0; i < 2; i++) {
         if (rows[i] <= 0) continue;
-        if (n->op == HR_OP_LINEAR) {
+        if (op == HR_OP_LINEAR) {
             if ((b = splitk_plan_for(c, out, rows[i], in).bytes) > most) most = b;
             continue;
         }
-        if (n->out[1] >= 0 && (b = splitk_plan_for(c, in, out, rows[i]).bytes) > most) most = b; /* dW */
-        if (n->out[0] >= 0 && (b = splitk_plan_for(c, in, rows[i], out).bytes) > most) most = b; /* dx */
+        if ((l->dw || planning) && (b = splitk_plan_for(c, in, out, rows[i]).bytes) > most) most = b; /* dW */
+        if ((l->dx || planning) && (b = splitk_plan_for(c, in, rows[i], out).bytes) > most) most = b; /* dx */
     }
     return most;
 }
 
-size_t hr_cuda_linear_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n, size_t current) {
-    size_t part = node_partials(c, g, n);
-    return part > current ? part : current;
+size_t hr_cuda_linear_workspace(hr_cuda *c, const hr_kargs *a) {
+    size_t part = node_partials(c, a->op, &a->linear);
+    return part > HR_CUDA_CUBLAS_WS ? part : HR_CUDA_CUBLAS_WS;
 }
 
 /* The node's planned scratch is split in two, so that they never overlap:
@@ -159,9 +148,9 @@ typedef struct {
     size_t part_bytes;
 } node_scratch;
 
-static hr_status use_workspace(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr, node_scratch *s) {
-    unsigned char *ws = n->ws >= 0 ? ptr[n->ws] : NULL;
-    size_t bytes = ws ? (size_t)hr_shape_numel(&g->t[n->ws].shape) : 0, need = ws ? node_partials(c, g, n) : 0;
+static hr_status use_workspace(hr_cuda *c, const hr_kargs *a, node_scratch *s) {
+    unsigned char *ws = a->ws;
+    size_t bytes = ws ? a->ws_bytes : 0, need = ws ? node_partials(c, a->op, &a->linear) : 0;
     s->part = NULL;
     s->part_bytes = 0;
     if (need > 0 && need <= bytes) { /* need is a multiple of HR_ALIGN: cuBLAS's part stays 256-byte aligned */
@@ -193,14 +182,14 @@ static hr_status product(hr_cuda *c, const node_scratch *s, cublasOperation_t ta
 /* y (N,out) = x (N,in) W^T + b: y^T = W x^T, plus b. */
 /* Rows [r0, r1) of y; when `pieces`, the input arrives in c's upload pieces
  * and each product waits for the piece that completes its rows. */
-static hr_status linear_rows(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr, bool pieces) {
-    int64_t N = g->t[n->in[0]].shape.d[0], in = n->a.in_f, out = n->a.out_f;
-    const float *x = ptr[n->in[0]], *W = ptr[n->in[1]];
-    const float *b = n->nin > 2 && n->in[2] >= 0 ? ptr[n->in[2]] : NULL;
-    float *y = ptr[n->out[0]];
+static hr_status linear_rows(hr_cuda *c, const hr_kargs *a, bool pieces) {
+    const hr_linear_args *l = &a->linear;
+    int64_t N = l->N, in = l->in, out = l->out;
+    const float *x = l->x, *W = l->w, *b = l->b;
+    float *y = l->y;
     if (in > INT_MAX || out > INT_MAX) return hr_error_set(HR_ERR_UNSUPPORTED, "Linear: more than 2^31 features");
     node_scratch s;
-    hr_status st = use_workspace(c, g, n, ptr, &s);
+    hr_status st = use_workspace(c, a, &s);
     if (st) return st;
     int64_t step = rows_per_call(c, in, out);
     int64_t r0 = 0;
@@ -221,44 +210,42 @@ static hr_status linear_rows(hr_cuda *c, const hr_graph *g, const hr_node *n, vo
     return HR_OK;
 }
 
-hr_status hr_cuda_linear(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr) {
-    return linear_rows(c, g, n, ptr, false);
-}
+hr_status hr_cuda_linear(void *ctx, const hr_kargs *a) { return linear_rows(ctx, a, false); }
 
 /* The batch's input arriving in pieces: each piece's rows as soon as it is in. */
-hr_status hr_cuda_linear_pieces(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr) {
-    if (c->npieces < 1 || c->piece_upto[c->npieces - 1] != g->t[n->in[0]].shape.d[0]) {
+hr_status hr_cuda_linear_pieces(hr_cuda *c, const hr_kargs *a) {
+    if (c->npieces < 1 || c->piece_upto[c->npieces - 1] != a->linear.N) {
         hr_status st = hr_cuda_settle(c);
-        return st ? st : linear_rows(c, g, n, ptr, false);
+        return st ? st : linear_rows(c, a, false);
     }
-    hr_status st = linear_rows(c, g, n, ptr, true);
+    hr_status st = linear_rows(c, a, true);
     return st ? st : hr_cuda_settle(c);
 }
 
-/* in {x, W, dy}, out {dx = dy W, dW = dy^T x, db = sum dy}. db and each chunk's
+/* dx = dy W, dW = dy^T x, db = sum dy, each when wanted. db and each chunk's
  * dW come before its dx: the planner may give dx the bytes of x. */
-hr_status hr_cuda_linear_bwd(hr_cuda *c, const hr_graph *g, const hr_node *n, void *const *ptr) {
-    int64_t N = g->t[n->in[0]].shape.d[0], in = n->a.in_f, out = n->a.out_f;
-    const float *x = ptr[n->in[0]], *W = ptr[n->in[1]], *dy = ptr[n->in[2]];
+hr_status hr_cuda_linear_bwd(void *ctx, const hr_kargs *a) {
+    hr_cuda *c = ctx;
+    const hr_linear_args *l = &a->linear;
+    int64_t N = l->N, in = l->in, out = l->out;
+    const float *x = l->x, *W = l->w, *dy = l->dy;
     if (in > INT_MAX || out > INT_MAX) return hr_error_set(HR_ERR_UNSUPPORTED, "Linear: more than 2^31 features");
     node_scratch s;
-    hr_status st = use_workspace(c, g, n, ptr, &s);
+    hr_status st = use_workspace(c, a, &s);
     if (st) return st;
     int64_t step = rows_per_call(c, in, out);
-    if (n->out[2] >= 0) HR_CU(hrk_channel_sum(c->stream, dy, ptr[n->out[2]], N, out, 1, n->accum[2]));
+    if (l->db) HR_CU(hrk_channel_sum(c->stream, dy, l->db, N, out, 1, l->acc_db));
     for (int64_t r = 0; r < N; r += step) {
         int rows = (int)(N - r < step ? N - r : step);
-        if (n->out[1] >= 0) { /* dW^T (in, out) = x^T (in, rows) . dy (rows, out) */
-            float *dW = ptr[n->out[1]];
-            bool add = r > 0 || n->accum[1];
+        if (l->dw) { /* dW^T (in, out) = x^T (in, rows) . dy (rows, out) */
+            bool add = r > 0 || l->acc_dw;
             if ((st = product(c, &s, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, rows, x + r * in, (int)in,
-                              dy + r * out, (int)out, NULL, add ? 1.0f : 0.0f, dW, (int)in)))
+                              dy + r * out, (int)out, NULL, add ? 1.0f : 0.0f, l->dw, (int)in)))
                 return st;
         }
-        if (n->out[0] >= 0) { /* dx^T (in, rows) = W^T-as-stored (in, out) . dy^T (out, rows) */
-            float *dx = ptr[n->out[0]];
+        if (l->dx) { /* dx^T (in, rows) = W^T-as-stored (in, out) . dy^T (out, rows) */
             if ((st = product(c, &s, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, rows, (int)out, W, (int)in, dy + r * out,
-                              (int)out, NULL, n->accum[0] ? 1.0f : 0.0f, dx + r * in, (int)in)))
+                              (int)out, NULL, l->acc_dx ? 1.0f : 0.0f, l->dx + r * in, (int)in)))
                 return st;
         }
     }

@@ -118,6 +118,7 @@ HR_OP_LIST(HR_X_CUDA_KERNEL)
 hr_status hr_cuda_init(hr_cuda *c, const hr_config_t *cfg);
 void hr_cuda_fini(hr_cuda *c); /* everything but the arena; c itself stays */
 const char *hr_cuda_unavailable_why(void); /* after hr_backend_cuda_available() said no */
+cudaStream_t hr_cuda_stream(void *ctx);     /* ctx->stream, for kernel files that keep hr_cuda opaque */
 
 /* ---- cudnn_load.c: cuDNN, loaded with dlopen (c->dnn; NULL with c->dnn_why) */
 hr_status hr_cuda_dnn_open(hr_cuda *c);

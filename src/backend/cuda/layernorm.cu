@@ -1,33 +1,40 @@
 /* layernorm.cu — LayerNorm on the GPU over the last `cols` values of each row,
  * forward and backward, as the CPU computes it (row statistics in double). */
+
+/* hr_cuda.h (through common.cuh) declares the entries (HR_OP_LIST's kernel
+ * column), hr_cuda_fail and hr_cuda_stream, and brings op_list.h in with C
+ * linkage. */
 #include "backend/cuda/common.cuh"
-#include "graph/op_list.h"
 
-/* Declared here until hr_cuda.h exposes them to .cu files (its HR_CU is C-only
- * today): the backend's error wrapper and its compute stream. */
-extern "C" hr_status hr_cuda_fail(const char *file, int line, const char *call, const char *why);
-extern "C" cudaStream_t hr_cuda_stream(void *ctx);
-
-/* Row work (statistics, y, dx) goes to one warp a row for short rows, so that
- * a 256-thread block keeps 8 rows in flight instead of idling most lanes, and
- * to one block a row past LN_WARP_COLS, with block-stride loops for rows of any
- * length. Sums are in double and run in a fixed order (the same thread takes
- * the same elements, the reductions are fixed trees), so reruns give the same
- * bits. A row's values are reread from global memory for each pass (L1/L2
- * serve them) rather than held, which keeps rows of any length in one kernel. */
+/* Row work (statistics, y, dx) goes to a group of L lanes of a warp for short
+ * rows (L the power of two >= cols, at most 32), so that a warp keeps 32 / L
+ * rows in flight instead of idling lanes on padding, and to one block a row
+ * past LN_WARP_COLS, with block-stride loops for rows of any length. Sums are
+ * in double and run in a fixed order (the same thread takes the same
+ * elements, the reductions are fixed trees), so reruns give the same bits.
+ * A row's values are reread from global memory for each pass (L1/L2 serve
+ * them) rather than held, which keeps rows of any length in one kernel. */
 #define LN_WARP_COLS 1024
 #define LN_ROW_BLOCKS 65535 /* rows loop past this many blocks */
 
 /* The two shapes of a row's group of threads: t its index in the group, n the
- * group's size, sum the group's total (every thread gets it). */
-struct LnWarp {
+ * group's size, sum the group's total (every thread gets it, the same bits:
+ * a butterfly adds the same pairs on every lane). A lane group past the last
+ * row still takes part in the shuffles (the whole warp must) but is not live:
+ * it reads and writes nothing. */
+template <int L> struct LnLanes { /* L: a power of two, at most 32; a constant, so loops unroll */
+    static constexpr int n = L;
     int t;
-    static constexpr int n = 32;
-    __device__ __forceinline__ double sum(double v) const { return hr_warp_sum(v); }
+    bool live;
+    __device__ __forceinline__ double sum(double v) const {
+        for (int o = n >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+        return v;
+    }
 };
 struct LnBlock {
     int t, n;
     double *sh; /* 32 doubles of shared memory */
+    static constexpr bool live = true;
     __device__ __forceinline__ double sum(double v) const { return hr_block_sum(v, sh); }
 };
 
@@ -37,24 +44,24 @@ struct LnBlock {
 template <class G>
 __device__ __forceinline__ void ln_fwd_row(G g, const float *xr, const float *gamma, const float *beta, float *yr,
                                            float *mean, float *rstd, int64_t r, int64_t cols, float eps) {
+    int64_t end = g.live ? cols : 0; /* the loops' end: nothing for a group past the rows */
     double s = 0;
-    for (int64_t j = g.t; j < cols; j += g.n) s += xr[j];
+    for (int64_t j = g.t; j < end; j += g.n) s += xr[j];
     double mu = g.sum(s) / (double)cols;
     double ss = 0;
-    for (int64_t j = g.t; j < cols; j += g.n) {
+    for (int64_t j = g.t; j < end; j += g.n) {
         double d = (double)xr[j] - mu;
         ss += d * d;
     }
     double var = g.sum(ss) / (double)cols;
     float mf = (float)mu, rs = (float)(1.0 / sqrt(var + (double)eps));
-    if (g.t == 0) {
+    if (g.t == 0 && g.live) {
         if (mean) mean[r] = mf;
         if (rstd) rstd[r] = rs;
     }
-    for (int64_t j = g.t; j < cols; j += g.n) {
+    for (int64_t j = g.t; j < end; j += g.n) { /* beta only with gamma: no gamma is no affine at all */
         float v = (xr[j] - mf) * rs;
-        if (gamma) v = v * gamma[j];
-        if (beta) v = v + beta[j];
+        if (gamma) v = beta ? v * gamma[j] + beta[j] : v * gamma[j];
         yr[j] = v;
     }
 }
@@ -66,8 +73,9 @@ __device__ __forceinline__ void ln_fwd_row(G g, const float *xr, const float *ga
 template <class G>
 __device__ __forceinline__ void ln_bwd_row(G g, const float *xr, const float *gamma, const float *dyr, float *dxr,
                                            float mu, float rs, int64_t cols, bool acc) {
+    int64_t end = g.live ? cols : 0;
     double sg = 0, sgx = 0;
-    for (int64_t j = g.t; j < cols; j += g.n) {
+    for (int64_t j = g.t; j < end; j += g.n) {
         float xh = (xr[j] - mu) * rs;
         float gj = gamma ? dyr[j] * gamma[j] : dyr[j];
         sg += gj;
@@ -76,7 +84,7 @@ __device__ __forceinline__ void ln_bwd_row(G g, const float *xr, const float *ga
     sg = g.sum(sg);
     sgx = g.sum(sgx);
     float mg = (float)(sg / (double)cols), mgx = (float)(sgx / (double)cols);
-    for (int64_t j = g.t; j < cols; j += g.n) {
+    for (int64_t j = g.t; j < end; j += g.n) {
         float xh = (xr[j] - mu) * rs;
         float gj = gamma ? dyr[j] * gamma[j] : dyr[j];
         float v = rs * (gj - mg - xh * mgx);
@@ -85,12 +93,20 @@ __device__ __forceinline__ void ln_bwd_row(G g, const float *xr, const float *ga
 }
 
 /* ---- forward ---- */
-static __global__ void k_ln_fwd_warp(const float *x, const float *gamma, const float *beta, float *y, float *mean,
-                                     float *rstd, int64_t rows, int64_t cols, float eps) {
-    int64_t wpb = blockDim.x >> 5;
-    LnWarp g{(int)(threadIdx.x & 31)};
-    for (int64_t r = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += (int64_t)gridDim.x * wpb)
+/* Warp w of the grid takes rows base .. base + 32/L - 1, lane group q row
+ * base + q; base is warp-uniform, so every lane reaches every shuffle. A
+ * group past the last row stands on row 0 and reads or writes none of it. */
+template <int L>
+static __global__ void k_ln_fwd_lanes(const float *x, const float *gamma, const float *beta, float *y, float *mean,
+                                      float *rstd, int64_t rows, int64_t cols, float eps) {
+    int64_t rpw = 32 / L, w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t base = w * rpw; base < rows; base += nw * rpw) {
+        int64_t r = base + (threadIdx.x & 31) / L;
+        LnLanes<L> g{(int)(threadIdx.x & (L - 1)), r < rows};
+        if (!g.live) r = 0;
         ln_fwd_row(g, x + r * cols, gamma, beta, y + r * cols, mean, rstd, r, cols, eps);
+    }
 }
 
 /* 1024 threads for long rows: the bound keeps registers within what a full
@@ -105,12 +121,17 @@ static __global__ void __launch_bounds__(1024)
 }
 
 /* ---- backward, dx ---- */
-static __global__ void k_ln_dx_warp(const float *x, const float *gamma, const float *mean, const float *rstd,
-                                    const float *dy, float *dx, int64_t rows, int64_t cols, bool acc) {
-    int64_t wpb = blockDim.x >> 5;
-    LnWarp g{(int)(threadIdx.x & 31)};
-    for (int64_t r = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); r < rows; r += (int64_t)gridDim.x * wpb)
+template <int L>
+static __global__ void k_ln_dx_lanes(const float *x, const float *gamma, const float *mean, const float *rstd,
+                                     const float *dy, float *dx, int64_t rows, int64_t cols, bool acc) {
+    int64_t rpw = 32 / L, w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t base = w * rpw; base < rows; base += nw * rpw) {
+        int64_t r = base + (threadIdx.x & 31) / L;
+        LnLanes<L> g{(int)(threadIdx.x & (L - 1)), r < rows};
+        if (!g.live) r = 0;
         ln_bwd_row(g, x + r * cols, gamma, dy + r * cols, dx + r * cols, mean[r], rstd[r], cols, acc);
+    }
 }
 
 static __global__ void __launch_bounds__(1024)
@@ -191,6 +212,32 @@ static int64_t ln_col_splits(int64_t rows, int64_t cols) {
     return s < 1 ? 1 : s;
 }
 
+/* log2 of the lanes a row in the lane form: L = the power of two >= cols, at
+ * most 32 */
+static int ln_lanes_lg(int64_t cols) {
+    int lg = 0;
+    while (lg < 5 && ((int64_t)1 << lg) < cols) lg++;
+    return lg;
+}
+/* blocks of the lane form: a thread a lane, 32 / L rows a warp */
+static unsigned ln_lane_grid(int64_t rows, int L) { return hr_grid((rows + 32 / L - 1) / (32 / L) * 32); }
+
+/* The lane kernels' launches, one instance a width (L a compile-time
+ * constant, so the strided loops and the shuffles unroll), indexed by log2 L. */
+template <int L> static void ln_fwd_lanes(cudaStream_t s, const hr_layernorm_args *p) {
+    k_ln_fwd_lanes<L><<<ln_lane_grid(p->rows, L), HR_THREADS, 0, s>>>(p->x, p->gamma, p->beta, p->y, p->mean, p->rstd,
+                                                                      p->rows, p->cols, p->eps);
+}
+template <int L> static void ln_dx_lanes(cudaStream_t s, const hr_layernorm_args *p) {
+    k_ln_dx_lanes<L><<<ln_lane_grid(p->rows, L), HR_THREADS, 0, s>>>(p->x, p->gamma, p->saved_mean, p->saved_rstd,
+                                                                     p->dy, p->dx, p->rows, p->cols, p->acc_dx);
+}
+typedef void (*ln_launch)(cudaStream_t, const hr_layernorm_args *);
+static const ln_launch ln_fwd_by_lg[6] = {ln_fwd_lanes<1>, ln_fwd_lanes<2>,  ln_fwd_lanes<4>,
+                                          ln_fwd_lanes<8>, ln_fwd_lanes<16>, ln_fwd_lanes<32>};
+static const ln_launch ln_dx_by_lg[6] = {ln_dx_lanes<1>, ln_dx_lanes<2>,  ln_dx_lanes<4>,
+                                         ln_dx_lanes<8>, ln_dx_lanes<16>, ln_dx_lanes<32>};
+
 static unsigned ln_row_grid(int64_t rows) { return (unsigned)(rows < LN_ROW_BLOCKS ? rows : LN_ROW_BLOCKS); }
 /* threads a row in the block form: more for long rows, fewer loop trips */
 static unsigned ln_row_threads(int64_t cols) { return cols <= 4096 ? 256u : 1024u; }
@@ -198,13 +245,19 @@ static unsigned ln_row_threads(int64_t cols) { return cols <= 4096 ? 256u : 1024
 extern "C" {
 
 /* The workspace LayerNorm.backward wants for deterministic, parallel column
- * sums: 16 S cols bytes (S = ln_col_splits) when S > 1, else 0. The backend's
- * workspace_size returns it for HR_OP_LAYERNORM_BWD; with less, the kernel
- * falls back to one slice (slower, as deterministic). */
-size_t hr_cuda_layernorm_bwd_ws(int64_t rows, int64_t cols) {
+ * sums: 16 S cols bytes (S = ln_col_splits) when S > 1, else 0; none for the
+ * forward. From the sizes alone (planning passes NULL pointers, so whether
+ * dgamma or dbeta is wanted is not known then). With less, the backward
+ * falls back to one slice: slower, as deterministic. */
+static size_t ln_bwd_ws(int64_t rows, int64_t cols) {
     if (rows <= 0 || cols <= 0) return 0;
     int64_t S = ln_col_splits(rows, cols);
     return S > 1 ? (size_t)(2 * S * cols) * sizeof(double) : 0;
+}
+
+size_t hr_cuda_layernorm_workspace(hr_cuda *c, const hr_kargs *a) {
+    (void)c;
+    return a->op == HR_OP_LAYERNORM_BWD ? ln_bwd_ws(a->ln.rows, a->ln.cols) : 0;
 }
 
 hr_status hr_cuda_layernorm(void *ctx, const hr_kargs *a) {
@@ -214,8 +267,7 @@ hr_status hr_cuda_layernorm(void *ctx, const hr_kargs *a) {
     if (rows <= 0 || cols <= 0) return HR_OK;
     if (!p->x || !p->y) return HR_ERR_INVALID_ARG;
     if (cols <= LN_WARP_COLS)
-        k_ln_fwd_warp<<<hr_grid(rows, HR_THREADS / 32), HR_THREADS, 0, s>>>(p->x, p->gamma, p->beta, p->y, p->mean,
-                                                                           p->rstd, rows, cols, p->eps);
+        ln_fwd_by_lg[ln_lanes_lg(cols)](s, p);
     else
         k_ln_fwd_block<<<ln_row_grid(rows), ln_row_threads(cols), 0, s>>>(p->x, p->gamma, p->beta, p->y, p->mean,
                                                                           p->rstd, rows, cols, p->eps);
@@ -235,7 +287,7 @@ hr_status hr_cuda_layernorm_bwd(void *ctx, const hr_kargs *a) {
     cudaError_t e;
     if (p->dgamma || p->dbeta) {
         int64_t S = ln_col_splits(rows, cols);
-        size_t need = hr_cuda_layernorm_bwd_ws(rows, cols);
+        size_t need = ln_bwd_ws(rows, cols);
         if (S > 1 && (!a->ws || a->ws_bytes < need)) S = 1; /* no room for partials */
         double *pg = S > 1 ? (double *)a->ws : NULL, *pb = S > 1 ? pg + S * cols : NULL;
         dim3 grid((unsigned)((cols + 31) / 32), (unsigned)S);
@@ -251,8 +303,7 @@ hr_status hr_cuda_layernorm_bwd(void *ctx, const hr_kargs *a) {
     }
     if (!p->dx) return HR_OK;
     if (cols <= LN_WARP_COLS)
-        k_ln_dx_warp<<<hr_grid(rows, HR_THREADS / 32), HR_THREADS, 0, s>>>(p->x, p->gamma, p->saved_mean, p->saved_rstd,
-                                                                          p->dy, p->dx, rows, cols, p->acc_dx);
+        ln_dx_by_lg[ln_lanes_lg(cols)](s, p);
     else
         k_ln_dx_block<<<ln_row_grid(rows), ln_row_threads(cols), 0, s>>>(p->x, p->gamma, p->saved_mean, p->saved_rstd,
                                                                          p->dy, p->dx, rows, cols, p->acc_dx);

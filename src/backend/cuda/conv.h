@@ -1,0 +1,55 @@
+/* conv.h — what the convolution's two files share: a plan for one shape
+ * (conv2d.c makes them) and the algorithm policy that fills it (conv_algo.c). */
+#ifndef HR_CUDA_CONV_H
+#define HR_CUDA_CONV_H
+
+#include "backend/cuda/cudnn_load.h"
+
+/* One convolution shape (N is a chunk of the batch: cuDNN's legacy API takes
+ * tensors of fewer than 2^31 elements) and the algorithms chosen for it. */
+struct hr_cuda_conv {
+    int N, C, H, W, K, kh, kw, sh, sw, ph, pw, OH, OW;
+    int align; /* bytes every call's x and y pointers keep: 16, or 4 where chunks start off a 16-byte line */
+    bool tf32;
+    cudnnTensorDescriptor_t xd, yd;
+    cudnnFilterDescriptor_t wd;
+    cudnnConvolutionDescriptor_t cd;
+    int algo[3], math[3]; /* forward, backward data, backward filter; algo -1: not chosen */
+    size_t ws[3];
+    hr_cudnn_status err[3]; /* nonzero: no algorithm could be chosen */
+    /* autotune: the precise candidates whose workspace the plan holds, timed
+     * at the first run on the real buffers; tuned: the fastest was taken */
+    int ncand[3];
+    struct {
+        int algo, math;
+        size_t ws;
+    } cand[3][8];
+    bool tuned[3];
+    /* through the graph API: one op per convolution and beta (0: write, 1: add) */
+    hr_cudnn_op *gop[3][2];
+    bool gtried[3][2];
+    char gwhy[3][2][96]; /* why there is none */
+};
+
+/* Which convolution of a plan: cudnn_graph.h's numbering. */
+enum { FWD = HR_CONV_FWD, BWD_DATA = HR_CONV_BWD_DATA, BWD_FILTER = HR_CONV_BWD_FILTER };
+
+/* ---- conv_algo.c ---- */
+/* The graph-API op for this convolution and beta (add: 1, else 0), made at
+ * the first ask; NULL where the graph API is off or offers no acceptable
+ * engine (the legacy algorithms run then). */
+hr_cudnn_op *hr_conv_algo_graph_op(hr_cuda *c, hr_cuda_conv *p, int which, bool add);
+/* Workspace of one convolution: the graph op's, else the legacy algorithm's
+ * (with its autotune candidates' until they are timed). */
+size_t hr_conv_algo_workspace(hr_cuda *c, hr_cuda_conv *p, int which, bool add);
+/* The legacy algorithm chosen, its math mode set, its workspace within `have`. */
+hr_status hr_conv_algo_ready(hr_cuda *c, hr_cuda_conv *p, int which, size_t have);
+/* Times the candidates on the real buffers a, b (inputs) and out (written:
+ * before the node's real work) and keeps the fastest: the legacy algorithms
+ * of p, or the graph op's engines. */
+hr_status hr_conv_algo_tune(hr_cuda *c, hr_cuda_conv *p, int which, const void *a, const void *b, void *out, void *ws,
+                            size_t wsz);
+hr_status hr_conv_algo_tune_op(hr_cuda *c, hr_cudnn_op *op, const void *a, const void *b, void *out, void *ws,
+                               size_t wsz);
+
+#endif

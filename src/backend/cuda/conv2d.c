@@ -1,0 +1,326 @@
+/* conv2d.c — Conv2d through cuDNN (loaded at run time: cudnn_load.c). Each
+ * convolution (forward, backward data, backward filter) of each shape is
+ * planned once while the program is planned, so the planner places its
+ * workspace in the arena before anything runs; conv_algo.c chooses the
+ * graph API's engine or the legacy API's algorithm that runs it. */
+#include "backend/cuda/conv.h"
+
+#include <limits.h>
+
+/* ---- shapes and plans ------------------------------------------------------ */
+typedef struct {
+    int64_t N, C, H, W, K, OH, OW;
+    int kh, kw, sh, sw, ph, pw;
+    int64_t chunk; /* samples per cuDNN call */
+} conv_shape;
+
+static bool shape_of(const hr_cuda *c, const hr_conv_args *v, conv_shape *s) {
+    s->N = v->N, s->C = v->C, s->H = v->H, s->W = v->W, s->K = v->K, s->OH = v->OH, s->OW = v->OW;
+    s->kh = v->kh, s->kw = v->kw, s->sh = v->sh, s->sw = v->sw, s->ph = v->ph, s->pw = v->pw;
+    int64_t per = s->C * s->H * s->W, out = s->K * s->OH * s->OW;
+    if (out > per) per = out;
+    if (per <= 0 || per > c->max_elems || s->K > INT_MAX || s->H > INT_MAX || s->W > INT_MAX) return false;
+    s->chunk = c->max_elems / per;
+    if (s->chunk > s->N) s->chunk = s->N;
+    return s->chunk >= 1;
+}
+
+static int align_of(const conv_shape *s) {
+    bool whole = s->chunk >= s->N; /* one call: the planned tensors start on HR_ALIGN */
+    return whole || ((s->C * s->H * s->W) % 4 == 0 && (s->K * s->OH * s->OW) % 4 == 0) ? 16 : 4;
+}
+
+static bool same(const hr_cuda_conv *p, const conv_shape *s, int64_t N, bool tf32) {
+    return p->N == N && p->align == align_of(s) && p->C == s->C && p->H == s->H && p->W == s->W && p->K == s->K &&
+           p->kh == s->kh && p->kw == s->kw && p->sh == s->sh && p->sw == s->sw && p->ph == s->ph && p->pw == s->pw &&
+           p->tf32 == tf32;
+}
+
+static hr_status conv_new(hr_cuda *c, const conv_shape *s, int64_t N, hr_cuda_conv **out) {
+    hr_cuda_dnn *d = c->dnn;
+    for (int i = 0; i < c->nconv; i++)
+        if (same(c->conv[i], s, N, c->allow_tf32)) return *out = c->conv[i], HR_OK;
+    if (c->nconv == c->capconv) {
+        int cap = c->capconv ? 2 * c->capconv : 16;
+        hr_cuda_conv **a = hr_realloc(c->conv, sizeof *a * (size_t)cap);
+        if (!a) return hr_error_prefix("planning a convolution");
+        c->conv = a;
+        c->capconv = cap;
+    }
+    hr_cuda_conv *p = hr_calloc(1, sizeof *p);
+    if (!p) return hr_error_prefix("planning a convolution");
+    p->N = (int)N, p->C = (int)s->C, p->H = (int)s->H, p->W = (int)s->W, p->K = (int)s->K;
+    p->kh = s->kh, p->kw = s->kw, p->sh = s->sh, p->sw = s->sw, p->ph = s->ph, p->pw = s->pw;
+    p->OH = (int)s->OH, p->OW = (int)s->OW;
+    p->align = align_of(s);
+    p->tf32 = c->allow_tf32;
+    for (int i = 0; i < 3; i++) p->algo[i] = -1;
+    c->conv[c->nconv++] = p; /* owned by the cache from here on, even if the descriptors fail */
+    *out = p;
+    DNN(d, d->CreateTensorDescriptor(&p->xd));
+    DNN(d, d->CreateTensorDescriptor(&p->yd));
+    DNN(d, d->CreateFilterDescriptor(&p->wd));
+    DNN(d, d->CreateConvolutionDescriptor(&p->cd));
+    DNN(d, d->SetTensor4dDescriptor(p->xd, HR_CUDNN_TENSOR_NCHW, HR_CUDNN_DATA_FLOAT, p->N, p->C, p->H, p->W));
+    DNN(d, d->SetTensor4dDescriptor(p->yd, HR_CUDNN_TENSOR_NCHW, HR_CUDNN_DATA_FLOAT, p->N, p->K, p->OH, p->OW));
+    DNN(d, d->SetFilter4dDescriptor(p->wd, HR_CUDNN_DATA_FLOAT, HR_CUDNN_TENSOR_NCHW, p->K, p->C, p->kh, p->kw));
+    DNN(d, d->SetConvolution2dDescriptor(p->cd, p->ph, p->pw, p->sh, p->sw, 1, 1, HR_CUDNN_CROSS_CORRELATION,
+                                         HR_CUDNN_DATA_FLOAT));
+    return HR_OK;
+}
+
+static void conv_free(hr_cuda_dnn *d, hr_cuda_conv *p) {
+    if (!p) return;
+    if (d) {
+        for (int w = 0; w < 3; w++)
+            for (int b = 0; b < 2; b++) hr_cudnn_op_free(d->G, p->gop[w][b]);
+        if (p->xd) d->DestroyTensorDescriptor(p->xd);
+        if (p->yd) d->DestroyTensorDescriptor(p->yd);
+        if (p->wd) d->DestroyFilterDescriptor(p->wd);
+        if (p->cd) d->DestroyConvolutionDescriptor(p->cd);
+    }
+    hr_free(p);
+}
+
+void hr_cuda_conv_plans_free(hr_cuda *c) {
+    for (int i = 0; i < c->nconv; i++) conv_free(c->dnn, c->conv[i]);
+    hr_free(c->conv);
+    c->conv = NULL;
+    c->nconv = c->capconv = 0;
+}
+
+/* The plans for the full chunks and for the last, shorter one (if any). */
+static hr_status plans_for(hr_cuda *c, const conv_shape *s, hr_cuda_conv **full, hr_cuda_conv **tail) {
+    *full = *tail = NULL;
+    hr_status st = conv_new(c, s, s->chunk, full);
+    if (!st && s->N % s->chunk) st = conv_new(c, s, s->N % s->chunk, tail);
+    return st;
+}
+
+/* Plans for the pieces of a pipelined input (hr_cuda_piece_samples): q
+ * samples, and the last piece when shorter. False: no pieces here. */
+static bool piece_plans(hr_cuda *c, const conv_shape *s, hr_cuda_conv **pf, hr_cuda_conv **pt, int64_t *q) {
+    *pf = *pt = NULL;
+    *q = hr_cuda_piece_samples(c, s->N, s->C * s->H * s->W * (int64_t)sizeof(float));
+    if (!*q || s->chunk < s->N) return false;
+    conv_shape ps = *s;
+    ps.chunk = *q;
+    int64_t np = (s->N + *q - 1) / *q, last = s->N - (np - 1) * *q;
+    if (conv_new(c, &ps, *q, pf) != HR_OK || (last != *q && conv_new(c, &ps, last, pt) != HR_OK)) {
+        hr_error_clear();
+        return false;
+    }
+    return true;
+}
+
+/* The batch's input may come in pieces (staging.c) to the forward pass that
+ * reads it, whose piece plans are then planned too. The arguments do not say
+ * which node reads the input: a forward whose samples are the input's size
+ * (set_batch's) is taken for it; another one of that size gets piece plans it
+ * will not use, never too little workspace. */
+static bool may_read_input(const hr_cuda *c, const conv_shape *s) {
+    return c->in_sample > 0 && s->C * s->H * s->W * (int64_t)sizeof(float) == c->in_sample;
+}
+
+/* Forward workspace with the bias (beta 1) or without (beta 0); both while
+ * planning, when the bias pointer is NULL whether or not the node has one. */
+static size_t fwd_ws(hr_cuda *c, hr_cuda_conv *p, bool bias, bool planning) {
+    size_t a = bias || planning ? hr_conv_algo_workspace(c, p, FWD, true) : 0;
+    size_t b = !bias || planning ? hr_conv_algo_workspace(c, p, FWD, false) : 0;
+    return a > b ? a : b;
+}
+
+/* The most any call of the node needs, with the betas the run will use (see
+ * hr_cuda_conv2d and hr_cuda_conv2d_bwd). While planning every pointer is
+ * NULL (x too): which outputs and bias the node has is not known then, so
+ * each one counts. */
+size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_kargs *a) {
+    const hr_conv_args *v = &a->conv;
+    conv_shape s;
+    if (!c->dnn || !shape_of(c, v, &s)) return 0; /* run() will say why */
+    hr_cuda_conv *full, *tail;
+    if (plans_for(c, &s, &full, &tail) != HR_OK) {
+        hr_error_clear();
+        return 0;
+    }
+    bool planning = !v->x, fwd = a->op == HR_OP_CONV2D;
+    size_t ws = 0;
+    hr_cuda_conv *ps[2] = {full, tail};
+    for (int i = 0; i < 2; i++) {
+        size_t w[4] = {0, 0, 0, 0};
+        if (fwd) {
+            w[0] = ps[i] ? fwd_ws(c, ps[i], v->b != NULL, planning) : 0;
+        } else {
+            if (v->dx || planning) w[1] = hr_conv_algo_workspace(c, ps[i], BWD_DATA, v->acc_dx);
+            if (v->dw || planning) {
+                w[2] = hr_conv_algo_workspace(c, ps[i], BWD_FILTER, v->acc_dw || i == 1);
+                if (i == 0 && s.chunk < s.N) w[3] = hr_conv_algo_workspace(c, ps[i], BWD_FILTER, true);
+            }
+        }
+        for (int k = 0; k < 4; k++) ws = w[k] > ws ? w[k] : ws;
+    }
+    /* the forward pass over the batch's input may run in pieces as it arrives */
+    hr_cuda_conv *pf, *pt;
+    int64_t q;
+    if (fwd && may_read_input(c, &s) && piece_plans(c, &s, &pf, &pt, &q)) {
+        size_t pa = fwd_ws(c, pf, v->b != NULL, planning), pb = pt ? fwd_ws(c, pt, v->b != NULL, planning) : 0;
+        ws = pa > ws ? pa : ws;
+        ws = pb > ws ? pb : ws;
+    }
+    /* the bias gradient's partial sums reuse the scratch once cuDNN is done */
+    if (!fwd && (v->db || planning)) {
+        size_t part = hr_chan_sum_ws(s.N, s.K, s.OH * s.OW);
+        ws = part > ws ? part : ws;
+    }
+    return ws;
+}
+
+/* ---- running --------------------------------------------------------------- */
+static hr_status ready(hr_cuda *c, const hr_conv_args *v, conv_shape *s, hr_cuda_conv **full, hr_cuda_conv **tail) {
+    if (!c->dnn) return hr_error_set(HR_ERR_UNSUPPORTED, "Conv2d on the GPU needs cuDNN: %s", c->dnn_why);
+    if (!shape_of(c, v, s))
+        return hr_error_set(HR_ERR_UNSUPPORTED,
+                            "Conv2d: one sample of its input (%lld x %lld x %lld) or of its output (%lld x %lld x "
+                            "%lld) has more elements than one cuDNN call takes (%lld)",
+                            (long long)v->C, (long long)v->H, (long long)v->W, (long long)v->K, (long long)v->OH,
+                            (long long)v->OW, (long long)c->max_elems);
+    return plans_for(c, s, full, tail);
+}
+
+/* y = b (broadcast), then y = conv(x, W) + y; without a bias, y = conv(x, W) */
+hr_status hr_cuda_conv2d(void *ctx, const hr_kargs *a) {
+    hr_cuda *c = ctx;
+    const hr_conv_args *v = &a->conv;
+    conv_shape s;
+    hr_cuda_conv *full, *tail;
+    hr_status st = ready(c, v, &s, &full, &tail);
+    if (st) return st;
+    hr_cuda_dnn *d = c->dnn;
+    const float *x = v->x, *w = v->w, *b = v->b;
+    float *y = v->y;
+    void *ws = a->ws;
+    size_t wsz = a->ws_bytes;
+    float one = 1.0f, beta = b ? 1.0f : 0.0f;
+    hr_cudnn_op *gop = hr_conv_algo_graph_op(c, full, FWD, b != NULL);
+    if (gop && !hr_cudnn_op_tuned(gop) && (st = hr_conv_algo_tune_op(c, gop, x, w, y, ws, wsz)) != HR_OK) return st;
+    if (!gop && !full->tuned[FWD] && (st = hr_conv_algo_tune(c, full, FWD, x, w, y, ws, wsz)) != HR_OK) return st;
+    if (b) HR_CU(hrk_bias_fill(c->stream, b, y, s.N, s.K, s.OH * s.OW));
+    for (int64_t n0 = 0; n0 < s.N; n0 += s.chunk) {
+        hr_cuda_conv *p = s.N - n0 >= s.chunk ? full : tail;
+        hr_cudnn_op *op = hr_conv_algo_graph_op(c, p, FWD, b != NULL);
+        if (op) {
+            st = hr_cudnn_op_run(d->G, op, x + n0 * s.C * s.H * s.W, w, y + n0 * s.K * s.OH * s.OW, ws, wsz);
+            if (st) return st;
+            continue;
+        }
+        if ((st = hr_conv_algo_ready(c, p, FWD, wsz)) != HR_OK) return st;
+        DNN(d, d->Forward(d->h, &one, p->xd, x + n0 * s.C * s.H * s.W, p->wd, w, p->cd, p->algo[FWD], ws, wsz, &beta,
+                          p->yd, y + n0 * s.K * s.OH * s.OW));
+    }
+    return HR_OK;
+}
+
+/* The same with the batch's input arriving in pieces (staging.c): each
+ * piece's samples go through cuDNN as soon as the piece is in. The first run
+ * settles the upload and times the piece plans; where the pieces or their
+ * plans are missing, the whole batch runs at once. */
+hr_status hr_cuda_conv2d_pieces(hr_cuda *c, const hr_kargs *a) {
+    const hr_conv_args *v = &a->conv;
+    conv_shape s;
+    hr_cuda_conv *full, *tail, *pf, *pt;
+    int64_t q;
+    hr_status st = ready(c, v, &s, &full, &tail);
+    if (st) return st;
+    bool bias = v->b != NULL;
+    hr_cudnn_op *of = NULL, *ot = NULL;
+    int np = c->npieces;
+    bool ok = piece_plans(c, &s, &pf, &pt, &q) && np == (int)((s.N + q - 1) / q) && c->piece_upto[np - 1] == s.N &&
+              (of = hr_conv_algo_graph_op(c, pf, FWD, bias)) != NULL &&
+              (!pt || (ot = hr_conv_algo_graph_op(c, pt, FWD, bias)) != NULL);
+    for (int k = 0; ok && k < np; k++) ok = c->piece_upto[k] == (k + 1 < np ? (k + 1) * q : s.N);
+    if (!ok) {
+        if ((st = hr_cuda_settle(c)) != HR_OK) return st;
+        return hr_cuda_conv2d(c, a);
+    }
+    hr_cuda_dnn *d = c->dnn;
+    const float *x = v->x, *w = v->w;
+    float *y = v->y;
+    void *ws = a->ws;
+    size_t wsz = a->ws_bytes;
+    int64_t xs = s.C * s.H * s.W, ys = s.K * s.OH * s.OW;
+    bool waiting = true;
+    if (!hr_cudnn_op_tuned(of) || (ot && !hr_cudnn_op_tuned(ot))) { /* timing needs the samples in */
+        if ((st = hr_cuda_settle(c)) != HR_OK) return st;
+        waiting = false;
+        if (!hr_cudnn_op_tuned(of) && (st = hr_conv_algo_tune_op(c, of, x, w, y, ws, wsz)) != HR_OK) return st;
+        if (ot && !hr_cudnn_op_tuned(ot) &&
+            (st = hr_conv_algo_tune_op(c, ot, x + (s.N - pt->N) * xs, w, y + (s.N - pt->N) * ys, ws, wsz)) != HR_OK)
+            return st;
+    }
+    if (bias) HR_CU(hrk_bias_fill(c->stream, v->b, y, s.N, s.K, s.OH * s.OW));
+    for (int k = 0; k < np; k++) {
+        int64_t n0 = k * q, cnt = c->piece_upto[k] - n0;
+        if (waiting) {
+            if ((st = hr_cuda_stage_upto(c, k)) != HR_OK) return st;
+            HR_CU(cudaStreamWaitEvent(c->stream, c->piece_ev[k], 0));
+        }
+        st = hr_cudnn_op_run(d->G, cnt == q ? of : ot, x + n0 * xs, w, y + n0 * ys, ws, wsz);
+        if (st) return st;
+    }
+    return hr_cuda_settle(c);
+}
+
+/* dx, dW, db from x, W, dy, each when wanted */
+hr_status hr_cuda_conv2d_bwd(void *ctx, const hr_kargs *a) {
+    hr_cuda *c = ctx;
+    const hr_conv_args *v = &a->conv;
+    conv_shape s;
+    hr_cuda_conv *full, *tail;
+    hr_status st = ready(c, v, &s, &full, &tail);
+    if (st) return st;
+    hr_cuda_dnn *d = c->dnn;
+    const float *x = v->x, *w = v->w, *dy = v->dy;
+    float *dx = v->dx, *dw = v->dw, *db = v->db;
+    void *ws = a->ws;
+    size_t wsz = a->ws_bytes;
+    float one = 1.0f, zero = 0.0f;
+    /* timing overwrites the output: only where the node does not add into it */
+    hr_cudnn_op *gd = dx ? hr_conv_algo_graph_op(c, full, BWD_DATA, v->acc_dx) : NULL;
+    hr_cudnn_op *gf = dw ? hr_conv_algo_graph_op(c, full, BWD_FILTER, v->acc_dw) : NULL;
+    if (gd && !v->acc_dx && !hr_cudnn_op_tuned(gd) && (st = hr_conv_algo_tune_op(c, gd, w, dy, dx, ws, wsz)) != HR_OK)
+        return st;
+    if (gf && !v->acc_dw && !hr_cudnn_op_tuned(gf) && (st = hr_conv_algo_tune_op(c, gf, x, dy, dw, ws, wsz)) != HR_OK)
+        return st;
+    if (dx && !gd && !v->acc_dx && !full->tuned[BWD_DATA] &&
+        (st = hr_conv_algo_tune(c, full, BWD_DATA, w, dy, dx, ws, wsz)) != HR_OK)
+        return st;
+    if (dw && !gf && !v->acc_dw && !full->tuned[BWD_FILTER] &&
+        (st = hr_conv_algo_tune(c, full, BWD_FILTER, x, dy, dw, ws, wsz)) != HR_OK)
+        return st;
+    for (int64_t n0 = 0; n0 < s.N; n0 += s.chunk) {
+        hr_cuda_conv *p = s.N - n0 >= s.chunk ? full : tail;
+        const float *dyc = dy + n0 * s.K * s.OH * s.OW;
+        hr_cudnn_op *od = dx ? hr_conv_algo_graph_op(c, p, BWD_DATA, v->acc_dx) : NULL;
+        hr_cudnn_op *of = dw ? hr_conv_algo_graph_op(c, p, BWD_FILTER, n0 > 0 || v->acc_dw) : NULL;
+        if (od) {
+            if ((st = hr_cudnn_op_run(d->G, od, w, dyc, dx + n0 * s.C * s.H * s.W, ws, wsz)) != HR_OK) return st;
+        } else if (dx) {
+            if ((st = hr_conv_algo_ready(c, p, BWD_DATA, wsz)) != HR_OK) return st;
+            DNN(d, d->BackwardData(d->h, &one, p->wd, w, p->yd, dyc, p->cd, p->algo[BWD_DATA], ws, wsz,
+                                   v->acc_dx ? &one : &zero, p->xd, dx + n0 * s.C * s.H * s.W));
+        }
+        if (of) {
+            if ((st = hr_cudnn_op_run(d->G, of, x + n0 * s.C * s.H * s.W, dyc, dw, ws, wsz)) != HR_OK) return st;
+        } else if (dw) {
+            if ((st = hr_conv_algo_ready(c, p, BWD_FILTER, wsz)) != HR_OK) return st;
+            bool add = n0 > 0 || v->acc_dw;
+            DNN(d, d->BackwardFilter(d->h, &one, p->xd, x + n0 * s.C * s.H * s.W, p->yd, dyc, p->cd,
+                                     p->algo[BWD_FILTER], ws, wsz, add ? &one : &zero, p->wd, dw));
+        }
+    }
+    if (db) {
+        bool fits = ws && wsz >= hr_chan_sum_ws(s.N, s.K, s.OH * s.OW);
+        HR_CU(hrk_channel_sum_ws(c->stream, dy, db, s.N, s.K, s.OH * s.OW, v->acc_db, fits ? ws : NULL));
+    }
+    return HR_OK;
+}

@@ -1,0 +1,253 @@
+/* conv_algo.c — which cuDNN algorithm runs each convolution plan: the graph
+ * API's engines or the legacy API's algorithms, filtered by HR_CUDNN_ALGO
+ * (precise, deterministic, heuristic), and with HR_CUDNN_AUTOTUNE the precise
+ * candidates timed once on the real buffers at the first run. HR_CUDA_VERBOSE
+ * prints what was considered and timed. */
+#include "backend/cuda/conv.h"
+
+#include <string.h>
+
+/* FFT and Winograd algorithms trade FP32 accuracy for speed (errors near
+ * 1e-5 instead of 1e-7), which Adam then amplifies where a gradient is near
+ * zero; the GEMM-like ones add the same products as the CPU does. */
+static bool precise(int which, int algo) {
+    if (which == FWD) return algo <= 3;            /* implicit GEMM, precomputed, GEMM, direct */
+    if (which == BWD_DATA) return algo <= 1;       /* ALGO_0, ALGO_1 */
+    return algo == 0 || algo == 1 || algo == 3;    /* ALGO_0, ALGO_1, ALGO_3 */
+}
+
+/* Which algorithms come first (HR_CUDNN_ALGO, c->opt.cudnn_algo):
+ *   precise        (default) cuDNN's heuristic order among the GEMM-like
+ *                  algorithms, deterministic or not, then any;
+ *   deterministic  precise and deterministic, then deterministic, then any:
+ *                  a rerun gives the same bits (slower backward passes);
+ *   heuristic      cuDNN's heuristic first choice, whatever it is. */
+static int pick_mode(const hr_cuda *c) { return c->opt.cudnn_algo; }
+
+/* In the precise mode, the GEMM-like candidates are also timed once on the
+ * real buffers at the first run, and the fastest is kept: the heuristics'
+ * ranking is often wrong for FP32. Their workspace, up to
+ * HR_CUDA_CONV_TUNE_WS, is planned. HR_CUDNN_AUTOTUNE=0 keeps the
+ * heuristics' choice. */
+#define HR_CUDA_CONV_TUNE_WS ((size_t)64 << 20)
+static bool autotune(const hr_cuda *c) { return pick_mode(c) == HR_ALGO_PRECISE && c->opt.cudnn_autotune; }
+
+/* The modes of pick_mode() map to engine filters:
+ * precise: no FFT or Winograd, the candidates timed (autotune) or cuDNN's
+ * first; deterministic: also no non-deterministic engine, cuDNN's first
+ * (timing could pick another engine in another run); heuristic: cuDNN's
+ * first, whatever it is. TF32 engines only when allowed. */
+hr_cudnn_op *hr_conv_algo_graph_op(hr_cuda *c, hr_cuda_conv *p, int which, bool add) {
+    hr_cuda_dnn *d = c->dnn;
+    if (!d->G) return NULL;
+    int b = add ? 1 : 0;
+    if (p->gtried[which][b]) return p->gop[which][b];
+    p->gtried[which][b] = true;
+    int mode = pick_mode(c);
+    unsigned flags = p->tf32 ? HR_ENGINE_ALLOW_TF32 : 0;
+    if (mode != HR_ALGO_HEURISTIC) flags |= HR_ENGINE_PRECISE;
+    if (mode == HR_ALGO_DETERMINISTIC) flags |= HR_ENGINE_DETERMINISTIC;
+    if (!autotune(c)) flags |= HR_ENGINE_FIRST_ONLY;
+    hr_conv_dims dims = {.n = p->N, .c = p->C, .h = p->H, .w = p->W, .k = p->K, .r = p->kh, .s = p->kw,
+                         .oh = p->OH, .ow = p->OW, .pad = {p->ph, p->pw}, .stride = {p->sh, p->sw},
+                         .align = p->align};
+    size_t cap = autotune(c) ? HR_CUDA_CONV_TUNE_WS : HR_CUDA_CONV_WS_CAP;
+    p->gop[which][b] = hr_cudnn_op_new(d->G, &dims, which, add ? 1.0f : 0.0f, flags, cap, 16, p->gwhy[which][b],
+                                       sizeof p->gwhy[which][b]);
+    if (c->opt.cuda_verbose) {
+        static const char *what[] = {"forward", "backward-data", "backward-filter"};
+        char desc[160];
+        if (p->gop[which][b])
+            hr_cudnn_op_describe(p->gop[which][b], desc, sizeof desc);
+        else
+            snprintf(desc, sizeof desc, "none (%s): legacy algorithms", p->gwhy[which][b]);
+        fprintf(stderr, "cuda: conv N=%d C=%d %dx%d K=%d k=%dx%d s=%d p=%d: %s beta %d: %s\n", p->N, p->C, p->H, p->W,
+                p->K, p->kh, p->kw, p->sh, p->ph, what[which], b, desc);
+    }
+    return p->gop[which][b];
+}
+
+/* ---- the legacy API's algorithms ---------------------------------------------- */
+static hr_cudnn_status ws_size(hr_cuda_dnn *d, hr_cuda_conv *p, int which, int algo, size_t *ws) {
+    if (which == FWD) return d->GetFwdWs(d->h, p->xd, p->wd, p->cd, p->yd, algo, ws);
+    if (which == BWD_DATA) return d->GetBwdDataWs(d->h, p->wd, p->yd, p->cd, p->xd, algo, ws);
+    return d->GetBwdFilterWs(d->h, p->xd, p->yd, p->cd, p->wd, algo, ws);
+}
+
+/* The first algorithm of cuDNN's heuristic ranking that succeeds, keeps to
+ * FP32 arithmetic unless TF32 is allowed, and whose workspace fits the cap,
+ * in the preference order of pick_mode(). */
+static hr_status choose(hr_cuda *c, hr_cuda_conv *p, int which) {
+    hr_cuda_dnn *d = c->dnn;
+    if (p->algo[which] >= 0 || p->err[which]) return HR_OK;
+    hr_cudnn_perf perf[8];
+    int got = 0;
+    memset(perf, 0, sizeof perf);
+    DNN(d, d->SetConvolutionMathType(p->cd, p->tf32 ? HR_CUDNN_DEFAULT_MATH : HR_CUDNN_FMA_MATH));
+    hr_cudnn_status st;
+    if (which == FWD)
+        st = d->GetFwdAlgo(d->h, p->xd, p->wd, p->cd, p->yd, HR_CUDNN_FWD_ALGO_COUNT, &got, perf);
+    else if (which == BWD_DATA)
+        st = d->GetBwdDataAlgo(d->h, p->wd, p->yd, p->cd, p->xd, HR_CUDNN_BWD_DATA_ALGO_COUNT, &got, perf);
+    else
+        st = d->GetBwdFilterAlgo(d->h, p->xd, p->yd, p->cd, p->wd, HR_CUDNN_BWD_FILTER_ALGO_COUNT, &got, perf);
+    if (st != 0) {
+        p->err[which] = st;
+        return HR_OK;
+    }
+    int mode = pick_mode(c);
+    for (int pass = 0; pass < 3 && p->algo[which] < 0; pass++)
+        for (int i = 0; i < got; i++) {
+            const hr_cudnn_perf *r = &perf[i];
+            bool math_ok = p->tf32 || r->mathType == HR_CUDNN_FMA_MATH || r->mathType == HR_CUDNN_DEFAULT_MATH;
+            if (r->status != 0 || !math_ok || r->memory > HR_CUDA_CONV_WS_CAP) continue;
+            bool want_det = mode == HR_ALGO_DETERMINISTIC && pass < 2;
+            bool want_precise = mode != HR_ALGO_HEURISTIC && pass < 1;
+            if (want_det && r->determinism != HR_CUDNN_DETERMINISTIC) continue;
+            if (want_precise && !precise(which, r->algo)) continue;
+            size_t ws = 0;
+            int math = p->tf32 ? r->mathType : HR_CUDNN_FMA_MATH;
+            DNN(d, d->SetConvolutionMathType(p->cd, math));
+            st = ws_size(d, p, which, r->algo, &ws);
+            if (st != 0 || ws > HR_CUDA_CONV_WS_CAP) continue;
+            p->algo[which] = r->algo;
+            p->math[which] = math;
+            p->ws[which] = ws;
+            break;
+        }
+    if (p->algo[which] < 0) p->err[which] = 9; /* CUDNN_STATUS_NOT_SUPPORTED */
+    if (p->algo[which] >= 0 && autotune(c)) {
+        for (int i = 0; i < got && p->ncand[which] < 8; i++) {
+            const hr_cudnn_perf *r = &perf[i];
+            bool math_ok = p->tf32 || r->mathType == HR_CUDNN_FMA_MATH || r->mathType == HR_CUDNN_DEFAULT_MATH;
+            if (r->status != 0 || !math_ok || !precise(which, r->algo)) continue;
+            int math = p->tf32 ? r->mathType : HR_CUDNN_FMA_MATH;
+            bool dup = false;
+            for (int k = 0; k < p->ncand[which]; k++)
+                dup |= p->cand[which][k].algo == r->algo && p->cand[which][k].math == math;
+            size_t ws = 0;
+            if (dup || d->SetConvolutionMathType(p->cd, math) != 0 || ws_size(d, p, which, r->algo, &ws) != 0) continue;
+            if (ws > HR_CUDA_CONV_TUNE_WS && !(r->algo == p->algo[which] && math == p->math[which])) continue;
+            int k = p->ncand[which]++;
+            p->cand[which][k].algo = r->algo, p->cand[which][k].math = math, p->cand[which][k].ws = ws;
+        }
+        if (p->ncand[which] < 2) p->tuned[which] = true; /* nothing to compare */
+    } else {
+        p->tuned[which] = true;
+    }
+    if (c->opt.cuda_verbose) {
+        static const char *what[] = {"forward", "backward-data", "backward-filter"};
+        fprintf(stderr, "cuda: conv N=%d C=%d %dx%d K=%d k=%dx%d s=%d p=%d: %s algo %d (math %d, workspace %zu) of", p->N,
+                p->C, p->H, p->W, p->K, p->kh, p->kw, p->sh, p->ph, what[which], p->algo[which], p->math[which],
+                p->ws[which]);
+        for (int i = 0; i < got; i++)
+            fprintf(stderr, " %d%s%s", perf[i].algo, perf[i].status ? "!" : "",
+                    perf[i].determinism == HR_CUDNN_DETERMINISTIC ? "" : "~");
+        fprintf(stderr, "\n");
+    }
+    return HR_OK;
+}
+
+/* The chosen algorithm's workspace, or its candidates' largest until timed. */
+static size_t ws_of(hr_cuda *c, hr_cuda_conv *p, int which) {
+    if (!p) return 0;
+    hr_status st = choose(c, p, which);
+    if (st) hr_error_clear();
+    if (p->algo[which] < 0) return 0;
+    size_t ws = p->ws[which];
+    for (int k = 0; k < p->ncand[which]; k++)
+        if (!p->tuned[which] && p->cand[which][k].ws > ws) ws = p->cand[which][k].ws;
+    return ws;
+}
+
+size_t hr_conv_algo_workspace(hr_cuda *c, hr_cuda_conv *p, int which, bool add) {
+    if (!p) return 0;
+    hr_cudnn_op *op = hr_conv_algo_graph_op(c, p, which, add);
+    return op ? hr_cudnn_op_workspace(op) : ws_of(c, p, which);
+}
+
+hr_status hr_conv_algo_ready(hr_cuda *c, hr_cuda_conv *p, int which, size_t have) {
+    static const char *what[] = {"forward", "backward-data", "backward-filter"};
+    hr_status st = choose(c, p, which);
+    if (st) return st;
+    if (p->algo[which] < 0)
+        return hr_error_set(HR_ERR_DEVICE, "cuDNN has no %s algorithm for this convolution (status %d)", what[which],
+                            p->err[which]);
+    if (p->ws[which] > have)
+        return hr_error_set(HR_ERR_INTERNAL, "cuDNN %s algorithm needs %zu bytes of workspace, the plan gave %zu",
+                            what[which], p->ws[which], have);
+    return c->dnn->SetConvolutionMathType(p->cd, p->math[which]) == 0
+               ? HR_OK
+               : hr_error_set(HR_ERR_DEVICE, "cudnnSetConvolutionMathType failed");
+}
+
+/* ---- autotune --------------------------------------------------------------- */
+/* One call of algorithm `algo` on the first chunk: a, b are the inputs (x, W;
+ * W, dy; x, dy), out the output, written (beta 0). */
+static hr_cudnn_status call_algo(hr_cuda_dnn *d, hr_cuda_conv *p, int which, int algo, const void *a, const void *b,
+                                 void *out, void *ws, size_t wsz) {
+    float one = 1.0f, zero = 0.0f;
+    if (which == FWD) return d->Forward(d->h, &one, p->xd, a, p->wd, b, p->cd, algo, ws, wsz, &zero, p->yd, out);
+    if (which == BWD_DATA)
+        return d->BackwardData(d->h, &one, p->wd, a, p->yd, b, p->cd, algo, ws, wsz, &zero, p->xd, out);
+    return d->BackwardFilter(d->h, &one, p->xd, a, p->yd, b, p->cd, algo, ws, wsz, &zero, p->wd, out);
+}
+
+/* Times each candidate (one call to warm up, then the median of three) on the
+ * real buffers, before the node's real work overwrites `out`, and keeps the
+ * fastest. Only where the node does not accumulate into `out`. */
+hr_status hr_conv_algo_tune(hr_cuda *c, hr_cuda_conv *p, int which, const void *a, const void *b, void *out, void *ws,
+                            size_t wsz) {
+    hr_cuda_dnn *d = c->dnn;
+    if (p->tuned[which] || p->algo[which] < 0) return HR_OK;
+    p->tuned[which] = true;
+    for (int i = 0; i < 2; i++)
+        if (!d->ev[i]) HR_CU(cudaEventCreate(&d->ev[i]));
+    float best = -1, times[8];
+    int pick = -1;
+    for (int k = 0; k < p->ncand[which]; k++) {
+        times[k] = -1;
+        if (p->cand[which][k].ws > wsz || d->SetConvolutionMathType(p->cd, p->cand[which][k].math) != 0) continue;
+        int algo = p->cand[which][k].algo;
+        if (call_algo(d, p, which, algo, a, b, out, ws, wsz) != 0) continue;
+        float t[3];
+        bool ok = true;
+        for (int r = 0; r < 3 && ok; r++) {
+            HR_CU(cudaEventRecord(d->ev[0], c->stream));
+            ok = call_algo(d, p, which, algo, a, b, out, ws, wsz) == 0;
+            HR_CU(cudaEventRecord(d->ev[1], c->stream));
+            HR_CU(cudaEventSynchronize(d->ev[1]));
+            HR_CU(cudaEventElapsedTime(&t[r], d->ev[0], d->ev[1]));
+        }
+        if (!ok) continue;
+        float lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
+        float med = t[2] < lo ? lo : t[2] > hi ? hi : t[2];
+        times[k] = med;
+        if (pick < 0 || med < best) best = med, pick = k;
+    }
+    HR_CU(cudaGetLastError());
+    if (pick >= 0) {
+        p->algo[which] = p->cand[which][pick].algo;
+        p->math[which] = p->cand[which][pick].math;
+        p->ws[which] = p->cand[which][pick].ws;
+    }
+    if (c->opt.cuda_verbose) {
+        static const char *what[] = {"forward", "backward-data", "backward-filter"};
+        fprintf(stderr, "cuda: conv N=%d C=%d %dx%d K=%d: %s tuned: algo %d of", p->N, p->C, p->H, p->W, p->K,
+                what[which], p->algo[which]);
+        for (int k = 0; k < p->ncand[which]; k++)
+            fprintf(stderr, " %d:%.3fms", p->cand[which][k].algo, (double)times[k]);
+        fprintf(stderr, "\n");
+    }
+    return HR_OK;
+}
+
+/* Times the graph op's candidates on the real buffers (before the node's real
+ * work overwrites `out`) and keeps the fastest. */
+hr_status hr_conv_algo_tune_op(hr_cuda *c, hr_cudnn_op *op, const void *a, const void *b, void *out, void *ws,
+                               size_t wsz) {
+    hr_cuda_dnn *d = c->dnn;
+    for (int i = 0; i < 2; i++)
+        if (!d->ev[i]) HR_CU(cudaEventCreate(&d->ev[i]));
+    return hr_cudnn_op_tune(d->G, op, c->stream, d->ev, a, b, out, ws, wsz, c->opt.cuda_verbose);
+}
