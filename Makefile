@@ -55,10 +55,18 @@ all: $(BUILD)/headroom $(BUILD)/libheadroom.a $(TESTS) $(BUILD)/tests/test_layou
 
 $(BUILD)/libheadroom.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
-	ar rcs $@ $^
+	rm -f $@ && ar rcs $@ $^   # anew: a removed source leaves no stale member
 
 $(BUILD)/headroom: $(CLI_OBJ) $(BUILD)/libheadroom.a
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libheadroom.a $(LDLIBS)
+
+# test_ops is one binary from several sources: tests/test_ops.c (main, the
+# coverage table) and every tests/ops/*.c (the harness and the op families).
+OPS_TEST_SRC := $(wildcard tests/ops/*.c)
+$(BUILD)/tests/test_ops: tests/test_ops.c $(OPS_TEST_SRC) tests/ops/harness.h $(BUILD)/libheadroom.a tests/check.h \
+                         $(FLAGS_STAMP)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -Itests -o $@ tests/test_ops.c $(OPS_TEST_SRC) $(BUILD)/libheadroom.a $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libheadroom.a tests/check.h $(FLAGS_STAMP)
 	@mkdir -p $(@D)

@@ -3,321 +3,16 @@
  * from central finite differences; accum/in-place/skipped-output semantics
  * of the backward kernels; the optimizers; and autodiff end to end through
  * the public API (keep_grads) on small models with residuals and concats.
+ * op_tests[] maps every op of HR_OP_LIST to its test: an op without one fails.
+ * One binary, build/tests/test_ops, from this file (main, op_tests[], Linear,
+ * Conv2d, ReLU, Add, Reshape, Dropout, pools, Concat, Softmax, losses) and
+ * the files under tests/ops/: the shared harness and references, activations,
+ * norms, optimizers, end to end (tests/ops/harness.h lists them).
  *
  * Bounds: an op's result r (float32) against the float64 reference f passes
  * when max|r - f| <= tol * max(1, max|f|); tol is stated per op below and
  * the worst error of every op is printed. */
-#include "backend/cpu/cpu.h"
-#include "check.h"
-#include "exec/session.h"
-
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
-/* ---- small helpers -------------------------------------------------------- */
-static uint64_t rng_state = 0x1234567ULL;
-static double urand(void) { /* [0, 1) */
-    uint64_t x = (rng_state += 0x9E3779B97F4A7C15ULL);
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    x ^= x >> 31;
-    return (double)(x >> 11) * (1.0 / 9007199254740992.0);
-}
-/* Uniform in [lo, hi), rounded to float so that both sides see the same input. */
-static double frand(double lo, double hi) { return (double)(float)(lo + (hi - lo) * urand()); }
-static void fill(double *a, int64_t n, double lo, double hi) {
-    for (int64_t i = 0; i < n; i++) a[i] = frand(lo, hi);
-}
-static double *dalloc(int64_t n) { return calloc((size_t)(n ? n : 1), sizeof(double)); }
-
-/* Worst error per op, for the summary. */
-typedef struct {
-    char name[80];
-    double worst, tol; /* tol: the bound of the worst error */
-    bool failed;
-} op_stat;
-static op_stat stats[64];
-static int nstats;
-
-static void note(const char *op, double err, double tol) {
-    int i = 0;
-    while (i < nstats && strcmp(stats[i].name, op) != 0) i++;
-    if (i == 64) return;
-    if (i == nstats) {
-        snprintf(stats[i].name, sizeof stats[i].name, "%s", op);
-        stats[i].worst = -1;
-        nstats++;
-    }
-    if (err > stats[i].worst) stats[i].worst = err, stats[i].tol = tol;
-    if (!(err <= tol)) stats[i].failed = true;
-}
-
-/* max|got - ref| / max(1, max|ref|), with NaN counted as infinite. */
-static double rel_err(const float *got, const double *ref, int64_t n) {
-    double mx = 1, e = 0;
-    for (int64_t i = 0; i < n; i++) mx = ref[i] == ref[i] && fabs(ref[i]) > mx ? fabs(ref[i]) : mx;
-    for (int64_t i = 0; i < n; i++) {
-        if (ref[i] != ref[i]) continue; /* a kink: not compared */
-        double d = fabs((double)got[i] - ref[i]);
-        if (d != d) d = INFINITY;
-        if (d > e) e = d;
-    }
-    return e / mx;
-}
-
-static void compare(const char *op, const char *what, const float *got, const double *ref, int64_t n, double tol) {
-    double e = rel_err(got, ref, n);
-    note(op, e, tol);
-    CHECK(e <= tol, "%s %s: error %.3g > %.3g", op, what, e, tol);
-}
-
-/* ---- a one-node harness around the CPU backend ---------------------------- */
-#define KT_MAX 48
-typedef struct {
-    hr_graph g;
-    void *ptr[KT_MAX];
-    bool owned[KT_MAX];
-    hr_backend *be;
-} kt;
-
-static void kt_init(kt *k) {
-    memset(k, 0, sizeof *k);
-    hr_config_t cfg = hr_config_default();
-    k->be = hr_backend_cpu_new(&cfg);
-}
-
-static int64_t kt_numel(kt *k, int t) { return hr_shape_numel(&k->g.t[t].shape); }
-
-static int kt_tensor(kt *k, hr_dtype dt, int ndim, const int64_t *d) {
-    char nm[16];
-    snprintf(nm, sizeof nm, "t%d", k->g.nt);
-    int t = hr_graph_add_tensor(&k->g, nm, dt, hr_shape_make(ndim, d), false, HR_T_ACT, -1);
-    if (t < 0 || t >= KT_MAX) abort();
-    size_t n = (size_t)hr_shape_numel(&k->g.t[t].shape) * hr_dtype_size(dt);
-    k->ptr[t] = calloc(n ? n : 1, 1);
-    k->owned[t] = true;
-    return t;
-}
-#define KT(k, ...) kt_tensor((k), HR_F32, sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t), (int64_t[]){__VA_ARGS__})
-
-static float *kf(kt *k, int t) { return k->ptr[t]; }
-static void kt_set(kt *k, int t, const double *v) {
-    for (int64_t i = 0; i < kt_numel(k, t); i++) kf(k, t)[i] = (float)v[i];
-}
-static void kt_fillf(kt *k, int t, float v) {
-    for (int64_t i = 0; i < kt_numel(k, t); i++) kf(k, t)[i] = v;
-}
-
-static hr_step_info kt_si(void) {
-    hr_step_info si;
-    memset(&si, 0, sizeof si);
-    si.t = 0;
-    si.seed = 7;
-    si.sqnorm = -1;
-    return si;
-}
-
-/* Runs n once, with a fresh workspace when the backend asks for one. */
-static void kt_run_si(kt *k, hr_node *n, const hr_step_info *si) {
-    size_t ws = k->be->workspace_size ? k->be->workspace_size(k->be, &k->g, n) : 0;
-    n->ws = -1;
-    if (ws) n->ws = kt_tensor(k, HR_U8, 1, (int64_t[]){(int64_t)ws});
-    hr_status st = k->be->run(k->be, &k->g, n, k->ptr, si);
-    CHECK(st == HR_OK, "run %s: %s", hr_op_name(n->op), hr_last_error());
-}
-static void kt_run(kt *k, hr_node *n) {
-    hr_step_info si = kt_si();
-    kt_run_si(k, n, &si);
-}
-
-static void kt_free(kt *k) {
-    for (int i = 0; i < KT_MAX; i++)
-        if (k->owned[i]) free(k->ptr[i]);
-    hr_graph_free(&k->g);
-    k->be->free(k->be);
-}
-
-/* ---- finite differences on the float64 reference -------------------------- */
-typedef double (*loss_fn)(void *ctx);
-
-/* d loss / d a[i] for every i, central differences with h = 1e-5. */
-static void fd_grad(loss_fn f, void *ctx, double *a, int64_t n, double *g) {
-    const double h = 1e-5;
-    for (int64_t i = 0; i < n; i++) {
-        double v = a[i];
-        a[i] = v + h;
-        double lp = f(ctx);
-        a[i] = v - h;
-        double lm = f(ctx);
-        a[i] = v;
-        g[i] = (lp - lm) / (2 * h);
-    }
-}
-
-/* As fd_grad, but an element whose differences with h and h/2 disagree has
- * a kink within h (a ReLU or max input near its switch, where float32 and
- * float64 may take different sides): it gets NaN, which compare skips.
- * Smooth, the two differ by O(h^2) ~ 1e-10. Returns how many were skipped. */
-static int fd_grad_smooth(loss_fn f, void *ctx, double *a, int64_t n, double *g) {
-    const double h = 1e-5;
-    int kinks = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double v = a[i], d[2];
-        for (int k = 0; k < 2; k++) {
-            double hk = h / (k + 1);
-            a[i] = v + hk;
-            double lp = f(ctx);
-            a[i] = v - hk;
-            double lm = f(ctx);
-            d[k] = (lp - lm) / (2 * hk);
-        }
-        a[i] = v;
-        g[i] = d[0];
-        if (fabs(d[0] - d[1]) > 1e-7 * (fabs(g[i]) > 1 ? fabs(g[i]) : 1)) g[i] = NAN, kinks++;
-    }
-    return kinks;
-}
-
-/* Checks a backward node: outputs out[0..nout) against grads ref[i] (NULL: not
- * checked), in four ways: overwrite (outputs pre-filled with NaN, accum off),
- * accumulate (pre-filled with random values, accum on), mixed accum flags,
- * and -- for nodes with several outputs -- each output skipped (-1). */
-static void check_backward(kt *k, const hr_node *tmpl, double *const *ref, const char *op, double tol, bool skippable) {
-    int nout = tmpl->nout;
-    for (int variant = 0; variant < 3 + (skippable ? nout : 0); variant++) {
-        hr_node n = *tmpl;
-        double *pre[HR_NODE_MAX_IO] = {0};
-        for (int i = 0; i < nout; i++) {
-            if (n.out[i] < 0 || !ref[i]) continue;
-            int64_t m = kt_numel(k, n.out[i]);
-            bool acc = variant == 1 || (variant == 2 && i % 2 == 0);
-            n.accum[i] = acc;
-            if (variant >= 3 && variant - 3 == i) {
-                n.out[i] = -1;
-                continue;
-            }
-            if (acc) {
-                pre[i] = dalloc(m);
-                fill(pre[i], m, -2, 2);
-                kt_set(k, n.out[i], pre[i]);
-            } else {
-                kt_fillf(k, n.out[i], NAN);
-            }
-        }
-        kt_run(k, &n);
-        for (int i = 0; i < nout; i++) {
-            if (n.out[i] < 0 || !ref[i]) continue;
-            int64_t m = kt_numel(k, n.out[i]);
-            double *want = dalloc(m);
-            for (int64_t j = 0; j < m; j++) want[j] = ref[i][j] + (pre[i] ? pre[i][j] : 0);
-            char what[64];
-            snprintf(what, sizeof what, "grad out[%d] (%s%s)", i, pre[i] ? "accum" : "overwrite",
-                     variant >= 3 ? ", another output skipped" : variant == 2 ? ", mixed flags" : "");
-            compare(op, what, kf(k, n.out[i]), want, m, tol);
-            free(want);
-            free(pre[i]);
-        }
-    }
-}
-
-/* ---- float64 references ---------------------------------------------------- */
-/* y (N,out) = x (N,in) W^T + b */
-static void ref_linear(const double *x, const double *W, const double *b, int N, int in, int out, double *y) {
-    for (int i = 0; i < N; i++)
-        for (int o = 0; o < out; o++) {
-            double s = b ? b[o] : 0;
-            for (int j = 0; j < in; j++) s += x[i * in + j] * W[o * in + j];
-            y[i * out + o] = s;
-        }
-}
-
-/* cross-correlation with zero padding, as torch.nn.Conv2d */
-static void ref_conv(const double *x, const double *W, const double *b, int N, int C, int H, int Wd, int K, int k, int s,
-                     int p, double *y) {
-    int OH = (H + 2 * p - k) / s + 1, OW = (Wd + 2 * p - k) / s + 1;
-    for (int n = 0; n < N; n++)
-        for (int o = 0; o < K; o++)
-            for (int oh = 0; oh < OH; oh++)
-                for (int ow = 0; ow < OW; ow++) {
-                    double acc = b ? b[o] : 0;
-                    for (int c = 0; c < C; c++)
-                        for (int i = 0; i < k; i++)
-                            for (int j = 0; j < k; j++) {
-                                int ih = oh * s - p + i, iw = ow * s - p + j;
-                                if (ih < 0 || ih >= H || iw < 0 || iw >= Wd) continue;
-                                acc += x[((n * C + c) * H + ih) * Wd + iw] * W[((o * C + c) * k + i) * k + j];
-                            }
-                    y[((n * K + o) * OH + oh) * OW + ow] = acc;
-                }
-}
-
-static void ref_pool(const double *x, int NC, int H, int W, int kh, int kw, int s, bool max, double *y) {
-    int OH = (H - kh) / s + 1, OW = (W - kw) / s + 1;
-    for (int c = 0; c < NC; c++)
-        for (int oh = 0; oh < OH; oh++)
-            for (int ow = 0; ow < OW; ow++) {
-                double acc = max ? -INFINITY : 0;
-                for (int i = 0; i < kh; i++)
-                    for (int j = 0; j < kw; j++) {
-                        double v = x[(c * H + oh * s + i) * W + ow * s + j];
-                        if (max)
-                            acc = v > acc ? v : acc;
-                        else
-                            acc += v;
-                    }
-                y[(c * OH + oh) * OW + ow] = max ? acc : acc / (kh * kw);
-            }
-}
-
-/* batch statistics per channel over N and HW; biased variance for y */
-static void ref_bn_train(const double *x, const double *gm, const double *bt, int N, int C, int HW, double eps, double *y,
-                         double *mean, double *var_b, double *var_u) {
-    int M = N * HW;
-    for (int c = 0; c < C; c++) {
-        double s = 0, ss = 0;
-        for (int n = 0; n < N; n++)
-            for (int j = 0; j < HW; j++) s += x[(n * C + c) * HW + j];
-        double mu = s / M;
-        for (int n = 0; n < N; n++)
-            for (int j = 0; j < HW; j++) ss += (x[(n * C + c) * HW + j] - mu) * (x[(n * C + c) * HW + j] - mu);
-        double vb = ss / M;
-        if (mean) mean[c] = mu;
-        if (var_b) var_b[c] = vb;
-        if (var_u) var_u[c] = ss / (M - 1);
-        for (int n = 0; n < N; n++)
-            for (int j = 0; j < HW; j++) {
-                int i = (n * C + c) * HW + j;
-                y[i] = (x[i] - mu) / sqrt(vb + eps) * gm[c] + bt[c];
-            }
-    }
-}
-
-static void ref_softmax(const double *x, int N, int C, bool lg, double *y) {
-    for (int i = 0; i < N; i++) {
-        double mx = x[i * C];
-        for (int j = 1; j < C; j++) mx = x[i * C + j] > mx ? x[i * C + j] : mx;
-        double s = 0;
-        for (int j = 0; j < C; j++) s += exp(x[i * C + j] - mx);
-        for (int j = 0; j < C; j++) y[i * C + j] = lg ? x[i * C + j] - mx - log(s) : exp(x[i * C + j] - mx) / s;
-    }
-}
-
-/* mean over samples of -log softmax(x)[label] */
-static double ref_ce(const double *x, const int *lab, int N, int C) {
-    double tot = 0;
-    double *ls = dalloc((int64_t)N * C);
-    ref_softmax(x, N, C, true, ls);
-    for (int i = 0; i < N; i++) tot -= ls[i * C + lab[i]];
-    free(ls);
-    return tot / N;
-}
-
-static double wsum(const double *w, const double *y, int64_t n) {
-    double s = 0;
-    for (int64_t i = 0; i < n; i++) s += w[i] * y[i];
-    return s;
-}
+#include "ops/harness.h"
 
 /* ---- Linear ----------------------------------------------------------------- */
 typedef struct {
@@ -668,82 +363,6 @@ static void test_maxpool_ties(void) {
     kt_free(&k);
 }
 
-/* ---- BatchNorm ------------------------------------------------------------- */
-typedef struct {
-    double *x, *gm, *bt, *w, *y;
-    int N, C, HW;
-    double eps;
-} bn_ctx;
-static double bn_loss(void *c_) {
-    bn_ctx *c = c_;
-    ref_bn_train(c->x, c->gm, c->bt, c->N, c->C, c->HW, c->eps, c->y, NULL, NULL, NULL);
-    return wsum(c->w, c->y, (int64_t)c->N * c->C * c->HW);
-}
-
-/* ndim 2: BatchNorm1d on (N, C); ndim 4: BatchNorm2d on (N, C, H, W) */
-static void test_batchnorm(int N, int C, int H, int W, bool twod) {
-    const char *op = twod ? "BatchNorm2d(train)" : "BatchNorm1d(train)";
-    const double tol = 2e-4;
-    bn_ctx c = {.N = N, .C = C, .HW = twod ? H * W : 1, .eps = 1e-5};
-    int nx = N * C * c.HW;
-    double mom = 0.1;
-    c.x = dalloc(nx), c.gm = dalloc(C), c.bt = dalloc(C), c.w = dalloc(nx), c.y = dalloc(nx);
-    fill(c.x, nx, -2, 3), fill(c.gm, C, 0.5, 1.5), fill(c.bt, C, -1, 1), fill(c.w, nx, -1, 1);
-    double *rm = dalloc(C), *rv = dalloc(C), *mean = dalloc(C), *vb = dalloc(C), *vu = dalloc(C), *inv = dalloc(C);
-    fill(rm, C, -0.5, 0.5), fill(rv, C, 0.5, 2);
-    kt k;
-    kt_init(&k);
-    int tx = twod ? KT(&k, N, C, H, W) : KT(&k, N, C);
-    int tg = KT(&k, C), tb = KT(&k, C), trm = KT(&k, C), trv = KT(&k, C), tmean = KT(&k, C), tinv = KT(&k, C);
-    int ty = twod ? KT(&k, N, C, H, W) : KT(&k, N, C), tdy = twod ? KT(&k, N, C, H, W) : KT(&k, N, C);
-    int tdx = twod ? KT(&k, N, C, H, W) : KT(&k, N, C), tdg = KT(&k, C), tdb = KT(&k, C);
-    kt_set(&k, tx, c.x), kt_set(&k, tg, c.gm), kt_set(&k, tb, c.bt), kt_set(&k, trm, rm), kt_set(&k, trv, rv);
-    kt_set(&k, tdy, c.w);
-    hr_node f = hr_node_make(HR_OP_BATCHNORM, -1);
-    f.a.eps = (float)c.eps, f.a.momentum = (float)mom, f.a.out_f = C, f.a.train = true;
-    f.in[0] = tx, f.in[1] = tg, f.in[2] = tb, f.in[3] = trm, f.in[4] = trv, f.nin = 5;
-    f.out[0] = ty, f.out[1] = tmean, f.out[2] = tinv, f.nout = 3;
-    kt_run(&k, &f);
-    ref_bn_train(c.x, c.gm, c.bt, N, C, c.HW, c.eps, c.y, mean, vb, vu);
-    compare(op, "forward", kf(&k, ty), c.y, nx, tol);
-    for (int i = 0; i < C; i++) inv[i] = 1 / sqrt(vb[i] + c.eps);
-    compare(op, "saved mean", kf(&k, tmean), mean, C, 1e-5);
-    compare(op, "saved invstd", kf(&k, tinv), inv, C, 1e-5);
-    /* running statistics: (1 - m) r + m stat, with the unbiased variance */
-    double *wrm = dalloc(C), *wrv = dalloc(C);
-    for (int i = 0; i < C; i++) wrm[i] = (1 - mom) * rm[i] + mom * mean[i], wrv[i] = (1 - mom) * rv[i] + mom * vu[i];
-    compare(op, "running_mean update", kf(&k, trm), wrm, C, 1e-5);
-    compare(op, "running_var update (unbiased)", kf(&k, trv), wrv, C, 1e-5);
-
-    double *gx = dalloc(nx), *gg = dalloc(C), *gb = dalloc(C);
-    fd_grad(bn_loss, &c, c.x, nx, gx);
-    fd_grad(bn_loss, &c, c.gm, C, gg);
-    fd_grad(bn_loss, &c, c.bt, C, gb);
-    hr_node b = hr_node_make(HR_OP_BATCHNORM_BWD, -1);
-    b.a = f.a;
-    b.in[0] = tx, b.in[1] = tg, b.in[2] = tmean, b.in[3] = tinv, b.in[4] = tdy, b.nin = 5;
-    b.out[0] = tdx, b.out[1] = tdg, b.out[2] = tdb, b.nout = 3;
-    check_backward(&k, &b, (double *[]){gx, gg, gb}, op, tol, true);
-
-    /* inference: the running statistics, y = (x - rm) / sqrt(rv + eps) g + b */
-    const char *opi = twod ? "BatchNorm2d(eval)" : "BatchNorm1d(eval)";
-    fill(rv, C, 1e-4, 1e-3); /* small variances: eps matters */
-    kt_set(&k, trm, rm), kt_set(&k, trv, rv);
-    f.a.train = false, f.nout = 1, f.out[1] = f.out[2] = -1;
-    kt_run(&k, &f);
-    for (int n = 0; n < N; n++)
-        for (int ch = 0; ch < C; ch++)
-            for (int j = 0; j < c.HW; j++) {
-                int i = (n * C + ch) * c.HW + j;
-                c.y[i] = (c.x[i] - rm[ch]) / sqrt(rv[ch] + c.eps) * c.gm[ch] + c.bt[ch];
-            }
-    compare(opi, "forward", kf(&k, ty), c.y, nx, 1e-5);
-    compare(opi, "running stats untouched", kf(&k, trm), rm, C, 0);
-    kt_free(&k);
-    free(c.x), free(c.gm), free(c.bt), free(c.w), free(c.y), free(rm), free(rv), free(mean), free(vb), free(vu);
-    free(inv), free(wrm), free(wrv), free(gx), free(gg), free(gb);
-}
-
 /* ---- Concat ------------------------------------------------------------------ */
 static void test_concat(int nin, const int *ch, int H, int W, bool image) {
     const char *op = image ? "Concat(N,C,H,W)" : "Concat(N,C)";
@@ -885,293 +504,66 @@ static void test_loss(bool ce) {
     free(c.x), free(c.t), free(c.lab), free(g);
 }
 
-/* ---- optimizers: torch.optim's documented algorithms ----------------------- */
-typedef struct {
-    hr_optim_kind kind;
-    float lr, mom, damp, wd, clip;
-    bool nesterov;
-    const char *name;
-} opt_case;
+/* ---- every op of HR_OP_LIST has a test ------------------------------------- */
+/* Which test covers each op. A backward op is covered by its forward op's
+ * gradient check (check_backward: against central finite differences of the
+ * float64 reference, overwriting, accumulating, with outputs skipped). An op
+ * added to HR_OP_LIST without a row here fails the run (check_coverage), and
+ * so does a row whose op never ran through the harness. */
+static const char *const op_tests[HR_OP_COUNT] = {
+    [HR_OP_LINEAR] = "test_linear: forward, bias and bias=False",
+    [HR_OP_LINEAR_BWD] = "test_linear: Linear's gradient check (dx, dW, db)",
+    [HR_OP_CONV2D] = "test_conv: forward, 8 shapes (1x1, strides, padding, even and 5x5 kernels)",
+    [HR_OP_CONV2D_BWD] = "test_conv: Conv2d's gradient check (dx, dW, db)",
+    [HR_OP_RELU] = "test_relu: forward, in place",
+    [HR_OP_RELU_BWD] = "test_relu: ReLU's gradient check (from float y), in place",
+    [HR_OP_LEAKY_RELU] = "test_act: LeakyReLU(0.01), (0.2): forward, bit mask, inference, in place",
+    [HR_OP_LEAKY_RELU_BWD] = "test_act: LeakyReLU's gradient check (from the mask)",
+    [HR_OP_GELU] = "test_act: GELU, GELU(approximate='tanh'): forward, in place",
+    [HR_OP_GELU_BWD] = "test_act: GELU's gradient check (from x)",
+    [HR_OP_SILU] = "test_act: SiLU: forward, in place",
+    [HR_OP_SILU_BWD] = "test_act: SiLU's gradient check (from x)",
+    [HR_OP_SIGMOID] = "test_act: Sigmoid: forward, in place",
+    [HR_OP_SIGMOID_BWD] = "test_act: Sigmoid's gradient check (from y)",
+    [HR_OP_TANH] = "test_act: Tanh: forward, in place",
+    [HR_OP_TANH_BWD] = "test_act: Tanh's gradient check (from y)",
+    [HR_OP_MAXPOOL] = "test_pool, test_maxpool_ties: forward",
+    [HR_OP_MAXPOOL_BWD] = "test_pool: MaxPool2d's gradient check; ties to the first maximum",
+    [HR_OP_AVGPOOL] = "test_pool: forward, global average pool too",
+    [HR_OP_AVGPOOL_BWD] = "test_pool: AvgPool2d's gradient check",
+    [HR_OP_BATCHNORM] = "test_batchnorm: 1d and 2d, batch and running statistics, eval",
+    [HR_OP_BATCHNORM_BWD] = "test_batchnorm: BatchNorm's gradient check (dx, dgamma, dbeta)",
+    [HR_OP_LAYERNORM] = "test_layernorm: 1 to 3 dims, affine or not, bias=False, mean/rstd, inference, in place",
+    [HR_OP_LAYERNORM_BWD] = "test_layernorm: LayerNorm's gradient check (dx, dgamma, dbeta)",
+    [HR_OP_DROPOUT] = "test_dropout: p=0, p=0.5, masks per step, in place, inference",
+    [HR_OP_DROPOUT_BWD] = "test_dropout: Dropout's gradient (linear with the mask fixed)",
+    [HR_OP_RESHAPE] = "test_reshape: copy and view",
+    [HR_OP_COPY] = "test_add, test_reshape: the backward of Add and Reshape",
+    [HR_OP_ADD] = "test_add: forward, in place (its backward is Copy)",
+    [HR_OP_CONCAT] = "test_concat: forward, 2 and 3 inputs, (N,C) and (N,C,H,W)",
+    [HR_OP_CONCAT_BWD] = "test_concat: Concat's gradient (each input's channels)",
+    [HR_OP_SOFTMAX] = "test_softmax: forward, large logits",
+    [HR_OP_SOFTMAX_BWD] = "test_softmax: Softmax's gradient check",
+    [HR_OP_LOGSOFTMAX] = "test_softmax: forward, large logits",
+    [HR_OP_LOGSOFTMAX_BWD] = "test_softmax: LogSoftmax's gradient check",
+    [HR_OP_CROSS_ENTROPY] = "test_loss: mean loss",
+    [HR_OP_CROSS_ENTROPY_BWD] = "test_loss: CrossEntropyLoss's gradient check",
+    [HR_OP_MSE] = "test_loss: mean loss",
+    [HR_OP_MSE_BWD] = "test_loss: MSELoss's gradient check",
+    [HR_OP_GRAD_SQNORM] = "test_optim (clipping): sum of squares, overwritten and accumulated",
+    [HR_OP_SGD] = "test_optim: SGD, weight decay, momentum, dampening, nesterov, clipping",
+    [HR_OP_ADAM] = "test_optim: Adam, AdamW, weight decay, clipping",
+};
 
-static void test_optim(const opt_case *oc) {
-    const int n = 37, steps = 3;
-    const double tol = 2e-6;
-    double *p = dalloc(n), *buf = dalloc(n), *m = dalloc(n), *v = dalloc(n), *gr = dalloc(n);
-    fill(p, n, -1, 1);
-    kt k;
-    kt_init(&k);
-    int tp = KT(&k, n), tg = KT(&k, n), ts1 = KT(&k, n), ts2 = KT(&k, n), tsq = KT(&k, 1);
-    kt_set(&k, tp, p);
-    hr_step_info si = kt_si();
-    si.lr = oc->lr;
-    si.optim.kind = oc->kind, si.optim.lr = oc->lr, si.optim.momentum = oc->mom, si.optim.dampening = oc->damp;
-    si.optim.nesterov = oc->nesterov, si.optim.weight_decay = oc->wd, si.optim.clip_norm = oc->clip;
-    si.optim.beta1 = 0.9f, si.optim.beta2 = 0.999f, si.optim.eps = 1e-8f;
-    bool sgd = oc->kind == HR_OPTIM_SGD;
-    for (int t = 1; t <= steps; t++) {
-        fill(gr, n, -1, 1);
-        kt_set(&k, tg, gr);
-        double scale = 1;
-        if (oc->clip > 0) {
-            /* clip_grad_norm_: the global norm from GradNorm, coef = max / (norm + 1e-6) */
-            hr_node q = hr_node_make(HR_OP_GRAD_SQNORM, -1);
-            q.in[0] = tg, q.nin = 1, q.out[0] = tsq, q.nout = 1, q.accum[0] = false;
-            kf(&k, tsq)[0] = NAN;
-            kt_run(&k, &q);
-            double sq = 0;
-            for (int i = 0; i < n; i++) sq += gr[i] * gr[i];
-            compare("GradNorm", "sum of squares", kf(&k, tsq), &sq, 1, 1e-6);
-            /* accumulating, as the second and later gradients do: twice the sum */
-            q.accum[0] = true;
-            kt_run(&k, &q);
-            double sq2 = 2 * sq;
-            compare("GradNorm", "sum of squares (accum)", kf(&k, tsq), &sq2, 1, 1e-6);
-            kf(&k, tsq)[0] = (float)sq;
-            double coef = oc->clip / (sqrt(sq) + 1e-6);
-            scale = coef < 1 ? coef : 1;
-            si.sqnorm = tsq;
-        }
-        si.t = t;
-        hr_node u = hr_node_make(sgd ? HR_OP_SGD : HR_OP_ADAM, -1);
-        u.in[0] = tp, u.in[1] = tg, u.in[2] = (sgd && oc->mom == 0) ? -1 : ts1, u.in[3] = sgd ? -1 : ts2, u.nin = 4;
-        if (oc->clip > 0) u.in[4] = tsq, u.nin = 5;
-        kt_run_si(&k, &u, &si);
-        for (int i = 0; i < n; i++) {
-            double g = gr[i] * scale;
-            if (sgd) {
-                g += oc->wd * p[i];
-                if (oc->mom != 0) {
-                    buf[i] = t == 1 ? g : oc->mom * buf[i] + (1 - oc->damp) * g;
-                    g = oc->nesterov ? g + oc->mom * buf[i] : buf[i];
-                }
-                p[i] -= oc->lr * g;
-            } else {
-                double b1 = 0.9, b2 = 0.999, eps = 1e-8;
-                if (oc->kind == HR_OPTIM_ADAMW)
-                    p[i] *= 1 - oc->lr * oc->wd;
-                else
-                    g += oc->wd * p[i];
-                m[i] = b1 * m[i] + (1 - b1) * g;
-                v[i] = b2 * v[i] + (1 - b2) * g * g;
-                double mh = m[i] / (1 - pow(b1, t)), vh = v[i] / (1 - pow(b2, t));
-                p[i] -= oc->lr * mh / (sqrt(vh) + eps);
-            }
-        }
-        char what[32];
-        snprintf(what, sizeof what, "parameters after step %d", t);
-        compare(oc->name, what, kf(&k, tp), p, n, tol);
-        kt_set(&k, tp, p); /* keep the two sides on the same path */
-        if (sgd && oc->mom != 0) compare(oc->name, "momentum_buffer", kf(&k, ts1), buf, n, tol);
-        if (!sgd) {
-            compare(oc->name, "exp_avg", kf(&k, ts1), m, n, tol);
-            compare(oc->name, "exp_avg_sq", kf(&k, ts2), v, n, tol);
-        }
+static void check_coverage(void) {
+    printf("  %-28s %6s  %s\n", "op (HR_OP_LIST)", "nodes", "covered by");
+    for (int op = 0; op < HR_OP_COUNT; op++) {
+        const char *t = op_tests[op], *name = hr_op_name((hr_op)op);
+        printf("  %-28s %6d  %s\n", name, op_runs[op], t ? t : "NOTHING");
+        CHECK(t != NULL, "op %s (row %d of HR_OP_LIST) has no test: add one to tests/test_ops.c or tests/ops/ and its row to op_tests[]",
+              name, op);
+        CHECK(!t || op_runs[op] > 0, "op %s: op_tests[] says \"%s\", but no %s node ran", name, t ? t : "", name);
     }
-    kt_free(&k);
-    free(p), free(buf), free(m), free(v), free(gr);
-}
-
-/* ---- autodiff end to end, through the public API ---------------------------- */
-/* A model is checked by building it, reading its initial parameters, running
- * one step (SGD, lr 0, keep_grads) and comparing the loss and every
- * parameter's gradient with finite differences of a float64 forward pass
- * written here for that model. */
-typedef struct {
-    hr_session_t *s;
-    int np;
-    char names[16][32];
-    double *p[16];
-    int64_t n[16];
-    double *x;
-    int32_t *lab;
-    double *tgt;
-    int B;
-    double (*fwd)(void *ctx); /* the model's loss in float64 from p[], x, lab/tgt */
-} e2e;
-
-static double *P(e2e *e, const char *name) {
-    for (int i = 0; i < e->np; i++)
-        if (strcmp(e->names[i], name) == 0) return e->p[i];
-    fprintf(stderr, "no parameter %s\n", name);
-    abort();
-}
-
-/* Model A: Conv2d(2,3,3,p1) BatchNorm2d ReLU MaxPool2d(2) Flatten Linear(27,4) CE */
-static double fwd_a(void *c_) {
-    e2e *e = c_;
-    int B = e->B;
-    double c0[4 * 3 * 6 * 6], b1[4 * 3 * 6 * 6], p3[4 * 3 * 3 * 3], l5[4 * 4] = {0};
-    ref_conv(e->x, P(e, "0.weight"), P(e, "0.bias"), B, 2, 6, 6, 3, 3, 1, 1, c0);
-    ref_bn_train(c0, P(e, "1.weight"), P(e, "1.bias"), B, 3, 36, 1e-5, b1, NULL, NULL, NULL);
-    for (int i = 0; i < B * 3 * 36; i++) b1[i] = b1[i] > 0 ? b1[i] : 0;
-    ref_pool(b1, B * 3, 6, 6, 2, 2, 2, true, p3);
-    ref_linear(p3, P(e, "5.weight"), P(e, "5.bias"), B, 27, 4, l5);
-    int lab[4];
-    for (int i = 0; i < B; i++) lab[i] = e->lab[i];
-    return ref_ce(l5, lab, B, 4);
-}
-
-/* Model B: a residual and a two-branch concat, AvgPool, global pooling, Softmax + MSE.
- *   c0 = Conv(2,3,3,p1)(x); r1 = ReLU(c0); c2 = Conv(3,3,3,p1)(r1); r3 = ReLU(c2)
- *   a4 = r1 + r3; c5 = Conv(3,2,1)(a4); c6 = Conv(3,2,3,s1,p1,nobias)(a4)
- *   cat7 = [c5, c6]; ap8 = AvgPool(2, s1)(cat7); g9 = global avg(ap8); f10 = Flatten
- *   l11 = Linear(4,3); s12 = Softmax; MSE(s12, tgt) */
-static double fwd_b(void *c_) {
-    e2e *e = c_;
-    int B = e->B, HW = 25;
-    double c0[3 * 3 * 25], r1[3 * 3 * 25], c2[3 * 3 * 25], a4[3 * 3 * 25], c5[3 * 2 * 25], c6[3 * 2 * 25];
-    double cat[3 * 4 * 25], ap[3 * 4 * 16], gp[3 * 4], l[3 * 3] = {0}, s[3 * 3];
-    ref_conv(e->x, P(e, "0.weight"), P(e, "0.bias"), B, 2, 5, 5, 3, 3, 1, 1, c0);
-    for (int i = 0; i < B * 3 * HW; i++) r1[i] = c0[i] > 0 ? c0[i] : 0;
-    ref_conv(r1, P(e, "2.weight"), P(e, "2.bias"), B, 3, 5, 5, 3, 3, 1, 1, c2);
-    for (int i = 0; i < B * 3 * HW; i++) a4[i] = r1[i] + (c2[i] > 0 ? c2[i] : 0);
-    ref_conv(a4, P(e, "5.weight"), P(e, "5.bias"), B, 3, 5, 5, 2, 1, 1, 0, c5);
-    ref_conv(a4, P(e, "6.weight"), NULL, B, 3, 5, 5, 2, 3, 1, 1, c6);
-    for (int n = 0; n < B; n++)
-        for (int c = 0; c < 4; c++)
-            for (int j = 0; j < HW; j++)
-                cat[(n * 4 + c) * HW + j] = c < 2 ? c5[(n * 2 + c) * HW + j] : c6[(n * 2 + c - 2) * HW + j];
-    ref_pool(cat, B * 4, 5, 5, 2, 2, 1, false, ap);
-    ref_pool(ap, B * 4, 4, 4, 4, 4, 1, false, gp);
-    ref_linear(gp, P(e, "11.weight"), P(e, "11.bias"), B, 4, 3, l);
-    ref_softmax(l, B, 3, false, s);
-    double m = 0;
-    for (int i = 0; i < B * 3; i++) m += (s[i] - e->tgt[i]) * (s[i] - e->tgt[i]);
-    return m / (B * 3);
-}
-
-/* Model C: Linear(6,5,nobias) BatchNorm1d ReLU Dropout(0) Linear(5,8) Reshape(2,4)
- * Flatten LogSoftmax... as vectors: Linear(8,3) LogSoftmax, MSE */
-static double fwd_c(void *c_) {
-    e2e *e = c_;
-    int B = e->B;
-    double l0[5 * 5], b1[5 * 5], l4[5 * 8], l7[5 * 3] = {0}, ls[5 * 3];
-    ref_linear(e->x, P(e, "0.weight"), NULL, B, 6, 5, l0);
-    ref_bn_train(l0, P(e, "1.weight"), P(e, "1.bias"), B, 5, 1, 1e-5, b1, NULL, NULL, NULL);
-    for (int i = 0; i < B * 5; i++) b1[i] = b1[i] > 0 ? b1[i] : 0;
-    ref_linear(b1, P(e, "4.weight"), P(e, "4.bias"), B, 5, 8, l4);
-    ref_linear(l4, P(e, "7.weight"), P(e, "7.bias"), B, 8, 3, l7);
-    ref_softmax(l7, B, 3, true, ls);
-    double m = 0;
-    for (int i = 0; i < B * 3; i++) m += (ls[i] - e->tgt[i]) * (ls[i] - e->tgt[i]);
-    return m / (B * 3);
-}
-
-static void e2e_check(const char *op, hr_model_t *m, int B, int64_t in_numel, bool ce, int nclasses_or_outputs,
-                      double (*fwd)(void *)) {
-    const double tol = 2e-5;
-    hr_config_t cfg = hr_config_default();
-    cfg.batch = B, cfg.optim.kind = HR_OPTIM_SGD, cfg.optim.lr = 0.0f, cfg.keep_grads = true, cfg.seed = 11;
-    e2e e = {0};
-    e.B = B;
-    e.fwd = fwd;
-    e.s = hr_compile(m, &cfg);
-    CHECK(e.s != NULL, "%s: compile: %s", op, hr_last_error());
-    if (!e.s) return;
-    CHECK(hr_session_alloc(e.s) == HR_OK, "%s: alloc: %s", op, hr_last_error());
-    int64_t nx = in_numel * B;
-    float *xf = malloc(sizeof(float) * (size_t)nx), *tf = malloc(sizeof(float) * (size_t)(B * nclasses_or_outputs));
-    e.x = dalloc(nx);
-    e.lab = calloc((size_t)B, sizeof(int32_t));
-    e.tgt = dalloc(B * nclasses_or_outputs);
-    fill(e.x, nx, -1, 1);
-    for (int64_t i = 0; i < nx; i++) xf[i] = (float)e.x[i];
-    for (int i = 0; i < B; i++) e.lab[i] = (i * 7 + 2) % nclasses_or_outputs;
-    fill(e.tgt, B * nclasses_or_outputs, 0, 1);
-    for (int i = 0; i < B * nclasses_or_outputs; i++) tf[i] = (float)e.tgt[i];
-    /* the parameters (not buffers, not optimizer state), as initialised */
-    for (int i = 0; i < hr_state_count(e.s); i++) {
-        const char *nm = hr_state_name(e.s, i);
-        if (!hr_state_is_param(e.s, i) || strstr(nm, "running_")) continue;
-        int64_t cnt = 1;
-        for (int d = 0; d < hr_state_ndim(e.s, i); d++) cnt *= hr_state_dim(e.s, i, d);
-        float *buf = malloc(sizeof(float) * (size_t)cnt);
-        CHECK(hr_state_read(e.s, i, buf) == HR_OK, "read %s", nm);
-        snprintf(e.names[e.np], sizeof e.names[e.np], "%s", nm);
-        e.n[e.np] = cnt;
-        e.p[e.np] = dalloc(cnt);
-        for (int64_t j = 0; j < cnt; j++) e.p[e.np][j] = buf[j];
-        e.np++;
-        free(buf);
-    }
-    float loss = NAN;
-    hr_status st = hr_train_step(e.s, xf, ce ? (const void *)e.lab : (const void *)tf, &loss);
-    CHECK(st == HR_OK, "%s: train step: %s", op, hr_last_error());
-    double L = fwd(&e);
-    char opg[96];
-    snprintf(opg, sizeof opg, "%s: loss", op);
-    compare(opg, "loss", &loss, &L, 1, 1e-5);
-    snprintf(opg, sizeof opg, "%s: grads", op);
-    int kinks = 0;
-    for (int i = 0; i < e.np; i++) {
-        double *g = dalloc(e.n[i]);
-        float *got = malloc(sizeof(float) * (size_t)e.n[i]);
-        kinks += fd_grad_smooth(fwd, &e, e.p[i], e.n[i], g);
-        st = hr_grad_read(e.s, e.names[i], got);
-        CHECK(st == HR_OK, "%s: grad_read %s: %s", op, e.names[i], hr_last_error());
-        char what[64];
-        snprintf(what, sizeof what, "grad of %s", e.names[i]);
-        if (st == HR_OK) compare(opg, what, got, g, e.n[i], tol);
-        if (getenv("HR_DEBUG_E2E"))
-            for (int64_t j = 0; j < e.n[i]; j++) printf("    %s[%lld] got %.9g want %.9g\n", e.names[i], (long long)j, got[j], g[j]);
-        free(g), free(got);
-    }
-    for (int i = 0; i < e.np; i++) free(e.p[i]);
-    int64_t total = 0;
-    for (int i = 0; i < e.np; i++) total += e.n[i];
-    if (kinks) printf("  %s: %d of %lld parameter elements on a kink, not compared\n", op, kinks, (long long)total);
-    CHECK(kinks * 10 <= total, "%s: %d of %lld elements on kinks: the check compares too little", op, kinks,
-          (long long)total);
-    hr_session_free(e.s);
-    free(xf), free(tf), free(e.x), free(e.lab), free(e.tgt);
-}
-
-static void test_e2e(void) {
-    hr_model_t *m = hr_model_new("a");
-    int x = hr_input(m, "x", 3, (int64_t[]){2, 6, 6});
-    x = hr_conv2d(m, NULL, x, 2, 3, 3, 1, 1, true);
-    x = hr_batchnorm(m, NULL, x, 3, 1e-5f, 0.1f);
-    x = hr_relu(m, NULL, x);
-    x = hr_maxpool2d(m, NULL, x, 2, 2);
-    x = hr_flatten(m, NULL, x);
-    x = hr_linear(m, NULL, x, 27, 4, true);
-    CHECK(hr_loss_cross_entropy(m, x, 4) >= 0, "model a: %s", hr_last_error());
-    e2e_check("model Conv-BN-ReLU-MaxPool-Linear-CE", m, 4, 2 * 36, true, 4, fwd_a);
-    hr_model_free(m);
-
-    m = hr_model_new("b");
-    x = hr_input(m, "x", 3, (int64_t[]){2, 5, 5});
-    int c0 = hr_conv2d(m, NULL, x, 2, 3, 3, 1, 1, true);
-    int r1 = hr_relu(m, NULL, c0);
-    int c2 = hr_conv2d(m, NULL, r1, 3, 3, 3, 1, 1, true);
-    int r3 = hr_relu(m, NULL, c2);
-    int a4 = hr_add(m, NULL, r1, r3);
-    int c5 = hr_conv2d(m, NULL, a4, 3, 2, 1, 1, 0, true);
-    int c6 = hr_conv2d(m, NULL, a4, 3, 2, 3, 1, 1, false);
-    int cat = hr_concat(m, NULL, 2, (int[]){c5, c6});
-    x = hr_avgpool2d(m, NULL, cat, 2, 1);
-    x = hr_global_avgpool(m, NULL, x);
-    x = hr_flatten(m, NULL, x);
-    x = hr_linear(m, NULL, x, 4, 3, true);
-    x = hr_softmax(m, NULL, x);
-    CHECK(hr_loss_mse(m, x) >= 0, "model b: %s", hr_last_error());
-    e2e_check("model residual+concat+pools+Softmax+MSE", m, 3, 2 * 25, false, 3, fwd_b);
-    hr_model_free(m);
-
-    m = hr_model_new("c");
-    x = hr_input(m, "x", 1, (int64_t[]){6});
-    x = hr_linear(m, NULL, x, 6, 5, false);
-    x = hr_batchnorm(m, NULL, x, 5, 1e-5f, 0.1f);
-    x = hr_relu(m, NULL, x);
-    x = hr_dropout(m, NULL, x, 0.0f);
-    x = hr_linear(m, NULL, x, 5, 8, true);
-    x = hr_reshape(m, NULL, x, 2, (int64_t[]){2, 4});
-    x = hr_flatten(m, NULL, x);
-    x = hr_linear(m, NULL, x, 8, 3, true);
-    x = hr_log_softmax(m, NULL, x);
-    CHECK(hr_loss_mse(m, x) >= 0, "model c: %s", hr_last_error());
-    e2e_check("model Linear-BN1d-ReLU-Dropout0-Reshape-LogSoftmax+MSE", m, 5, 6, false, 3, fwd_c);
-    hr_model_free(m);
 }
 
 int main(void) {
@@ -1197,10 +589,9 @@ int main(void) {
     test_pool(false, 2, 2, 7, 7, 3, 3, 2, false);
     test_pool(false, 2, 2, 5, 6, 3, 3, 1, false);
     test_pool(false, 2, 3, 3, 5, 3, 5, 1, true); /* global average pool */
-    test_batchnorm(6, 3, 1, 1, false);
-    test_batchnorm(3, 2, 3, 4, true);
-    test_batchnorm(2, 4, 2, 2, true);
+    test_norms(); /* tests/ops/norms.c */
     test_dropout();
+    test_activations(); /* tests/ops/activations.c */
     test_reshape();
     test_add();
     test_concat(2, (int[]){2, 1}, 3, 3, true);
@@ -1210,23 +601,15 @@ int main(void) {
     test_softmax(true);
     test_loss(true);
     test_loss(false);
-    static const opt_case opts[] = {
-        {HR_OPTIM_SGD, 0.1f, 0, 0, 0, 0, false, "SGD"},
-        {HR_OPTIM_SGD, 0.1f, 0, 0, 0.01f, 0, false, "SGD(weight_decay)"},
-        {HR_OPTIM_SGD, 0.05f, 0.9f, 0.1f, 0.01f, 0, false, "SGD(momentum, dampening)"},
-        {HR_OPTIM_SGD, 0.05f, 0.9f, 0, 0, 0, true, "SGD(nesterov)"},
-        {HR_OPTIM_SGD, 0.1f, 0.9f, 0, 0, 0.5f, false, "SGD(clip_norm 0.5)"},
-        {HR_OPTIM_ADAM, 1e-2f, 0, 0, 0, 0, false, "Adam"},
-        {HR_OPTIM_ADAM, 1e-2f, 0, 0, 0.05f, 0, false, "Adam(weight_decay)"},
-        {HR_OPTIM_ADAMW, 1e-2f, 0, 0, 0.05f, 0, false, "AdamW"},
-        {HR_OPTIM_ADAM, 1e-2f, 0, 0, 0, 1.0f, false, "Adam(clip_norm 1)"},
-    };
-    for (size_t i = 0; i < sizeof opts / sizeof opts[0]; i++) test_optim(&opts[i]);
-    test_e2e();
+    test_optimizers(); /* tests/ops/optim.c */
+    test_e2e(); /* tests/ops/e2e.c */
+    check_coverage();
 
-    printf("  %-56s %12s %10s\n", "op", "worst error", "bound");
-    for (int i = 0; i < nstats; i++)
-        printf("  %-56s %12.3g %10.3g%s\n", stats[i].name, stats[i].worst, stats[i].tol,
-               stats[i].failed ? "  FAIL" : "");
+    report_worst();
+
+    /* the other files' checks, so that the one RESULT line counts them all */
+    void (*const tallies[])(int *, int *) = {ops_tally_harness, ops_tally_norms, ops_tally_activations,
+                                             ops_tally_optim, ops_tally_e2e};
+    for (size_t i = 0; i < sizeof tallies / sizeof tallies[0]; i++) tallies[i](&check_pass, &check_fail);
     TEST_END();
 }

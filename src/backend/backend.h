@@ -16,13 +16,14 @@ struct hr_backend {
      * which compile refuses before anything is allocated. */
     const hr_kernel_fn *kernels;
     /* Optional: false when the backend cannot run this node (a dtype it
-     * lacks), with the reason in why; the pointers in a are NULL. */
+     * lacks), with the reason in why; a's pointers are HR_PLANNED or NULL. */
     bool (*supports)(hr_backend *be, const hr_kargs *a, char *why, size_t n);
     /* Optional: the session's batch, before its program is planned: the
      * bytes of one batch's input and labels, for pinned staging. */
     void (*set_batch)(hr_backend *be, int64_t batch, size_t input_bytes, size_t label_bytes);
     /* Scratch bytes a node needs (im2col, cuDNN workspace), from its
-     * arguments with every pointer NULL; known before anything runs. */
+     * arguments while planning (HR_PLANNED where the node has a tensor,
+     * NULL where not); known before anything runs. */
     size_t (*workspace_size)(hr_backend *be, const hr_kargs *a);
     hr_status (*arena_alloc)(hr_backend *be, size_t bytes, void **base);
     void (*arena_free)(hr_backend *be, void *base);

@@ -80,8 +80,10 @@ const char *hr_op_name(hr_op op);
 
 /* ---- kernel arguments: one struct a family, named by what each tensor is.
  * A pointer an op does not use (or an output nobody needs) is NULL; `acc`
- * flags say an output adds into what is there. While planning, the same
- * structs come with every pointer NULL, for workspace sizes. ---------------- */
+ * flags say an output adds into what is there. While planning (workspace
+ * sizes, support checks) the same structs come with HR_PLANNED, never read,
+ * where the node has the tensor, and NULL where it has none. ---------------- */
+#define HR_PLANNED ((void *)(uintptr_t)256)
 
 /* Linear: y = x W^T + b; backward: dx = dy W, dW = dy^T x, db = sum dy */
 typedef struct {
@@ -89,6 +91,7 @@ typedef struct {
     float *y, *dx, *dw, *db;
     int64_t N, in, out;
     bool acc_dx, acc_dw, acc_db;
+    bool batch_input;            /* x is the batch's input (it may arrive in pieces) */
 } hr_linear_args;
 
 /* Conv2d, NCHW: x (N, C, H, W), w (K, C, kh, kw), y (N, K, OH, OW) */
@@ -98,6 +101,7 @@ typedef struct {
     int64_t N, C, H, W, K, OH, OW;
     int kh, kw, sh, sw, ph, pw;
     bool acc_dx, acc_dw, acc_db;
+    bool batch_input; /* x is the batch's input (it may arrive in pieces) */
 } hr_conv_args;
 
 /* Elementwise activations: forward out = f(x); backward out = dx from dy and

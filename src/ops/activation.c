@@ -114,7 +114,8 @@ static void unpack_bwd(const hr_graph *g, const hr_node *n, void *const *ptr, co
 }
 
 #define ACT(id, lay, bwd) \
-    const hr_op_desc hr_opdesc_##id = {.layers = lay, .backward = bwd, .unpack = unpack, .inplace = true}; \
+    const hr_op_desc hr_opdesc_##id = {                                                                  \
+        .layers = lay, .backward = bwd, .unpack = unpack, .inplace = true, .train_outputs = true};          \
     const hr_op_desc hr_opdesc_##id##_bwd = {.unpack = unpack_bwd, .inplace = true, .inplace_last = true};
 ACT(relu, relu_layers, relu_backward)
 ACT(leaky_relu, leaky_layers, leaky_backward)

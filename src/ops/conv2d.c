@@ -89,6 +89,7 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     c->kh = n->a.kh, c->kw = n->a.kw, c->sh = n->a.sh, c->sw = n->a.sw, c->ph = n->a.ph, c->pw = n->a.pw;
     c->x = hr_ptr(ptr, n->in[0]);
     c->w = hr_ptr(ptr, n->in[1]);
+    c->batch_input = g->t[n->in[0]].kind == HR_T_INPUT;
     if (!bwd) {
         c->b = n->nin > 2 ? hr_ptr(ptr, n->in[2]) : NULL;
         c->y = hr_ptr(ptr, n->out[0]);

@@ -82,6 +82,7 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     l->N = g->t[n->in[0]].shape.d[0];
     l->in = n->a.in_f;
     l->out = n->a.out_f;
+    l->batch_input = g->t[n->in[0]].kind == HR_T_INPUT;
     if (!bwd) {
         l->b = n->nin > 2 ? hr_ptr(ptr, n->in[2]) : NULL;
         l->y = hr_ptr(ptr, n->out[0]);

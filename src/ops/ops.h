@@ -118,14 +118,15 @@ typedef struct {
     /* Emits the backward nodes of forward node n; NULL: no gradient passes. */
     hr_status (*backward)(hr_autodiff *ad, const hr_node *n);
     /* Fills the family's kernel arguments from the node's tensors: ptr[i] is
-     * tensor i's data, or ptr NULL while planning (every pointer NULL then). */
+     * tensor i's data, or ptr NULL while planning (HR_PLANNED pointers then). */
     void (*unpack)(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a);
     /* Initial values of the parameter or buffer in input slot `slot` of
      * forward node n (PyTorch's default init), drawn from (seed, stream). */
     void (*init)(const hr_graph *g, const hr_node *n, int slot, uint64_t seed, uint64_t stream, float *v);
     unsigned grad_inputs;  /* bit i: a gradient flows to input i; 0: to every input */
-    /* Output 0 may take the bytes of one input when that input dies at this
-     * node: input 0, or the last input (a backward node's dy) with inplace_last. */
+    /* inplace: output 0 may take the bytes of one input when that input
+     * dies at this node; which input: input 0, or with inplace_last the
+     * last one instead (a backward node's dy). */
     bool inplace, inplace_last;
     bool view;             /* output 0 is always input 0's bytes (Reshape) */
     /* Outputs past the first exist only in training (batch statistics, a
@@ -157,8 +158,8 @@ int hr_model_fail(hr_model_t *m, hr_status st, const char *fmt, ...) HR_PRINTF(3
 int hr_build_node(hr_model_t *m, hr_node *n);
 /* One input, one output of the same shape (activations): the output or -1. */
 int hr_build_unary(hr_model_t *m, const char *name, const char *type, hr_op op, int x, const hr_attr *a);
-/* Pointer of tensor t, or NULL (ptr NULL while planning, t < 0 unused). */
-static inline void *hr_ptr(void *const *ptr, int t) { return ptr && t >= 0 ? ptr[t] : NULL; }
+/* Tensor t's data; NULL for t < 0 (none); HR_PLANNED while planning (ptr NULL). */
+static inline void *hr_ptr(void *const *ptr, int t) { return t < 0 ? NULL : ptr ? ptr[t] : HR_PLANNED; }
 /* Product of dims [from, ndim) of tensor t. */
 int64_t hr_numel_from(const hr_graph *g, int t, int from);
 /* PyTorch's default init of a weighted layer's weight or bias:

@@ -1,6 +1,5 @@
-/* channel.cu — the per-channel helpers of Linear and Conv2d on (N, C, HW)
- * layouts: the bias broadcast into y, and the bias gradient (sums over N and
- * HW in double, in a fixed order, so a rerun gives the same bits). */
+/* channel.cu — the per-channel helpers of Linear and Conv2d on (N, C, HW):
+ * the bias broadcast into y and the bias gradient (double sums, fixed order). */
 #include "backend/cuda/common.cuh"
 
 #define CH_THREADS 512

@@ -1,6 +1,5 @@
-/* common.cuh — what every kernel file shares: grid sizes, deterministic warp
- * and block reductions (fixed order, so a rerun gives the same bits), and the
- * counter-based generator of op_list.h on the device. */
+/* common.cuh — what every kernel file shares: grid sizes, warp and block
+ * reductions in a fixed order (same bits on a rerun), op_list.h's generator. */
 #ifndef HR_CUDA_COMMON_CUH
 #define HR_CUDA_COMMON_CUH
 

@@ -1,6 +1,5 @@
-/* concat.cu — Concat along channels on the GPU, forward and backward: both
- * are strided copies of rows (each sample's block of channels), the copy
- * engine's 2D form where nothing is added. */
+/* concat.cu — Concat along channels on the GPU, forward and backward: strided
+ * copies of each sample's block of channels (the copy engine's where it can). */
 #include "backend/cuda/common.cuh"
 
 __global__ void k_copy_rows(const float *src, int64_t sp, float *dst, int64_t dp, int64_t rows, int64_t cols, bool acc) {

@@ -1,8 +1,9 @@
-/* conv2d.c — Conv2d through cuDNN (loaded at run time: cudnn_load.c). Each
- * convolution (forward, backward data, backward filter) of each shape is
- * planned once while the program is planned, so the planner places its
- * workspace in the arena before anything runs; conv_algo.c chooses the
- * graph API's engine or the legacy API's algorithm that runs it. */
+/* conv2d.c — Conv2d through cuDNN: plans by shape, made while the program is
+ * planned (their workspace known before anything runs), forward and backward. */
+
+/* Each convolution (forward, backward data, backward filter) of each shape
+ * gets one plan; conv_algo.c chooses the graph API's engine or the legacy
+ * API's algorithm that runs it; cudnn_load.c found the library. */
 #include "backend/cuda/conv.h"
 
 #include <limits.h>
@@ -113,27 +114,12 @@ static bool piece_plans(hr_cuda *c, const conv_shape *s, hr_cuda_conv **pf, hr_c
     return true;
 }
 
-/* The batch's input may come in pieces (staging.c) to the forward pass that
- * reads it, whose piece plans are then planned too. The arguments do not say
- * which node reads the input: a forward whose samples are the input's size
- * (set_batch's) is taken for it; another one of that size gets piece plans it
- * will not use, never too little workspace. */
-static bool may_read_input(const hr_cuda *c, const conv_shape *s) {
-    return c->in_sample > 0 && s->C * s->H * s->W * (int64_t)sizeof(float) == c->in_sample;
-}
-
-/* Forward workspace with the bias (beta 1) or without (beta 0); both while
- * planning, when the bias pointer is NULL whether or not the node has one. */
-static size_t fwd_ws(hr_cuda *c, hr_cuda_conv *p, bool bias, bool planning) {
-    size_t a = bias || planning ? hr_conv_algo_workspace(c, p, FWD, true) : 0;
-    size_t b = !bias || planning ? hr_conv_algo_workspace(c, p, FWD, false) : 0;
-    return a > b ? a : b;
-}
+/* Forward workspace with the bias (beta 1) or without (beta 0). */
+static size_t fwd_ws(hr_cuda *c, hr_cuda_conv *p, bool bias) { return hr_conv_algo_workspace(c, p, FWD, bias); }
 
 /* The most any call of the node needs, with the betas the run will use (see
- * hr_cuda_conv2d and hr_cuda_conv2d_bwd). While planning every pointer is
- * NULL (x too): which outputs and bias the node has is not known then, so
- * each one counts. */
+ * hr_cuda_conv2d and hr_cuda_conv2d_bwd); the forward pass over the batch's
+ * input may also run in pieces as it arrives (staging.c), whose plans count. */
 size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_kargs *a) {
     const hr_conv_args *v = &a->conv;
     conv_shape s;
@@ -143,16 +129,16 @@ size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_kargs *a) {
         hr_error_clear();
         return 0;
     }
-    bool planning = !v->x, fwd = a->op == HR_OP_CONV2D;
+    bool fwd = a->op == HR_OP_CONV2D;
     size_t ws = 0;
     hr_cuda_conv *ps[2] = {full, tail};
     for (int i = 0; i < 2; i++) {
         size_t w[4] = {0, 0, 0, 0};
         if (fwd) {
-            w[0] = ps[i] ? fwd_ws(c, ps[i], v->b != NULL, planning) : 0;
+            w[0] = ps[i] ? fwd_ws(c, ps[i], v->b != NULL) : 0;
         } else {
-            if (v->dx || planning) w[1] = hr_conv_algo_workspace(c, ps[i], BWD_DATA, v->acc_dx);
-            if (v->dw || planning) {
+            if (v->dx) w[1] = hr_conv_algo_workspace(c, ps[i], BWD_DATA, v->acc_dx);
+            if (v->dw) {
                 w[2] = hr_conv_algo_workspace(c, ps[i], BWD_FILTER, v->acc_dw || i == 1);
                 if (i == 0 && s.chunk < s.N) w[3] = hr_conv_algo_workspace(c, ps[i], BWD_FILTER, true);
             }
@@ -162,13 +148,13 @@ size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_kargs *a) {
     /* the forward pass over the batch's input may run in pieces as it arrives */
     hr_cuda_conv *pf, *pt;
     int64_t q;
-    if (fwd && may_read_input(c, &s) && piece_plans(c, &s, &pf, &pt, &q)) {
-        size_t pa = fwd_ws(c, pf, v->b != NULL, planning), pb = pt ? fwd_ws(c, pt, v->b != NULL, planning) : 0;
+    if (fwd && v->batch_input && c->in_sample > 0 && piece_plans(c, &s, &pf, &pt, &q)) {
+        size_t pa = fwd_ws(c, pf, v->b != NULL), pb = pt ? fwd_ws(c, pt, v->b != NULL) : 0;
         ws = pa > ws ? pa : ws;
         ws = pb > ws ? pb : ws;
     }
     /* the bias gradient's partial sums reuse the scratch once cuDNN is done */
-    if (!fwd && (v->db || planning)) {
+    if (!fwd && v->db) {
         size_t part = hr_chan_sum_ws(s.N, s.K, s.OH * s.OW);
         ws = part > ws ? part : ws;
     }

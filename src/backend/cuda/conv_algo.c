@@ -1,8 +1,9 @@
-/* conv_algo.c — which cuDNN algorithm runs each convolution plan: the graph
- * API's engines or the legacy API's algorithms, filtered by HR_CUDNN_ALGO
- * (precise, deterministic, heuristic), and with HR_CUDNN_AUTOTUNE the precise
- * candidates timed once on the real buffers at the first run. HR_CUDA_VERBOSE
- * prints what was considered and timed. */
+/* conv_algo.c — which cuDNN engine or algorithm runs each convolution plan
+ * (HR_CUDNN_ALGO), and the autotuner that times candidates on real buffers. */
+
+/* HR_CUDNN_ALGO filters: precise, deterministic, heuristic; with
+ * HR_CUDNN_AUTOTUNE the precise candidates are timed once at the first run;
+ * HR_CUDA_VERBOSE prints what was considered and timed. All come from c->opt. */
 #include "backend/cuda/conv.h"
 
 #include <string.h>

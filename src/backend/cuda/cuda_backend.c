@@ -1,9 +1,7 @@
-/* cuda_backend.c — the CUDA backend's table: the kernel table built from the
- * op list, the dispatch that lets the batch's reader take it in pieces, the
- * one device arena, and the copies and memory facts the session asks for. */
+/* cuda_backend.c — the CUDA backend's table: kernels indexed by op, the
+ * dispatch (the batch's reader may take it in pieces), the arena, the copies. */
 #include "backend/cuda/hr_cuda.h"
 
-#include <string.h>
 
 static hr_cuda *ctx_of(const hr_backend *be) { return be->ctx; }
 

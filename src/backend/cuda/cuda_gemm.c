@@ -1,7 +1,7 @@
-/* cuda_gemm.c — Linear on the GPU: matrix products through cuBLAS in FP32
- * (TF32 only when the config allows it), bias through small kernels, and
- * products with a long k but few output tiles cut along k (split-K). cuBLAS
- * sees row-major (N, F) matrices as column-major (F, N) ones, so every
+/* cuda_gemm.c — Linear on the GPU: cuBLAS products in FP32 (TF32 only when
+ * allowed), bias through small kernels, long-k products cut along k (split-K). */
+
+/* cuBLAS sees row-major (N, F) matrices as column-major (F, N) ones, so every
  * product below is written transposed. */
 #include "backend/cuda/hr_cuda.h"
 
@@ -113,12 +113,10 @@ static int64_t rows_per_call(const hr_cuda *c, int64_t in, int64_t out) {
 
 /* The most partial bytes any product of the node needs (0: none splits).
  * The calls over rows have at most two sizes: `step` and the last one. The
- * backward's products are those of the gradients it writes; while planning
- * (every pointer NULL, x too) that is not known, and both count. */
+ * backward's products are those of the gradients it writes. */
 static size_t node_partials(const hr_cuda *c, hr_op op, const hr_linear_args *l) {
     int64_t N = l->N, in = l->in, out = l->out;
     if (N <= 0 || in > INT_MAX || out > INT_MAX) return 0;
-    bool planning = !l->x;
     int64_t step = rows_per_call(c, in, out), rows[2] = {N < step ? N : step, N % step};
     size_t most = 0, b;
     for (int i = 0; i < 2; i++) {
@@ -127,8 +125,8 @@ static size_t node_partials(const hr_cuda *c, hr_op op, const hr_linear_args *l)
             if ((b = splitk_plan_for(c, out, rows[i], in).bytes) > most) most = b;
             continue;
         }
-        if ((l->dw || planning) && (b = splitk_plan_for(c, in, out, rows[i]).bytes) > most) most = b; /* dW */
-        if ((l->dx || planning) && (b = splitk_plan_for(c, in, rows[i], out).bytes) > most) most = b; /* dx */
+        if (l->dw && (b = splitk_plan_for(c, in, out, rows[i]).bytes) > most) most = b; /* dW */
+        if (l->dx && (b = splitk_plan_for(c, in, rows[i], out).bytes) > most) most = b; /* dx */
     }
     return most;
 }

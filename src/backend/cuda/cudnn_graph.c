@@ -1,6 +1,6 @@
 /* cudnn_graph.c — a convolution through cuDNN's graph (backend) API; see
  * cudnn_graph.h. Every descriptor is made, finalised and destroyed here; the
- * library is the one cuda_dnn.c loaded. */
+ * library is the one cudnn_load.c loaded. */
 #include "backend/cuda/cudnn_graph.h"
 
 #include <dlfcn.h>

@@ -5,8 +5,8 @@
  * are made into execution plans with their workspace known, the fastest is
  * timed on the real buffers at the first run, and that one runs after.
  *
- * The legacy API (cuda_dnn.c) stays the fallback: where the graph API is
- * missing or offers nothing acceptable, cuda_dnn.c uses its algorithms. */
+ * The legacy API (conv_algo.c) stays the fallback: where the graph API is
+ * missing or offers nothing acceptable, conv_algo.c picks its algorithms. */
 #ifndef HR_CUDNN_GRAPH_H
 #define HR_CUDNN_GRAPH_H
 

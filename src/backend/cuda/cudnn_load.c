@@ -3,7 +3,6 @@
 #include "backend/cuda/cudnn_load.h"
 
 #include <dlfcn.h>
-#include <string.h>
 
 static void *sym(hr_cuda_dnn *d, const char *name, bool *ok) {
     void *p = dlsym(d->lib, name);

@@ -1,6 +1,5 @@
-/* elementwise.cu — Copy (a gradient passed on, or added into another),
- * Reshape's copy where it is not a view, and Add on the GPU, kernels and
- * entries; outputs flagged acc add into what is there. */
+/* elementwise.cu — Copy (a gradient passed on or added in), Reshape's copy
+ * where it is no view, and Add on the GPU, kernels and entries. */
 #include "backend/cuda/common.cuh"
 
 __global__ void k_add(const float *a, const float *b, float *y, int64_t n) {

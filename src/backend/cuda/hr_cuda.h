@@ -1,8 +1,5 @@
-/* hr_cuda.h — the CUDA backend's insides, shared by its .c and .cu files: the
- * context (streams, library handles, arena, pinned staging, convolution
- * plans), the checking macros, the kernel entries (one a row of HR_OP_LIST's
- * kernel column) and the few launchers that several families share.
- * C and C++: the .cu files include it (through common.cuh). */
+/* hr_cuda.h — the CUDA backend's insides for its .c and .cu files (C and C++):
+ * the context, the checking macros, the kernel entries, the shared launchers. */
 #ifndef HR_CUDA_H
 #define HR_CUDA_H
 

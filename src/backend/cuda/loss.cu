@@ -1,8 +1,9 @@
 /* loss.cu — CrossEntropyLoss and MSELoss on the GPU, forward and backward
- * (means over the batch, sums in double as the CPU's), and the two-launch
- * reduction they and the gradient norm share: per-block partials in the
- * node's workspace, then one block adds them in order, so the result does
- * not depend on timing. */
+ * (sums in double, as the CPU's), and the two-launch reduction they share. */
+
+/* The reduction (the gradient norm uses it too): per-block partials in the
+ * node's workspace, then one block adds them in order, so the result does not
+ * depend on timing. */
 #include "backend/cuda/common.cuh"
 
 /* out[0] = (acc ? out[0] : 0) + sum(part[0..n)) / div */

@@ -1,6 +1,5 @@
 /* norm.cu — BatchNorm1d/2d on the GPU (training, inference, backward) on
- * (N, C, HW) layouts, kernels and entries. One block a channel; sums in
- * double, in a fixed order. */
+ * (N, C, HW): one block a channel, sums in double in a fixed order. */
 #include "backend/cuda/common.cuh"
 
 #define BN_THREADS 512

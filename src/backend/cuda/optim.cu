@@ -1,9 +1,10 @@
-/* optim.cu — the optimizer updates on the GPU with the CPU's arithmetic,
- * step for step (the library is built without FMA contraction, so the same
- * inputs give the same bits), and the squared gradient norm for clipping.
- * The updates are multi-tensor: one launch updates up to HR_MT_MAX parameters
- * (a table passed by value), so a step's update costs a few launches, not one
- * a parameter; the session hands the backend the whole run of update nodes. */
+/* optim.cu — SGD and Adam(W) on the GPU with the CPU's arithmetic, a few
+ * multi-tensor launches a step, and the squared gradient norm for clipping. */
+
+/* The library is built without FMA contraction, so the same inputs give the
+ * CPU's bits. One launch updates up to HR_MT_MAX parameters (a table passed
+ * by value), so a step's update costs a few launches, not one a parameter;
+ * the session hands the backend the whole run of update nodes. */
 #include "backend/cuda/common.cuh"
 
 #include <math.h>

@@ -1,7 +1,9 @@
 /* pool.cu — MaxPool2d and AvgPool2d (no padding) on the GPU, forward and
- * backward, kernels and entries. The backward passes gather: each input
- * element visits the windows that hold it, in the CPU's (oh, ow) order, so
- * sums match it bit for bit and need no atomics. */
+ * backward, kernels and entries. */
+
+/* The backward passes gather: each input element visits the windows that
+ * hold it, in the CPU's (oh, ow) order, so sums match it bit for bit and need
+ * no atomics. */
 #include "backend/cuda/common.cuh"
 
 /* Index (within the plane) of the window's first maximum; NaN wins, as in PyTorch. */

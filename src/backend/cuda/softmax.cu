@@ -1,6 +1,5 @@
-/* softmax.cu — Softmax and LogSoftmax over the last dimension on the GPU,
- * forward and backward (the backward from the saved output), one warp a row,
- * sums in double as the CPU's. */
+/* softmax.cu — Softmax and LogSoftmax on the GPU, forward and backward (from
+ * the saved output): one warp a row, sums in double as the CPU's. */
 #include "backend/cuda/common.cuh"
 
 __global__ void k_softmax(const float *x, float *y, int64_t N, int64_t C, bool lg) {
