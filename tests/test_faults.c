@@ -5,7 +5,7 @@
  * valgrind when it is installed). Each k runs in a child process, so that a
  * crash is one failure and the search goes on. */
 #include "check.h"
-#include "exec/session.h"
+#include "exec/internal.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -46,6 +46,8 @@ static hr_model_t *build(report *r) {
     if (x >= 0) x = hr_maxpool2d(m, NULL, x, 2, 2);
     if (x >= 0) x = hr_flatten(m, NULL, x);
     if (x >= 0) x = hr_dropout(m, NULL, x, 0.3f);
+    if (x >= 0) x = hr_layernorm(m, NULL, x, 1, (int64_t[]){64}, 1e-5f, true, true);
+    if (x >= 0) x = hr_gelu(m, NULL, x, false);
     if (x >= 0) x = hr_linear(m, NULL, x, 64, 5, true);
     if (x >= 0) x = hr_loss_cross_entropy(m, x, 5);
     if (x < 0) {

@@ -1,15 +1,16 @@
-/* test_plan.c — the planner, checked by an independent checker: lifetimes are
- * recomputed here from the program's nodes, and any two tensors that share a
- * byte must live at different times or be a view / in-place pair this file
+/* test_plan.c — the planner, checked by an independent checker (plan_check.h):
+ * lifetimes are recomputed from the program's nodes, and any two tensors that
+ * share a byte must live at different times or be a view / in-place pair it
  * recognises on its own (hr_plan_verify and the planner's alias groups are not
  * used). Then: a run with every tensor in its own buffer must give what the
  * planned arena gives; arena vs lower bound on the seed models; categories;
  * huge and bad batch sizes; hr_largest_batch; frozen parameters; 200+ random
- * layer stacks. */
+ * layer stacks (every activation and LayerNorm among their layers). */
 #include "check.h"
 #include "isolated.h"
+#include "plan_check.h"
 #include "seed_models.h"
-#include "exec/session.h"
+#include "exec/internal.h"
 #include "io/io.h"
 
 #include <dirent.h>
@@ -21,297 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
-
-/* ---- a seeded generator for the random stacks ----------------------------- */
-static uint64_t prng_s;
-static uint64_t prng(void) {
-    uint64_t x = (prng_s += 0x9E3779B97F4A7C15ULL);
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    return x ^ (x >> 31);
-}
-static int below(int n) { return (int)(prng() % (uint64_t)n); }
-
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* ---- the independent checker ----------------------------------------------- */
-typedef struct {
-    bool used;
-    int first, last;   /* steps: first write (0 for state and the batch), last read */
-    size_t off, size;  /* exact bytes, no alignment padding */
-    int view;          /* union-find over Reshape in/out: the view class */
-} life;
-
-static int vfind(life *L, int i) {
-    while (L[i].view != i) i = L[i].view = L[L[i].view].view;
-    return i;
-}
-
-static bool is_state(hr_tensor_kind k) { return k == HR_T_PARAM || k == HR_T_BUFFER || k == HR_T_OPTSTATE; }
-
-/* May node n write output `o` over input `i`'s bytes? Where every output
- * element reads only the same element of that input (the elementwise ops),
- * and Linear.backward's dx over x (below). */
-static bool inplace_ok(const hr_node *n, int in_idx, int out_idx) {
-    if (out_idx != 0) return false;
-    switch (n->op) {
-    case HR_OP_RELU: case HR_OP_DROPOUT: case HR_OP_COPY: case HR_OP_RESHAPE: return in_idx == 0;
-    case HR_OP_ADD: case HR_OP_RELU_BWD: return in_idx <= 1;
-    case HR_OP_DROPOUT_BWD: return in_idx == 1;
-    /* not elementwise, but documented: the kernels finish reading x (for dW)
-     * before they write dx; the separate-buffers run below checks the numbers */
-    case HR_OP_LINEAR_BWD: return in_idx == 0;
-    /* dx over dy: each dx element reads its own dy element after the
-     * per-channel sums (cpu_norm.c, norm.cu) */
-    case HR_OP_BATCHNORM_BWD: return in_idx == 4;
-    default: return false;
-    }
-}
-
-typedef struct {
-    size_t arena, my_lb, report_lb;
-    int clashes;
-} check_out;
-
-/* Returns the number of problems found; describes the first in `why`. */
-static int check_plan(const hr_session_t *s, char *why, size_t whylen, check_out *out) {
-    const hr_program *p = &s->prog;
-    const hr_graph *g = &p->g;
-    int T = g->nn, nt = g->nt, bad = 0;
-    life *L = calloc((size_t)nt, sizeof *L);
-    why[0] = 0;
-#define PROBLEM(...)                                            \
-    do {                                                        \
-        if (!bad++) snprintf(why, whylen, __VA_ARGS__);         \
-    } while (0)
-    for (int i = 0; i < nt; i++) L[i].view = i, L[i].first = -1, L[i].last = -1;
-    for (int st = 0; st < T; st++) {
-        const hr_node *n = &g->n[st];
-        for (int k = 0; k < n->nin; k++) {
-            int t = n->in[k];
-            if (t < 0) continue;
-            if (!L[t].used && !is_state(g->t[t].kind) && g->t[t].kind != HR_T_INPUT && g->t[t].kind != HR_T_LABEL)
-                PROBLEM("%s is read at step %d (%s) before anything wrote it", g->t[t].name, st, hr_op_name(n->op));
-            if (!L[t].used) L[t].used = true, L[t].first = st;
-            L[t].last = st;
-        }
-        for (int k = 0; k < n->nout; k++) {
-            int t = n->out[k];
-            if (t < 0) continue;
-            if (!L[t].used && n->accum[k] && !is_state(g->t[t].kind))
-                PROBLEM("%s is first written at step %d (%s) by accumulating into garbage", g->t[t].name, st,
-                        hr_op_name(n->op));
-            if (!L[t].used) L[t].used = true, L[t].first = st;
-            L[t].last = st;
-        }
-        if (n->ws >= 0) {
-            int t = n->ws;
-            if (!L[t].used) L[t].used = true, L[t].first = st;
-            L[t].last = st;
-        }
-        if (n->op == HR_OP_RESHAPE && n->in[0] >= 0 && n->out[0] >= 0) {
-            int a = vfind(L, n->in[0]), b = vfind(L, n->out[0]);
-            if (a != b) L[b].view = a;
-        }
-    }
-    for (int i = 0; i < nt; i++) {
-        const hr_tensor *t = &g->t[i];
-        if (!L[i].used) continue;
-        if (is_state(t->kind)) L[i].first = 0, L[i].last = T - 1;
-        if (t->kind == HR_T_INPUT || t->kind == HR_T_LABEL) L[i].first = 0;
-        /* kept gradients outlive the step (hr_grad_read, accumulation across steps) */
-        if (t->kind == HR_T_GRAD && p->cfg.keep_grads) L[i].first = 0, L[i].last = T - 1;
-        L[i].off = t->offset;
-        L[i].size = (size_t)hr_shape_numel(&t->shape) * hr_dtype_size(t->dtype);
-        if (L[i].off % HR_ALIGN) PROBLEM("%s at offset %zu is not %d-aligned", t->name, L[i].off, HR_ALIGN);
-        if (L[i].off + L[i].size > s->plan.arena_bytes || L[i].off + L[i].size < L[i].off)
-            PROBLEM("%s [%zu, +%zu) ends past the arena (%zu)", t->name, L[i].off, L[i].size, s->plan.arena_bytes);
-    }
-    if (p->loss >= 0 && L[p->loss].used) L[p->loss].last = T - 1;
-    if (p->cfg.mode == HR_MODE_INFER && p->output >= 0 && L[p->output].used) L[p->output].last = T - 1;
-    if (p->sqnorm >= 0 && L[p->sqnorm].used) L[p->sqnorm].last = T - 1;
-
-    int clashes = 0;
-    for (int i = 0; i < nt; i++) {
-        if (!L[i].used || !L[i].size) continue;
-        for (int j = i + 1; j < nt; j++) {
-            if (!L[j].used || !L[j].size) continue;
-            bool space = L[i].off < L[j].off + L[j].size && L[j].off < L[i].off + L[i].size;
-            if (!space) continue;
-            bool time = L[i].first <= L[j].last && L[j].first <= L[i].last;
-            if (!time) continue;
-            /* a view: the same bytes under another shape */
-            if (vfind(L, i) == vfind(L, j) && L[i].off == L[j].off && L[i].size == L[j].size) continue;
-            /* in place: one dies at step s as an input, the other is born
-             * there as the output, on the same first byte */
-            bool legit = false;
-            for (int pass = 0; pass < 2 && !legit; pass++) {
-                int a = pass ? j : i, b = pass ? i : j;
-                if (L[a].last != L[b].first || L[a].off != L[b].off) continue;
-                const hr_node *n = &g->n[L[a].last];
-                for (int k = 0; k < n->nin; k++)
-                    for (int o = 0; o < n->nout; o++)
-                        if (n->in[k] == a && n->out[o] == b && !n->accum[o] && inplace_ok(n, k, o)) legit = true;
-            }
-            if (legit) continue;
-            clashes++;
-            PROBLEM("%s [%zu, +%zu) steps %d-%d and %s [%zu, +%zu) steps %d-%d share bytes", g->t[i].name, L[i].off,
-                    L[i].size, L[i].first, L[i].last, g->t[j].name, L[j].off, L[j].size, L[j].first, L[j].last);
-        }
-    }
-    /* the bytes this plan's sharing needs at its busiest step: the union of
-     * the (aligned) ranges live there; in 128 bits so a wrap would show */
-    unsigned __int128 best = 0;
-    size_t *lo = malloc(sizeof(size_t) * (size_t)(nt ? nt : 1)), *hi = malloc(sizeof(size_t) * (size_t)(nt ? nt : 1));
-    for (int st = 0; st < T; st++) {
-        int k = 0;
-        for (int i = 0; i < nt; i++)
-            if (L[i].used && L[i].size && L[i].first <= st && st <= L[i].last)
-                lo[k] = L[i].off, hi[k] = L[i].off + hr_align_up(L[i].size, HR_ALIGN), k++;
-        /* sort by start (insertion: k is small) and merge */
-        for (int a = 1; a < k; a++)
-            for (int b = a; b > 0 && lo[b - 1] > lo[b]; b--) {
-                size_t t1 = lo[b], t2 = hi[b];
-                lo[b] = lo[b - 1], hi[b] = hi[b - 1], lo[b - 1] = t1, hi[b - 1] = t2;
-            }
-        unsigned __int128 u = 0;
-        size_t cs = 0, ce = 0;
-        for (int a = 0; a < k; a++) {
-            if (a == 0 || lo[a] > ce) {
-                u += ce - cs;
-                cs = lo[a], ce = hi[a];
-            } else if (hi[a] > ce) {
-                ce = hi[a];
-            }
-        }
-        if (k) u += ce - cs;
-        if (u > best) best = u;
-    }
-    free(lo), free(hi);
-    if (best > (unsigned __int128)s->plan.arena_bytes)
-        PROBLEM("the live bytes at the peak (%.4g) exceed the arena (%zu)", (double)best, s->plan.arena_bytes);
-    if (out) {
-        out->arena = s->plan.arena_bytes;
-        out->my_lb = (size_t)best;
-        out->report_lb = hr_session_report(s)->lower_bound;
-        out->clashes = clashes;
-    }
-    free(L);
-    return bad;
-#undef PROBLEM
-}
-
-/* Compiles, checks, frees; returns the session if keep. */
-static hr_session_t *compile_checked(const hr_model_t *m, const hr_config_t *cfg, const char *label, check_out *o,
-                                     bool keep) {
-    hr_session_t *s = hr_compile(m, cfg);
-    CHECK(s != NULL, "%s: compile: %s", label, hr_last_error());
-    if (!s) return NULL;
-    char why[512];
-    int bad = check_plan(s, why, sizeof why, o);
-    CHECK(bad == 0, "%s: %d plan problems; first: %s", label, bad, why);
-    if (!keep) {
-        hr_session_free(s);
-        return NULL;
-    }
-    return s;
-}
-
-/* ---- run on the arena vs run with every tensor in its own buffer ---------- */
-/* The oracle knows nothing of the plan: each tensor gets its own zeroed
- * buffer, the initial state is copied from the planned session, and the nodes
- * run in order on the same backend. A clash in the plan shows as a
- * difference in the loss, the outputs, the updated state or the gradients. */
-static double max_rel(const float *a, const float *b, int64_t n) {
-    double e = 0, mx = 1e-3;
-    for (int64_t i = 0; i < n; i++) mx = fabs((double)b[i]) > mx ? fabs((double)b[i]) : mx;
-    for (int64_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - (double)b[i]);
-        if (d != d) d = INFINITY;
-        e = d > e ? d : e;
-    }
-    return e / mx;
-}
-
-static void oracle(const hr_model_t *m, const hr_config_t *cfg, const char *label, double *worst) {
-    hr_session_t *s = hr_compile(m, cfg);
-    CHECK(s != NULL, "%s: compile: %s", label, hr_last_error());
-    if (!s) return;
-    hr_status st = hr_session_alloc(s);
-    CHECK(st == HR_OK, "%s: alloc: %s", label, hr_last_error());
-    if (st) {
-        hr_session_free(s);
-        return;
-    }
-    hr_graph *g = &s->prog.g;
-    int nt = g->nt;
-    void **own = calloc((size_t)nt, sizeof(void *));
-    for (int i = 0; i < nt; i++) {
-        size_t n = (size_t)hr_shape_numel(&g->t[i].shape) * hr_dtype_size(g->t[i].dtype);
-        own[i] = calloc(n ? n : 1, 1);
-        if (s->ptr[i] && is_state(g->t[i].kind)) memcpy(own[i], s->ptr[i], n);
-    }
-    const hr_tensor *xin = &g->t[s->prog.input];
-    int64_t nx = hr_shape_numel(&xin->shape);
-    float *x = malloc(sizeof(float) * (size_t)nx);
-    for (int64_t i = 0; i < nx; i++) x[i] = (float)((int64_t)(prng() % 2001) - 1000) / 500.0f;
-    memcpy(own[s->prog.input], x, sizeof(float) * (size_t)nx);
-    void *labels = NULL;
-    bool train = cfg->mode == HR_MODE_TRAIN;
-    if (train) {
-        const hr_tensor *lt = &g->t[s->prog.label];
-        int64_t nl = hr_shape_numel(&lt->shape);
-        labels = malloc(sizeof(float) * (size_t)nl);
-        if (lt->dtype == HR_I32) {
-            int64_t C = g->t[s->prog.output].shape.d[1];
-            for (int64_t i = 0; i < nl; i++) ((int32_t *)labels)[i] = (int32_t)(prng() % (uint64_t)C);
-        } else {
-            for (int64_t i = 0; i < nl; i++) ((float *)labels)[i] = (float)(prng() % 1000) / 1000.0f;
-        }
-        memcpy(own[s->prog.label], labels, (size_t)nl * hr_dtype_size(lt->dtype));
-    }
-    /* the planned run */
-    float loss = NAN;
-    st = train ? hr_train_step(s, x, labels, &loss) : hr_forward(s, x, NULL);
-    CHECK(st == HR_OK, "%s: step: %s", label, hr_last_error());
-    /* the unshared run: the session's schedule, node by node, with the step
-     * numbers hr_train_step uses (0 for the forward and backward, 1 for the
-     * update) */
-    hr_step_info si = {0, cfg->optim.lr, cfg->seed, cfg->optim, s->prog.sqnorm};
-    int end = train ? g->nn : s->prog.n_fwd;
-    for (int k = 0; k < end && st == HR_OK; k++) {
-        if (k == s->prog.n_bwd_end) si.t = 1;
-        hr_status r = s->be->run(s->be, g, &g->n[k], own, &si);
-        CHECK(r == HR_OK, "%s: oracle node %d: %s", label, k, hr_last_error());
-    }
-    double e = 0;
-    char what[160] = "";
-    if (st == HR_OK) {
-        if (train) {
-            double d = max_rel(&loss, own[s->prog.loss], 1);
-            if (d > e) e = d, snprintf(what, sizeof what, "loss");
-        } else {
-            int o = s->prog.output;
-            double d = max_rel(s->ptr[o], own[o], hr_shape_numel(&g->t[o].shape));
-            if (d > e) e = d, snprintf(what, sizeof what, "output");
-        }
-        for (int i = 0; i < nt; i++) {
-            const hr_tensor *t = &g->t[i];
-            bool cmp = is_state(t->kind) || (t->kind == HR_T_GRAD && cfg->keep_grads);
-            if (!cmp || !s->ptr[i] || t->dtype != HR_F32) continue;
-            double d = max_rel(s->ptr[i], own[i], hr_shape_numel(&t->shape));
-            if (d > e) e = d, snprintf(what, sizeof what, "%s", t->name);
-        }
-    }
-    if (e > *worst) *worst = e;
-    CHECK(e <= 1e-5, "%s: the planned arena and separate buffers differ by %.3g in %s", label, e, what);
-    for (int i = 0; i < nt; i++) free(own[i]);
-    free(own), free(x), free(labels);
-    hr_session_free(s);
 }
 
 /* ---- the seed models ---------------------------------------------------------- */
@@ -423,7 +137,7 @@ static void test_big_batches(void) {
             double dt = now() - t0;
             CHECK(s != NULL, "%s: compile: %s", label, hr_last_error());
             if (!s) continue;
-            a[i] = s->plan.arena_bytes;
+            a[i] = hr_session_plan(s)->arena_bytes;
             if (i == 2) {
                 char buf[32];
                 printf("  %-10s batch 10^7: planned in %.2f ms, arena %s (%.4fx lower bound)\n", seeds[k].name,
@@ -486,18 +200,18 @@ static void huge_compile(void *a_) {
         return;
     }
     char buf[32];
-    printf("  %s: planned, arena %s\n", a->label, hr_format_bytes(s->plan.arena_bytes, buf, sizeof buf));
+    printf("  %s: planned, arena %s\n", a->label, hr_format_bytes(hr_session_plan(s)->arena_bytes, buf, sizeof buf));
     if (a->in_numel) { /* the input alone, in 128 bits, so that a wrapped size_t shows */
         unsigned __int128 in = (unsigned __int128)4 * (unsigned __int128)a->in_numel * (unsigned __int128)a->c.batch;
-        CHECK((unsigned __int128)s->plan.arena_bytes >= in, "%s: arena %zu is smaller than its input (%.4g bytes)",
-              a->label, s->plan.arena_bytes, (double)in);
+        CHECK((unsigned __int128)hr_session_plan(s)->arena_bytes >= in, "%s: arena %zu is smaller than its input (%.4g bytes)",
+              a->label, hr_session_plan(s)->arena_bytes, (double)in);
     }
     char why[512];
     check_out o;
     CHECK(check_plan(s, why, sizeof why, &o) == 0, "%s: %s", a->label, why);
     CHECK(a->c.batch <= (1LL << 40), "%s: beyond the documented limit of 2^40 samples", a->label);
     hr_status st = hr_session_alloc(s); /* petabytes: must fail cleanly */
-    CHECK(st != HR_OK, "%s: allocating %zu bytes succeeded?", a->label, s->plan.arena_bytes);
+    CHECK(st != HR_OK, "%s: allocating %zu bytes succeeded?", a->label, hr_session_plan(s)->arena_bytes);
     CHECK(st == HR_ERR_OOM || st == HR_ERR_DEVICE_OOM, "%s: alloc status %s", a->label, hr_status_name(st));
     CHECK(strlen(hr_last_error()) > 10, "%s: alloc failed without a message", a->label);
     hr_session_free(s);
@@ -513,13 +227,12 @@ static void test_bad_batches(void) {
         snprintf(label, sizeof label, "compile with batch %lld", (long long)bad[i]);
         bad_compile_arg a = {m, &c, "batch"};
         isolated(label, bad_compile, &a);
-        /* the status, which hr_compile does not return: through the program builder */
-        hr_backend *be = hr_backend_cpu_new(&c);
+        /* the status, which hr_compile does not return: through the program
+         * builder (no workspaces: the batch is checked before any node) */
         hr_program p;
-        hr_status st = hr_program_build(m, &c, be, &p);
+        hr_status st = hr_program_build(m, &c, NULL, NULL, &p);
         CHECK(st == HR_ERR_INVALID_ARG, "batch %lld: status %s", (long long)bad[i], hr_status_name(st));
         if (st == HR_OK) hr_program_free(&p);
-        be->free(be);
         CHECK(hr_largest_batch(m, &c, (size_t)1 << 30, 0, bad[i]) == 0, "largest_batch with hi %lld", (long long)bad[i]);
     }
     /* 10^12 and beyond: a plan whose bytes are right, or a clear refusal */
@@ -552,7 +265,7 @@ static size_t arena_of(const hr_model_t *m, const hr_config_t *cfg, int64_t b) {
     hr_config_t c = *cfg;
     c.batch = b;
     hr_session_t *s = hr_compile(m, &c);
-    size_t a = s ? s->plan.arena_bytes : SIZE_MAX;
+    size_t a = s ? hr_session_plan(s)->arena_bytes : SIZE_MAX;
     hr_session_free(s);
     return a;
 }
@@ -605,7 +318,7 @@ static void test_frozen(void) {
     check_out o;
     hr_session_t *s = compile_checked(m, &c, "frozen 0.weight, 1.bias", &o, true);
     if (!s || !s0) return;
-    const hr_graph *g = &s->prog.g;
+    const hr_graph *g = &hr_session_program(s)->g;
     for (int i = 0; i < g->nt; i++) {
         const hr_tensor *t = &g->t[i];
         if ((t->kind != HR_T_GRAD && t->kind != HR_T_OPTSTATE) || t->source < 0) continue;
@@ -659,7 +372,8 @@ static void test_frozen(void) {
     if (s) {
         CHECK(hr_session_report(s)->category_bytes[HR_CAT_GRADS] == 0, "all frozen: gradients planned");
         CHECK(hr_session_report(s)->category_bytes[HR_CAT_OPTSTATE] == 0, "all frozen: optimizer state planned");
-        CHECK(s->prog.g.nn == s->prog.n_fwd, "all frozen: %d backward/update nodes", s->prog.g.nn - s->prog.n_fwd);
+        const hr_program *p = hr_session_program(s);
+        CHECK(p->g.nn == p->n_fwd, "all frozen: %d backward/update nodes", p->g.nn - p->n_fwd);
         float xx[24] = {0};
         int32_t lab3[4] = {0, 1, 2, 0};
         float loss = 0;
@@ -698,6 +412,28 @@ static int rconv(gen *g, int x, int64_t cout, bool any) {
     return hr_conv2d(g->m, NULL, x, CH(x), cout, k, s, p, below(3) != 0);
 }
 
+/* one of the activations besides ReLU */
+static int ract(gen *g, int x) {
+    switch (below(6)) {
+    case 0: ADD("LeakyReLU "); return hr_leaky_relu(g->m, NULL, x, 0.1f);
+    case 1: ADD("GELU "); return hr_gelu(g->m, NULL, x, false);
+    case 2: ADD("GELU(tanh) "); return hr_gelu(g->m, NULL, x, true);
+    case 3: ADD("SiLU "); return hr_silu(g->m, NULL, x);
+    case 4: ADD("Sigmoid "); return hr_sigmoid(g->m, NULL, x);
+    default: ADD("Tanh "); return hr_tanh(g->m, NULL, x);
+    }
+}
+
+/* LayerNorm over the last 1 to all dims, with or without weight and bias */
+static int rln(gen *g, int x) {
+    int nd = hr_tensor_ndim(g->m, x), k = 1 + below(nd);
+    int64_t shape[3];
+    for (int i = 0; i < k; i++) shape[i] = hr_tensor_dim(g->m, x, nd - k + i);
+    bool affine = below(3) != 0, bias = below(2) != 0;
+    ADD("LN(%d dim%s%s) ", k, k > 1 ? "s" : "", affine ? bias ? ", affine" : ", affine, no bias" : "");
+    return hr_layernorm(g->m, NULL, x, k, shape, 1e-5f, affine, bias);
+}
+
 static hr_model_t *random_stack(int idx, char *desc, size_t dlen) {
     gen G = {0}, *g = &G;
     (void)dlen;
@@ -712,7 +448,7 @@ static hr_model_t *random_stack(int idx, char *desc, size_t dlen) {
         int nb = 1 + below(6);
         for (int b = 0; b < nb && x >= 0; b++) {
             int64_t h = HH(x), w = WW(x), mn = h < w ? h : w;
-            switch (below(8)) {
+            switch (below(10)) {
             case 0: x = rconv(g, x, 1 + below(8), true); break;
             case 1: ADD("BN "), x = hr_batchnorm(g->m, NULL, x, CH(x), 1e-5f, 0.1f); break;
             case 2: ADD("ReLU "), x = hr_relu(g->m, NULL, x); break;
@@ -762,6 +498,8 @@ static hr_model_t *random_stack(int idx, char *desc, size_t dlen) {
             case 7:
                 if (below(3) == 0) ADD("GAP "), x = hr_global_avgpool(g->m, NULL, x);
                 break;
+            case 8: x = ract(g, x); break;
+            case 9: x = rln(g, x); break;
             }
         }
         ADD("Flatten ");
@@ -777,7 +515,9 @@ static hr_model_t *random_stack(int idx, char *desc, size_t dlen) {
         ADD("Linear(%lld,%lld) ", (long long)F, (long long)O);
         x = hr_linear(g->m, NULL, x, F, O, below(4) != 0);
         if (x >= 0 && below(2)) ADD("BN1d "), x = hr_batchnorm(g->m, NULL, x, O, 1e-5f, 0.1f);
+        if (x >= 0 && below(4) == 0) x = rln(g, x);
         if (x >= 0 && below(2)) ADD("ReLU "), x = hr_relu(g->m, NULL, x);
+        else if (x >= 0 && below(2)) x = ract(g, x);
         if (x >= 0 && below(3) == 0) ADD("Dropout "), x = hr_dropout(g->m, NULL, x, 0.25f);
     }
     if (x >= 0) {
