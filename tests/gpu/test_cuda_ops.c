@@ -281,7 +281,7 @@ out:
 
 /* ---- the update as groups ------------------------------------------------------ */
 /* 31 Linear layers, 62 parameters: more than one launch's table (48,
- * HR_MT_MAX in hr_cuda.h); tensors of odd sizes from 1 element to 2.25M (past
+ * HR_MT_MAX in optim.cu); tensors of odd sizes from 1 element to 2.25M (past
  * the 8192-block cap of hr_grid: a block strides over its tensor). Only the
  * update runs. */
 static hr_model_t *many_params(void) {
@@ -699,6 +699,10 @@ int main(void) {
     for (int i = 0; i < NMODELS; i++) hr_model_free(ms[i]);
 
     printf("seed models, 5 Adam steps, CUDA vs CPU\n");
+    /* their data does not depend on how many numbers the cases above drew:
+     * a near-tie in a max pool that rounding flips is then the same one on
+     * every run (measured with this seed) */
+    rng_state = 0x1234567;
     hr_model_t *seeds[3] = {seed_mlp(), seed_simple_cnn(), seed_deep_cnn()};
     int64_t batches[3] = {64, 32, 16};
     const char *names[3] = {"mlp", "simple_cnn", "deep_cnn"};

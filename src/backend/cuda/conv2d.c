@@ -120,7 +120,7 @@ static size_t fwd_ws(hr_cuda *c, hr_cuda_conv *p, bool bias) { return hr_conv_al
 /* The most any call of the node needs, with the betas the run will use (see
  * hr_cuda_conv2d and hr_cuda_conv2d_bwd); the forward pass over the batch's
  * input may also run in pieces as it arrives (staging.c), whose plans count. */
-size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_kargs *a) {
+static size_t conv_workspace(hr_cuda *c, const hr_kargs *a) {
     const hr_conv_args *v = &a->conv;
     conv_shape s;
     if (!c->dnn || !shape_of(c, v, &s)) return 0; /* run() will say why */
@@ -160,6 +160,9 @@ size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_kargs *a) {
     }
     return ws;
 }
+
+size_t hr_cuda_conv2d_workspace(hr_cuda *c, const hr_kargs *a) { return conv_workspace(c, a); }
+size_t hr_cuda_conv2d_bwd_workspace(hr_cuda *c, const hr_kargs *a) { return conv_workspace(c, a); }
 
 /* ---- running --------------------------------------------------------------- */
 static hr_status ready(hr_cuda *c, const hr_conv_args *v, conv_shape *s, hr_cuda_conv **full, hr_cuda_conv **tail) {

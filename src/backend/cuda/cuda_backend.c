@@ -24,14 +24,22 @@ static void cuda_set_batch(hr_backend *be, int64_t batch, size_t input_bytes, si
     c->in_sample = c->in_batch ? (int64_t)(input_bytes / (size_t)batch) : 0;
 }
 
+/* Each kernel that needs scratch defines hr_cuda_<kernel>_workspace in its
+ * own file; the others define none, and the weak reference is NULL. The
+ * kernel table above links every family's object, so a workspace function
+ * that exists is always found. */
+#define HR_X_CUDA_WS_DECL(E, id, k, name) size_t hr_cuda_##k##_workspace(hr_cuda *c, const hr_kargs *a) __attribute__((weak));
+HR_OP_LIST(HR_X_CUDA_WS_DECL)
+#undef HR_X_CUDA_WS_DECL
+static const hr_cuda_ws_fn cuda_workspaces[HR_OP_COUNT] = {
+#define HR_X_CUDA_WS(E, id, k, name) [HR_OP_##E] = hr_cuda_##k##_workspace,
+    HR_OP_LIST(HR_X_CUDA_WS)
+#undef HR_X_CUDA_WS
+};
+
 static size_t cuda_workspace(hr_backend *be, const hr_kargs *a) {
-    hr_cuda *c = ctx_of(be);
-    switch (a->op) {
-    case HR_OP_CONV2D: case HR_OP_CONV2D_BWD: return hr_cuda_conv_workspace(c, a);
-    case HR_OP_LINEAR: case HR_OP_LINEAR_BWD: return hr_cuda_linear_workspace(c, a);
-    case HR_OP_CROSS_ENTROPY: case HR_OP_MSE: case HR_OP_GRAD_SQNORM: return HR_CUDA_RED_BYTES;
-    default: return 0;
-    }
+    hr_cuda_ws_fn f = (unsigned)a->op < HR_OP_COUNT ? cuda_workspaces[a->op] : NULL;
+    return f ? f(ctx_of(be), a) : 0;
 }
 
 /* ---- the arena ------------------------------------------------------------------- */

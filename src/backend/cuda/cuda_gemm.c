@@ -131,15 +131,19 @@ static size_t node_partials(const hr_cuda *c, hr_op op, const hr_linear_args *l)
     return most;
 }
 
-size_t hr_cuda_linear_workspace(hr_cuda *c, const hr_kargs *a) {
+/* Scratch a Linear node needs: cuBLAS's or its split-K partials, the more. */
+static size_t linear_workspace(hr_cuda *c, const hr_kargs *a) {
     size_t part = node_partials(c, a->op, &a->linear);
     return part > HR_CUDA_CUBLAS_WS ? part : HR_CUDA_CUBLAS_WS;
 }
 
+size_t hr_cuda_linear_workspace(hr_cuda *c, const hr_kargs *a) { return linear_workspace(c, a); }
+size_t hr_cuda_linear_bwd_workspace(hr_cuda *c, const hr_kargs *a) { return linear_workspace(c, a); }
+
 /* The node's planned scratch is split in two, so that they never overlap:
  * [0, part_bytes) holds the split-K partials, the rest is cuBLAS's (so cuBLAS
  * allocates nothing itself). With no scratch, or one too small for the
- * partials (a plan made without hr_cuda_linear_workspace), part_bytes is 0:
+ * partials (a plan made without linear_workspace), part_bytes is 0:
  * every product of the node is then a plain one and cuBLAS gets it all. */
 typedef struct {
     float *part;

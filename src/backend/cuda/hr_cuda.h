@@ -121,16 +121,17 @@ cudaStream_t hr_cuda_stream(void *ctx);     /* ctx->stream, for kernel files tha
 hr_status hr_cuda_dnn_open(hr_cuda *c);
 void hr_cuda_dnn_close(hr_cuda *c);
 
+/* ---- workspace: a kernel that needs scratch defines hr_cuda_<kernel>_workspace
+ * beside it (cuda_backend.c's table finds it; none: 0 bytes) ---- */
+typedef size_t (*hr_cuda_ws_fn)(hr_cuda *c, const hr_kargs *a);
+
 /* ---- conv2d.c: Conv2d by plans made per shape while planning ---- */
-size_t hr_cuda_conv_workspace(hr_cuda *c, const hr_kargs *a);
 void hr_cuda_conv_plans_free(hr_cuda *c);
 /* The forward pass on an input arriving in pieces (c->piece_*); returns with
  * the compute stream past the whole upload. */
 hr_status hr_cuda_conv2d_pieces(hr_cuda *c, const hr_kargs *a);
 
 /* ---- cuda_gemm.c: Linear through cuBLAS ---- */
-/* Scratch a Linear node needs: cuBLAS's or its split-K partials, the more. */
-size_t hr_cuda_linear_workspace(hr_cuda *c, const hr_kargs *a);
 hr_status hr_cuda_linear_pieces(hr_cuda *c, const hr_kargs *a);
 
 /* ---- staging.c: the batch's way to the device ---- */

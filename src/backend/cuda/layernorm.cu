@@ -255,9 +255,9 @@ static size_t ln_bwd_ws(int64_t rows, int64_t cols) {
     return S > 1 ? (size_t)(2 * S * cols) * sizeof(double) : 0;
 }
 
-size_t hr_cuda_layernorm_workspace(hr_cuda *c, const hr_kargs *a) {
+size_t hr_cuda_layernorm_bwd_workspace(hr_cuda *c, const hr_kargs *a) {
     (void)c;
-    return a->op == HR_OP_LAYERNORM_BWD ? ln_bwd_ws(a->ln.rows, a->ln.cols) : 0;
+    return ln_bwd_ws(a->ln.rows, a->ln.cols);
 }
 
 hr_status hr_cuda_layernorm(void *ctx, const hr_kargs *a) {

@@ -103,8 +103,11 @@ cudaError_t hr_finish_launch(cudaStream_t s, const double *part, int n, float *o
 }
 
 /* ---- the kernel entries ---- */
+/* The forward's block partials: one double a block of the first launch. */
+size_t hr_cuda_loss_workspace(hr_cuda *c, const hr_kargs *a) { return HR_CUDA_RED_BYTES; }
+
 /* The loss (a mean) into loss[0]; the block partials go to the node's
- * workspace (HR_CUDA_RED_BYTES, planned by workspace_size). */
+ * workspace (hr_cuda_loss_workspace). */
 hr_status hr_cuda_loss(void *ctx, const hr_kargs *a) {
     const hr_loss_args *p = &a->loss;
     cudaStream_t s = ((hr_cuda *)ctx)->stream;

@@ -143,6 +143,8 @@ static cudaError_t hrk_adam_mt(cudaStream_t s, const hr_mt_tensor *t, int count,
 extern "C" {
 
 /* ---- the kernel entries ---- */
+size_t hr_cuda_grad_sqnorm_workspace(hr_cuda *c, const hr_kargs *a) { return HR_CUDA_RED_BYTES; }
+
 /* sum(g^2) into out[0]: block partials in the node's workspace, then one
  * block adds them in order (loss.cu's hr_finish_launch). */
 hr_status hr_cuda_grad_sqnorm(void *ctx, const hr_kargs *a) {
