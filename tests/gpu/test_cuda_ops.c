@@ -699,10 +699,14 @@ int main(void) {
     for (int i = 0; i < NMODELS; i++) hr_model_free(ms[i]);
 
     printf("seed models, 5 Adam steps, CUDA vs CPU\n");
-    /* their data does not depend on how many numbers the cases above drew:
-     * a near-tie in a max pool that rounding flips is then the same one on
-     * every run (measured with this seed) */
-    rng_state = 0x1234567;
+    /* Their data does not depend on how many numbers the cases above drew.
+     * DeepCNN's first-step gradients agree to 1e-5 unless the data holds a
+     * max-pool window whose two largest values rounding can swap (the CPU
+     * and cuDNN sum in other orders): some seeds do (HR_TEST_SEED picks
+     * another, to look for them). On an H100 (2026-11-26) 0x1234567 had
+     * one (an error of 1.9e-4 in one weight's gradient), 1 to 9 none. */
+    const char *seed_env = getenv("HR_TEST_SEED");
+    rng_state = seed_env ? strtoull(seed_env, NULL, 0) : 1;
     hr_model_t *seeds[3] = {seed_mlp(), seed_simple_cnn(), seed_deep_cnn()};
     int64_t batches[3] = {64, 32, 16};
     const char *names[3] = {"mlp", "simple_cnn", "deep_cnn"};
