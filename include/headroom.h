@@ -133,6 +133,9 @@ typedef struct {
     bool allow_tf32;     /* CUDA: TF32 matrix products (off, as in PyTorch) */
     bool keep_grads;     /* gradients outlive the update (hr_grad_read, accumulation); costs memory */
     size_t device_budget; /* > 0: plan must fit this many bytes, whatever the device has */
+    /* Training: also plan an evaluation pass (the forward pass in inference
+     * mode) of this many samples, in the same arena: hr_eval_forward. 0: none. */
+    int64_t eval_batch;
 } hr_config_t;
 
 hr_config_t hr_config_default(void); /* batch 64, train, Adam(1e-3, 0.9, 0.999, 1e-8), CPU, seed 0 */
@@ -199,6 +202,11 @@ hr_status hr_session_alloc(hr_session_t *s);
 hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, float *loss);
 /* Inference: out receives (batch, output shape) of the layer before the loss. */
 hr_status hr_forward(hr_session_t *s, const float *x, float *out);
+/* The evaluation pass of a training session compiled with cfg.eval_batch:
+ * the forward pass in inference mode (running statistics, no dropout) of
+ * eval_batch samples x, in the training arena, with the current parameters;
+ * out receives (eval_batch, output shape). */
+hr_status hr_eval_forward(hr_session_t *s, const float *x, float *out);
 /* The loss and outputs of the last train step or forward, copied to the host. */
 hr_status hr_read_output(hr_session_t *s, float *out);
 int64_t hr_step_count(const hr_session_t *s);

@@ -22,7 +22,7 @@ static uint64_t prng(void) {
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
     return x ^ (x >> 31);
 }
-static int below(int n) { return (int)(prng() % (uint64_t)n); }
+static inline int below(int n) { return (int)(prng() % (uint64_t)n); }
 
 /* ---- the independent checker ----------------------------------------------- */
 typedef struct {
@@ -114,7 +114,9 @@ static int check_plan(const hr_session_t *s, char *why, size_t whylen, check_out
         const hr_tensor *t = &g->t[i];
         if (!L[i].used) continue;
         if (is_state(t->kind)) L[i].first = 0, L[i].last = T - 1;
-        if (t->kind == HR_T_INPUT || t->kind == HR_T_LABEL) L[i].first = 0;
+        /* a batch is written before the first node of its pass: the step's
+         * at 0, the evaluation pass's where that pass begins */
+        if (t->kind == HR_T_INPUT || t->kind == HR_T_LABEL) L[i].first = i == p->eval_input ? p->n_step : 0;
         /* kept gradients outlive the step (hr_grad_read, accumulation across steps) */
         if (t->kind == HR_T_GRAD && p->cfg.keep_grads) L[i].first = 0, L[i].last = T - 1;
         L[i].off = t->offset;
@@ -123,9 +125,13 @@ static int check_plan(const hr_session_t *s, char *why, size_t whylen, check_out
         if (L[i].off + L[i].size > arena || L[i].off + L[i].size < L[i].off)
             PROBLEM("%s [%zu, +%zu) ends past the arena (%zu)", t->name, L[i].off, L[i].size, arena);
     }
-    if (p->loss >= 0 && L[p->loss].used) L[p->loss].last = T - 1;
-    if (p->cfg.mode == HR_MODE_INFER && p->output >= 0 && L[p->output].used) L[p->output].last = T - 1;
-    if (p->sqnorm >= 0 && L[p->sqnorm].used) L[p->sqnorm].last = T - 1;
+    /* the host reads the step's results after the step, and the evaluation
+     * pass's output after that pass (the step's are gone by then) */
+    int S = p->n_step;
+    if (p->loss >= 0 && L[p->loss].used) L[p->loss].last = S - 1;
+    if (p->cfg.mode == HR_MODE_INFER && p->output >= 0 && L[p->output].used) L[p->output].last = S - 1;
+    if (p->sqnorm >= 0 && L[p->sqnorm].used) L[p->sqnorm].last = S - 1;
+    if (p->eval_output >= 0 && L[p->eval_output].used) L[p->eval_output].last = T - 1;
 
     int clashes = 0;
     for (int i = 0; i < nt; i++) {
@@ -198,7 +204,7 @@ static int check_plan(const hr_session_t *s, char *why, size_t whylen, check_out
 }
 
 /* Compiles, checks, frees; returns the session if keep. */
-static hr_session_t *compile_checked(const hr_model_t *m, const hr_config_t *cfg, const char *label, check_out *o,
+static inline hr_session_t *compile_checked(const hr_model_t *m, const hr_config_t *cfg, const char *label, check_out *o,
                                      bool keep) {
     hr_session_t *s = hr_compile(m, cfg);
     CHECK(s != NULL, "%s: compile: %s", label, hr_last_error());
@@ -229,7 +235,7 @@ static double max_rel(const float *a, const float *b, int64_t n) {
     return e / mx;
 }
 
-static void oracle(const hr_model_t *m, const hr_config_t *cfg, const char *label, double *worst) {
+static inline void oracle(const hr_model_t *m, const hr_config_t *cfg, const char *label, double *worst) {
     hr_session_t *s = hr_compile(m, cfg);
     CHECK(s != NULL, "%s: compile: %s", label, hr_last_error());
     if (!s) return;

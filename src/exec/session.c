@@ -303,7 +303,7 @@ hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, flo
     if (s->prog.cfg.mode != HR_MODE_TRAIN)
         return hr_error_set(HR_ERR_INVALID_ARG, "train_step: this session was compiled for inference");
     hr_status st = upload_batch(s, x, labels);
-    if (!st) st = run_range(s, 0, s->prog.g.nn);
+    if (!st) st = run_range(s, 0, s->prog.n_step);
     if (st) return finish_batch(s, st);
     s->t++;
     if (loss) {
@@ -323,6 +323,21 @@ hr_status hr_forward(hr_session_t *s, const float *x, float *out) {
     if (st) return finish_batch(s, st);
     if (out) st = hr_read_output(s, out);
     return st;
+}
+
+hr_status hr_eval_forward(hr_session_t *s, const float *x, float *out) {
+    if (!s || !x || !out) return hr_error_set(HR_ERR_INVALID_ARG, "eval_forward: NULL argument");
+    if (!s->arena) return hr_error_set(HR_ERR_INVALID_ARG, "eval_forward: call hr_session_alloc first");
+    const hr_program *p = &s->prog;
+    if (p->eval_input < 0)
+        return hr_error_set(HR_ERR_INVALID_ARG, "eval_forward: this session has no evaluation pass; compile it for "
+                            "training with cfg.eval_batch > 0");
+    const hr_tensor *in = &p->g.t[p->eval_input], *o = &p->g.t[p->eval_output];
+    hr_status st = s->be->upload(s->be, s->ptr[p->eval_input], x, (size_t)hr_shape_numel(&in->shape) * sizeof(float));
+    if (!st) st = run_range(s, p->n_step, p->g.nn);
+    if (st) return finish_batch(s, st);
+    st = s->be->download(s->be, out, s->ptr[p->eval_output], (size_t)hr_shape_numel(&o->shape) * sizeof(float));
+    return st ? st : s->be->sync(s->be);
 }
 
 hr_status hr_read_output(hr_session_t *s, float *out) {

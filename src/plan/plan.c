@@ -62,12 +62,14 @@ static void lifetimes(hr_program *p) {
         /* persistent state, and gradients kept for the caller, live all step */
         if (persistent(t) || (t->kind == HR_T_GRAD && p->cfg.keep_grads)) t->first = 0, t->last = T - 1;
         /* the batch is written before the first node */
-        if (t->kind == HR_T_INPUT || t->kind == HR_T_LABEL) t->first = 0;
+        if (t->kind == HR_T_INPUT || t->kind == HR_T_LABEL) t->first = i == p->eval_input ? p->n_step : 0;
     }
-    /* results the host reads after the step */
-    if (p->loss >= 0) g->t[p->loss].last = T - 1;
-    if (p->output >= 0) g->t[p->output].last = T - 1; /* hr_read_output after a step */
-    if (p->sqnorm >= 0) g->t[p->sqnorm].last = T - 1;
+    /* results the host reads after the step (before any evaluation pass) */
+    int S = p->n_step > 0 ? p->n_step : T;
+    if (p->loss >= 0) g->t[p->loss].last = S - 1;
+    if (p->output >= 0) g->t[p->output].last = S - 1; /* hr_read_output after a step */
+    if (p->sqnorm >= 0) g->t[p->sqnorm].last = S - 1;
+    if (p->eval_output >= 0) g->t[p->eval_output].last = T - 1;
 }
 
 /* Views (Reshape) always share; an op that may run in place takes its input's

@@ -12,23 +12,85 @@ void hr_program_free(hr_program *p) {
     memset(p, 0, sizeof *p);
 }
 
-/* Gives every batched tensor its batch dimension; checks the bytes fit int64. */
+/* Gives tensor t its batch dimension when it is batched; checks the bytes fit int64. */
+static hr_status batch_one(hr_tensor *t, int64_t batch) {
+    if (t->batched) {
+        if (t->shape.ndim >= HR_MAX_DIMS) return hr_error_set(HR_ERR_INTERNAL, "tensor %s has too many dims", t->name);
+        memmove(&t->shape.d[1], &t->shape.d[0], sizeof(int64_t) * (size_t)t->shape.ndim);
+        t->shape.d[0] = batch;
+        t->shape.ndim++;
+    }
+    int64_t n = hr_shape_numel(&t->shape), b;
+    if (n < 0 || !hr_mul_ok(n, (int64_t)hr_dtype_size(t->dtype), &b) || b > (INT64_MAX >> 2))
+        return hr_error_set(HR_ERR_INVALID_ARG, "batch %lld makes tensor %s larger than 2^61 bytes; plan a smaller batch",
+                            (long long)batch, t->name);
+    return HR_OK;
+}
+
 static hr_status add_batch(hr_program *p, int64_t batch) {
     for (int i = 0; i < p->g.nt; i++) {
-        hr_tensor *t = &p->g.t[i];
-        if (t->batched) {
-            if (t->shape.ndim >= HR_MAX_DIMS) return hr_error_set(HR_ERR_INTERNAL, "tensor %s has too many dims", t->name);
-            memmove(&t->shape.d[1], &t->shape.d[0], sizeof(int64_t) * (size_t)t->shape.ndim);
-            t->shape.d[0] = batch;
-            t->shape.ndim++;
-        }
-        int64_t n = hr_shape_numel(&t->shape), b;
-        if (n < 0 || !hr_mul_ok(n, (int64_t)hr_dtype_size(t->dtype), &b) || b > (INT64_MAX >> 2))
-            return hr_error_set(HR_ERR_INVALID_ARG,
-                                "batch %lld makes tensor %s larger than 2^61 bytes; plan a smaller batch",
-                                (long long)batch, t->name);
+        hr_status st = batch_one(&p->g.t[i], batch);
+        if (st) return st;
     }
     return HR_OK;
+}
+
+/* The evaluation pass: the model's forward nodes again (the loss left out),
+ * in inference mode, on `batch` samples of their own tensors ("eval." + the
+ * name), reading the step's parameters and buffers themselves. Appended
+ * after the update, so its tensors live where the step's are dead. */
+static hr_status build_eval(hr_program *p, const hr_model_t *m, int64_t batch) {
+    hr_graph *g = &p->g;
+    const hr_graph *mg = &m->g;
+    int *map = hr_malloc(sizeof(int) * (size_t)(mg->nt ? mg->nt : 1));
+    if (!map) return HR_ERR_OOM;
+    hr_status st = HR_OK;
+    for (int i = 0; i < mg->nt; i++)
+        map[i] = mg->t[i].kind == HR_T_PARAM || mg->t[i].kind == HR_T_BUFFER ? i : -1;
+    /* a model tensor's evaluation copy: made on first use */
+    char nm[300];
+#define EVAL_COPY(i)                                                                                            \
+    do {                                                                                                        \
+        const hr_tensor *src_ = &mg->t[(i)];                                                                    \
+        snprintf(nm, sizeof nm, "eval.%s", src_->name);                                                         \
+        int t_ = hr_graph_add_tensor(g, nm, src_->dtype, src_->shape, src_->batched, src_->kind, src_->layer);  \
+        if (t_ < 0) { st = HR_ERR_OOM; goto done; }                                                             \
+        if ((st = batch_one(&g->t[t_], batch)) != HR_OK) goto done;                                             \
+        map[(i)] = t_;                                                                                          \
+    } while (0)
+    EVAL_COPY(m->input);
+    for (int k = 0; k < mg->nn; k++) {
+        hr_node n = mg->n[k];
+        if (n.out[0] == m->loss) continue;
+        for (int i = 0; i < n.nin; i++) {
+            if (n.in[i] < 0) continue;
+            if (map[n.in[i]] < 0) {
+                st = hr_error_set(HR_ERR_INTERNAL, "evaluation pass: %s reads %s before it is made", hr_op_name(n.op),
+                                  mg->t[n.in[i]].name);
+                goto done;
+            }
+            n.in[i] = map[n.in[i]];
+        }
+        if (hr_op_descs[n.op]->train_outputs)
+            for (; n.nout > 1; n.nout--) n.out[n.nout - 1] = -1;
+        for (int i = 0; i < n.nout; i++)
+            if (n.out[i] >= 0) {
+                EVAL_COPY(n.out[i]);
+                n.out[i] = map[mg->n[k].out[i]];
+            }
+        n.a.train = false;
+        n.ws = -1;
+        if (hr_graph_add_node(g, &n) < 0) {
+            st = HR_ERR_OOM;
+            goto done;
+        }
+    }
+#undef EVAL_COPY
+    p->eval_input = map[m->input];
+    p->eval_output = map[m->output];
+done:
+    hr_free(map);
+    return st;
 }
 
 static hr_status build_backward(hr_program *p) {
@@ -135,6 +197,9 @@ static hr_status check_config(const hr_model_t *m, const hr_config_t *cfg) {
     if (cfg->batch > HR_MAX_BATCH)
         return hr_error_set(HR_ERR_INVALID_ARG, "batch size %lld is beyond headroom's limit of 2^40 samples",
                             (long long)cfg->batch);
+    if (cfg->eval_batch < 0 || cfg->eval_batch > HR_MAX_BATCH)
+        return hr_error_set(HR_ERR_INVALID_ARG, "evaluation batch %lld is outside [0, 2^40] (0: no evaluation pass)",
+                            (long long)cfg->eval_batch);
     const hr_optim_t *o = &cfg->optim;
     if (cfg->mode == HR_MODE_TRAIN) {
         if (!(o->lr >= 0) || !(o->eps > 0 || o->kind == HR_OPTIM_SGD) || !(o->weight_decay >= 0) ||
@@ -155,6 +220,7 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
     if (st) return st;
     p->cfg = *cfg;
     p->sqnorm = -1;
+    p->eval_input = p->eval_output = -1;
     if ((st = hr_graph_copy(&p->g, &m->g)) != HR_OK) return hr_error_set(st, "compile: out of host memory copying the graph");
     p->input = m->input;
     p->label = m->label;
@@ -181,6 +247,8 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
     } else {
         p->n_bwd_end = p->g.nn;
     }
+    p->n_step = p->g.nn;
+    if (train && cfg->eval_batch > 0 && (st = build_eval(p, m, cfg->eval_batch)) != HR_OK) goto fail;
     /* Workspace: one tensor per node that asks for scratch. */
     for (int s = 0; s < p->g.nn; s++) {
         size_t ws = wsfn ? wsfn(ws_ctx, &p->g, &p->g.n[s]) : 0;

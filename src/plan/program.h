@@ -9,9 +9,15 @@ typedef struct {
     hr_graph g;
     hr_config_t cfg;
     int n_fwd;      /* nodes [0, n_fwd) are the forward pass */
-    int n_bwd_end;  /* nodes [n_fwd, n_bwd_end) the backward pass; the rest update */
+    int n_bwd_end;  /* nodes [n_fwd, n_bwd_end) the backward pass, then the update */
+    int n_step;     /* nodes [0, n_step) are the step; [n_step, nn) the evaluation pass */
     int input, label, loss, output;
     int sqnorm;     /* squared gradient norm (clipping), -1 */
+    /* The evaluation pass (cfg.eval_batch > 0 in training): the forward pass
+     * in inference mode on eval_batch samples, sharing the parameters and
+     * buffers, in the same arena (its tensors live only in its own part of
+     * the schedule, so they take the step's dead bytes). -1 without one. */
+    int eval_input, eval_output;
 } hr_program;
 
 /* Scratch bytes node n of g needs on the device that will run it (0: none);
