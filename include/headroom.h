@@ -172,7 +172,11 @@ typedef struct {
     size_t arena_bytes;      /* the device (or host) arena: the predicted peak of planned memory */
     size_t lower_bound;      /* largest sum of live bytes at any point of the schedule */
     size_t pinned_bytes;     /* pinned host staging buffers (CUDA) */
-    size_t overhead_bytes;   /* runtime overhead measured on the device (context, handles); 0 before alloc */
+    size_t overhead_bytes;   /* runtime overhead measured on the device (context, library handles) */
+    size_t device_total;     /* what the process holds for this plan, as nvidia-smi shows it: the arena
+                                in the allocator's 2 MiB pages plus the overhead (CPU: the arena) */
+    int64_t eval_batch;      /* the evaluation pass's batch (cfg.eval_batch), 0 without one */
+    size_t step_arena_bytes; /* with an evaluation pass: the arena the step alone would need */
     int peak_step;           /* schedule index at which the live bytes are largest */
     const char *peak_op;     /* the op running there */
     int n_tensors, n_steps;
@@ -183,8 +187,13 @@ typedef struct {
 const hr_report_t *hr_session_report(const hr_session_t *s);
 void hr_report_print(const hr_session_t *s, FILE *f);
 void hr_report_json(const hr_session_t *s, FILE *f);
-/* Largest batch in [1, hi] whose plan fits `budget` bytes (planned arena plus
- * `overhead`); 0 if none does. Plans only; allocates nothing on any device. */
+/* The device memory a plan holds: the arena rounded up to the allocator's
+ * 2 MiB pages, plus the runtime overhead (what nvidia-smi shows for the
+ * process). The one test of fitting a budget, everywhere: total <= budget. */
+size_t hr_device_total(size_t arena_bytes, size_t overhead_bytes);
+/* Largest batch in [1, hi] whose plan fits `budget` bytes (on CUDA
+ * hr_device_total of its arena and `overhead`, on the CPU arena plus
+ * overhead); 0 if none does. Plans only; allocates nothing on any device. */
 int64_t hr_largest_batch(const hr_model_t *m, const hr_config_t *cfg, size_t budget, size_t overhead, int64_t hi);
 /* "1.50 GiB" */
 const char *hr_format_bytes(size_t n, char *buf, size_t len);

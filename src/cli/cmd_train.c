@@ -58,30 +58,13 @@ static hr_status load_data(const hr_cli_opts *o, hr_model_t *m, hr_dataset *trai
     return HR_OK;
 }
 
-/* Copies parameters and buffers by name (training session -> evaluation). */
-static hr_status copy_params(hr_session_t *from, hr_session_t *to) {
-    size_t maxn = 0;
-    for (int i = 0; i < hr_state_count(to); i++) {
-        size_t n = 1;
-        for (int d = 0; d < hr_state_ndim(to, i); d++) n *= (size_t)hr_state_dim(to, i, d);
-        if (n > maxn) maxn = n;
-    }
-    float *buf = malloc(sizeof(float) * (maxn ? maxn : 1));
-    if (!buf) return hr_error_set(HR_ERR_OOM, "out of host memory copying parameters");
-    hr_status st = HR_OK;
-    for (int i = 0; i < hr_state_count(to) && !st; i++) {
-        int j = hr_state_find(from, hr_state_name(to, i));
-        if (j < 0) continue;
-        st = hr_state_read(from, j, buf);
-        if (!st) st = hr_state_write(to, i, buf);
-    }
-    free(buf);
-    return st;
-}
-
-/* Accuracy of an inference session on a data set; the last partial batch is
- * padded, its extra rows ignored. confusion: classes x classes or NULL. */
-static hr_status evaluate(hr_session_t *s, const hr_dataset *d, int64_t eb, int classes, double *acc, int64_t *confusion) {
+/* Accuracy on a data set, through `fwd`: an inference session's forward
+ * pass (eval) or a training session's evaluation pass (train); the last
+ * partial batch is padded, its extra rows ignored. confusion: classes x
+ * classes or NULL. */
+typedef hr_status (*forward_fn)(hr_session_t *s, const float *x, float *out);
+static hr_status evaluate(hr_session_t *s, forward_fn fwd, const hr_dataset *d, int64_t eb, int classes, double *acc,
+                          int64_t *confusion) {
     size_t per = (size_t)d->c * d->h * d->w;
     float *x = calloc((size_t)eb * per, sizeof(float)), *out = malloc(sizeof(float) * (size_t)eb * (size_t)classes);
     if (!x || !out) {
@@ -94,7 +77,7 @@ static hr_status evaluate(hr_session_t *s, const hr_dataset *d, int64_t eb, int 
     for (int64_t at = 0; at < d->n && !st; at += eb) {
         int64_t n = d->n - at < eb ? d->n - at : eb;
         memcpy(x, d->images + (size_t)at * per, sizeof(float) * per * (size_t)n);
-        if ((st = hr_forward(s, x, out)) != HR_OK) break;
+        if ((st = fwd(s, x, out)) != HR_OK) break;
         for (int64_t i = 0; i < n; i++) {
             const float *r = out + i * classes;
             int best = 0;
@@ -151,7 +134,7 @@ static hr_status save(hr_session_t *s, const hr_cli_opts *o, const char *model_n
 int hr_cmd_train(const hr_cli_opts *o) {
     int rc = HR_EXIT_OK;
     hr_dataset train = {0}, test = {0};
-    hr_session_t *s = NULL, *ev = NULL;
+    hr_session_t *s = NULL;
     hr_loader *ld = NULL;
     hr_model_t *m = hr_modelfile_load(o->model);
     if (!m) return hr_cli_fail(HR_ERR_PARSE);
@@ -167,14 +150,13 @@ int hr_cmd_train(const hr_cli_opts *o) {
         rc = HR_EXIT_USAGE;
         goto done;
     }
+    /* the test set is evaluated after each epoch by the evaluation pass,
+     * planned in the training arena: the job's memory is this one plan */
+    cfg.eval_batch = test.n < 1000 ? test.n : 1000;
     if (!(s = compile_or_report(m, &cfg, &rc))) goto done;
     if (!o->quiet) hr_report_print(s, stdout);
     int c, h, w, classes;
     model_io(m, &c, &h, &w, &classes);
-    hr_config_t ecfg = cfg;
-    ecfg.mode = HR_MODE_INFER;
-    ecfg.batch = test.n < 1000 ? test.n : 1000;
-    if (!(ev = compile_or_report(m, &ecfg, &rc))) goto done;
 
     int64_t epoch0 = 0, batch0 = 0;
     if (o->resume) {
@@ -261,7 +243,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
         }
         double secs = now() - t0, acc = 0;
         if (tty) fputc('\n', stderr);
-        if ((st = copy_params(s, ev)) != HR_OK || (st = evaluate(ev, &test, ecfg.batch, classes, &acc, NULL)) != HR_OK) {
+        if ((st = evaluate(s, hr_eval_forward, &test, cfg.eval_batch, classes, &acc, NULL)) != HR_OK) {
             rc = hr_cli_fail(st);
             goto done;
         }
@@ -290,7 +272,6 @@ int hr_cmd_train(const hr_cli_opts *o) {
     }
 done:
     hr_loader_free(ld);
-    hr_session_free(ev);
     hr_session_free(s);
     hr_dataset_free(&train);
     hr_dataset_free(&test);
@@ -333,7 +314,7 @@ int hr_cmd_eval(const hr_cli_opts *o) {
         rc = hr_cli_fail(hr_error_set(HR_ERR_OOM, "out of host memory"));
         goto done;
     }
-    if ((st = evaluate(ev, &test, cfg.batch, classes, &acc, conf)) != HR_OK) {
+    if ((st = evaluate(ev, hr_forward, &test, cfg.batch, classes, &acc, conf)) != HR_OK) {
         rc = hr_cli_fail(st);
         goto done;
     }

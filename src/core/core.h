@@ -12,6 +12,7 @@
 
 #define HR_MAX_DIMS 4
 #define HR_ALIGN 256 /* every planned tensor starts on this boundary (CUDA likes 256) */
+#define HR_DEVICE_PAGE ((size_t)2 << 20) /* cudaMalloc hands out memory in pages of this size */
 
 #if defined(__GNUC__)
 #define HR_PRINTF(a, b) __attribute__((format(printf, a, b)))

@@ -13,6 +13,12 @@ hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_back
 int64_t hr_largest_batch_on(const hr_model_t *m, const hr_config_t *cfg, size_t budget, size_t overhead, int64_t hi,
                             hr_backend *be);
 
+/* What this session's process may hold on its device now, overhead
+ * included (what is free, less what the driver keeps, plus the overhead
+ * held already): the budget that hr_session_alloc's fit test uses and the
+ * largest-batch search should use. SIZE_MAX where the backend cannot tell. */
+size_t hr_session_device_room(const hr_session_t *s);
+
 const hr_program *hr_session_program(const hr_session_t *s);
 const hr_plan *hr_session_plan(const hr_session_t *s);
 hr_backend *hr_session_backend(const hr_session_t *s);

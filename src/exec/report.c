@@ -63,8 +63,21 @@ void hr_report_print(const hr_session_t *s, FILE *f) {
             hr_format_bytes(r->lower_bound, b, sizeof b), r->lower_bound ? (double)r->arena_bytes / (double)r->lower_bound : 1.0);
     if (r->pinned_bytes) fprintf(f, "  %-18s %12s   (pinned host memory: two batch slots for the copies)\n", "pinned staging",
                                  hr_format_bytes(r->pinned_bytes, a, sizeof a));
+    if (r->eval_batch > 0) {
+        size_t grow = r->arena_bytes > r->step_arena_bytes ? r->arena_bytes - r->step_arena_bytes : 0;
+        if (grow)
+            fprintf(f, "  %-18s %12s   (evaluation pass, batch %lld, beyond the step's %s)\n", "evaluation",
+                    hr_format_bytes(grow, a, sizeof a), (long long)r->eval_batch,
+                    hr_format_bytes(r->step_arena_bytes, b, sizeof b));
+        else
+            fprintf(f, "  %-18s %12s   (evaluation pass, batch %lld: in the step's dead bytes)\n", "evaluation", "0 B",
+                    (long long)r->eval_batch);
+    }
     if (s->overhead) fprintf(f, "  %-18s %12s   (measured: context, library handles)\n", "runtime overhead",
                              hr_format_bytes(s->overhead, a, sizeof a));
+    if (s->be->arena_kind == HR_MEM_DEVICE)
+        fprintf(f, "  %-18s %12s   (arena in 2 MiB pages + overhead: what nvidia-smi shows for this process)\n",
+                "device total", hr_format_bytes(r->device_total, a, sizeof a));
     fprintf(f, "  peak at step %d of %d: %s\n", r->peak_step, r->n_steps, r->peak_op);
     for (int i = 0; i < r->n_top; i++)
         fprintf(f, "    %-32s %-24s %12s\n", r->top[i].name, r->top[i].layer, hr_format_bytes(r->top[i].bytes, a, sizeof a));
@@ -91,9 +104,11 @@ void hr_report_json(const hr_session_t *s, FILE *f) {
     fprintf(f, "}, \"at_peak\": {");
     for (int k = 0; k < HR_CAT_COUNT; k++)
         fprintf(f, "%s\"%s\": %zu", k ? ", " : "", hr_category_name((hr_category)k), r->category_at_peak[k]);
-    fprintf(f, "}, \"arena_bytes\": %zu, \"lower_bound\": %zu, \"overhead_bytes\": %zu, \"pinned_bytes\": %zu, \"peak_step\": %d, \"steps\": %d, "
+    fprintf(f, "}, \"arena_bytes\": %zu, \"lower_bound\": %zu, \"overhead_bytes\": %zu, \"device_total\": %zu, "
+               "\"pinned_bytes\": %zu, \"eval_batch\": %lld, \"step_arena_bytes\": %zu, \"peak_step\": %d, \"steps\": %d, "
                "\"peak_op\": ",
-            r->arena_bytes, r->lower_bound, s->overhead, r->pinned_bytes, r->peak_step, r->n_steps);
+            r->arena_bytes, r->lower_bound, s->overhead, r->device_total, r->pinned_bytes, (long long)r->eval_batch,
+            r->step_arena_bytes, r->peak_step, r->n_steps);
     json_str(f, r->peak_op);
     fprintf(f, ", \"top\": [");
     for (int i = 0; i < r->n_top; i++) {
@@ -104,6 +119,15 @@ void hr_report_json(const hr_session_t *s, FILE *f) {
         fprintf(f, ", \"bytes\": %zu}", r->top[i].bytes);
     }
     fprintf(f, "]}\n");
+}
+
+size_t hr_device_total(size_t arena_bytes, size_t overhead_bytes) {
+    return hr_align_up(arena_bytes, HR_DEVICE_PAGE) + overhead_bytes;
+}
+
+/* What a plan of this backend holds, as the budget counts it. */
+static size_t job_total(const hr_backend *be, size_t arena, size_t overhead) {
+    return be->arena_kind == HR_MEM_DEVICE ? hr_device_total(arena, overhead) : arena + overhead;
 }
 
 /* Plans only (on the CPU backend's shapes), so no device is touched. The peak
@@ -117,7 +141,10 @@ static int plan_fits(const hr_model_t *m, const hr_config_t *cfg, int64_t batch,
     hr_plan pl;
     int fits = -1;
     if (hr_plan_make(&p, &pl) == HR_OK) {
-        fits = pl.arena_bytes + overhead <= budget;
+        /* a CPU backend planning for a CUDA config (hr_largest_batch) counts pages too */
+        size_t total = c.device == HR_DEVICE_CUDA ? hr_device_total(pl.arena_bytes, overhead)
+                                                  : job_total(be, pl.arena_bytes, overhead);
+        fits = total <= budget;
         hr_plan_free(&pl);
     }
     hr_program_free(&p);

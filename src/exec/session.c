@@ -40,6 +40,32 @@ static void batch_bytes(const hr_model_t *m, int64_t batch, size_t *input, size_
     }
 }
 
+/* What the job holds: the runtime overhead (measured by the backend when it
+ * started), the device total it makes with the arena, and, with an
+ * evaluation pass, what the step alone would need (planned again without it). */
+static hr_status job_totals(hr_session_t *s, const hr_model_t *m, const hr_config_t *cfg) {
+    hr_report_t *r = &s->plan.report;
+    s->overhead = s->be->overhead ? s->be->overhead(s->be) : 0;
+    r->overhead_bytes = s->overhead;
+    r->device_total = s->be->arena_kind == HR_MEM_DEVICE ? hr_device_total(s->plan.arena_bytes, s->overhead)
+                                                         : s->plan.arena_bytes + s->overhead;
+    r->eval_batch = s->prog.eval_input >= 0 ? cfg->eval_batch : 0;
+    r->step_arena_bytes = s->plan.arena_bytes;
+    if (!r->eval_batch) return HR_OK;
+    hr_config_t c = *cfg;
+    c.eval_batch = 0;
+    hr_program p;
+    hr_plan pl;
+    if (hr_program_build(m, &c, hr_exec_workspace, s->be, &p) != HR_OK) return hr_last_status();
+    hr_status st = hr_plan_make(&p, &pl);
+    if (!st) {
+        r->step_arena_bytes = pl.arena_bytes;
+        hr_plan_free(&pl);
+    }
+    hr_program_free(&p);
+    return st;
+}
+
 hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be) {
     hr_session_t *s = hr_calloc(1, sizeof *s);
     if (!s) return NULL;
@@ -61,6 +87,7 @@ hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_back
     if (hr_program_build(m, cfg, hr_exec_workspace, be, &s->prog) != HR_OK) goto fail;
     if (hr_exec_check_support(be, &s->prog) != HR_OK) goto fail;
     if (hr_plan_make(&s->prog, &s->plan) != HR_OK) goto fail;
+    if (job_totals(s, m, cfg) != HR_OK) goto fail;
     if (be->arena_kind == HR_MEM_DEVICE) {
         /* batches reach the device through two pinned host slots (double
          * buffering): the batch and its labels, each 256-byte aligned */
@@ -156,46 +183,50 @@ static hr_status upload_initial_state(hr_session_t *s) {
     return st;
 }
 
-/* Room kept free on a device beyond the plan: cudaMalloc hands out 2 MiB pages
- * and the driver keeps some for itself (docs/benchmarks.md, largest batch). */
-#define HR_DEVICE_MARGIN ((size_t)34 << 20)
+/* What cudaMemGetInfo calls free that the driver still keeps for itself
+ * when the arena is allocated (docs/benchmarks.md, largest batch): the fit
+ * test leaves it out of what is free. */
+#define HR_DEVICE_RESERVE ((size_t)32 << 20)
 
 /* The plan does not fit: say what it needs, by category, what there is, and
- * the largest batch that would fit, before anything is allocated. */
-static hr_status no_room(hr_session_t *s, size_t have, const char *what) {
-    char a[32], b[32], c[32], cats[1024] = "";
+ * the largest batch that would fit, before anything is allocated. `budget`
+ * is what the process may hold in all (overhead included), the one test
+ * being device total <= budget. */
+static hr_status no_room(hr_session_t *s, size_t budget, const char *what) {
+    char a[32], b[32], c[32], d[32], cats[1024] = "";
     const hr_report_t *r = &s->plan.report;
     size_t k = 0;
     for (int i = 0; i < HR_CAT_COUNT && k < sizeof cats; i++)
         k += (size_t)snprintf(cats + k, sizeof cats - k, "\n  %-18s %12s", hr_category_name((hr_category)i),
                               hr_format_bytes(r->category_at_peak[i], a, sizeof a));
-    int64_t fit = s->model ? hr_largest_batch_on(s->model, &s->prog.cfg, have, s->overhead, s->prog.cfg.batch, s->be) : -1;
-    /* `have` counts the overhead too (a budget covers everything): what is
-     * left for the arena is have - overhead */
-    size_t room = have > s->overhead ? have - s->overhead : 0;
+    int64_t fit = s->model ? hr_largest_batch_on(s->model, &s->prog.cfg, budget, s->overhead, s->prog.cfg.batch, s->be) : -1;
     return hr_error_set(HR_ERR_DEVICE_OOM,
-                        "batch %lld does not fit %s: the step needs %s (planned arena) besides %s of runtime overhead, "
-                        "and %s leaves %s for it.%s\n  largest batch that fits: %lld%s",
-                        (long long)s->prog.cfg.batch, s->be->name, hr_format_bytes(s->plan.arena_bytes, a, sizeof a),
-                        hr_format_bytes(s->overhead, b, sizeof b), what, hr_format_bytes(room, c, sizeof c), cats,
+                        "batch %lld does not fit %s: the job holds %s (the planned arena %s%s, and %s of runtime "
+                        "overhead), and %s allows %s.%s\n  largest batch that fits: %lld%s",
+                        (long long)s->prog.cfg.batch, s->be->name, hr_format_bytes(r->device_total, d, sizeof d),
+                        hr_format_bytes(s->plan.arena_bytes, a, sizeof a),
+                        s->be->arena_kind == HR_MEM_DEVICE ? " in 2 MiB pages" : "",
+                        hr_format_bytes(s->overhead, b, sizeof b), what, hr_format_bytes(budget, c, sizeof c), cats,
                         (long long)fit, fit > 0 ? " (use --batch, or fit it with gradient accumulation)" : "");
+}
+
+size_t hr_session_device_room(const hr_session_t *s) {
+    size_t free_b = 0, total_b = 0;
+    if (!s->be->mem_info || s->be->mem_info(s->be, &free_b, &total_b) != HR_OK || !total_b) return SIZE_MAX;
+    size_t reserve = s->be->arena_kind == HR_MEM_DEVICE ? HR_DEVICE_RESERVE : 0;
+    return (free_b > reserve ? free_b - reserve : 0) + s->overhead;
 }
 
 hr_status hr_session_alloc(hr_session_t *s) {
     if (!s) return hr_error_set(HR_ERR_INVALID_ARG, "alloc: session is NULL");
     if (s->arena) return HR_OK;
     hr_graph *g = &s->prog.g;
-    size_t need = s->plan.arena_bytes;
-    if (s->be->overhead) s->overhead = s->be->overhead(s->be);
-    if (s->prog.cfg.device_budget && need + s->overhead > s->prog.cfg.device_budget)
+    size_t need = s->plan.arena_bytes, total = s->plan.report.device_total;
+    if (s->prog.cfg.device_budget && total > s->prog.cfg.device_budget)
         return no_room(s, s->prog.cfg.device_budget, "the budget");
-    /* The driver hands out whole 2 MiB pages and keeps some room of its own:
-     * a plan "fits" only with this much to spare, so that the answer holds
-     * when cudaMalloc runs. */
-    size_t margin = s->be->arena_kind == HR_MEM_DEVICE ? HR_DEVICE_MARGIN : 0;
-    size_t free_b = 0, total_b = 0;
-    if (s->be->mem_info && s->be->mem_info(s->be, &free_b, &total_b) == HR_OK && total_b && need + margin > free_b)
-        return no_room(s, (free_b > margin ? free_b - margin : 0) + s->overhead, "what is free on the device (less a margin of 34 MiB)");
+    size_t room = hr_session_device_room(s);
+    if (total > room)
+        return no_room(s, room, "what is free on the device (less the driver's 32 MiB), with the overhead held already,");
     if (!(s->ptr = hr_calloc((size_t)(g->nt ? g->nt : 1), sizeof(void *)))) return hr_error_prefix("alloc");
     if (!(s->args = hr_calloc((size_t)(g->nn ? g->nn : 1), sizeof *s->args))) {
         hr_free(s->ptr);
@@ -210,8 +241,8 @@ hr_status hr_session_alloc(hr_session_t *s) {
         s->args = NULL;
         s->arena = NULL;
         /* another process took the memory between the check and now */
-        if (st == HR_ERR_DEVICE_OOM && s->be->mem_info && s->be->mem_info(s->be, &free_b, &total_b) == HR_OK)
-            return no_room(s, (free_b > margin ? free_b - margin : 0) + s->overhead, "what is free on the device now");
+        if (st == HR_ERR_DEVICE_OOM && (room = hr_session_device_room(s)) != SIZE_MAX)
+            return no_room(s, room, "what is free on the device now");
         return st;
     }
     for (int i = 0; i < g->nt; i++)
