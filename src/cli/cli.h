@@ -1,5 +1,5 @@
 /* cli.h — the headroom command: shared option parsing, exit codes and the
- * subcommands (plan, train, eval). */
+ * subcommands (plan, train, eval, smi). */
 #ifndef HR_CLI_H
 #define HR_CLI_H
 
@@ -21,6 +21,7 @@ typedef struct {
     const char *model;
     const char *data;      /* fashion-mnist, synthetic, or a folder */
     const char *save, *resume, *weights;
+    const char *gpu;       /* plan: the GPU to estimate for where there is none (backend/gpus.c) */
     int64_t batch, epochs, max_steps, samples;
     double lr;
     hr_optim_kind optim;
@@ -38,6 +39,7 @@ hr_config_t hr_cli_config(const hr_cli_opts *o);
 int hr_cmd_plan(const hr_cli_opts *o);
 int hr_cmd_train(const hr_cli_opts *o);
 int hr_cmd_eval(const hr_cli_opts *o);
+int hr_cmd_smi(int argc, char **argv); /* the GPUs as NVML sees them; its own options (--json), no model */
 int hr_cli_fail(hr_status st); /* prints hr_last_error(), returns the exit code */
 
 #endif

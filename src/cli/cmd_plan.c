@@ -1,20 +1,32 @@
 /* cmd_plan.c — `headroom plan`: the category table of one step for a batch,
- * and with --budget the largest batch that fits, all without allocating. */
+ * the device total the process will hold, and with --budget or --gpu
+ * whether it fits and the largest batch that does, all without allocating. */
 #include <stdio.h>
+#include <string.h>
 
+#include "backend/gpus.h"
 #include "cli/cli.h"
+#include "exec/internal.h"
 #include "io/io.h"
 
 int hr_cmd_plan(const hr_cli_opts *o) {
+    const hr_gpu_info *gpu = NULL;
+    if (o->gpu && !(gpu = hr_gpu_find(o->gpu))) {
+        fprintf(stderr, "headroom plan: --gpu '%s' is not a GPU headroom has measured; known: %s (or give --budget)\n",
+                o->gpu, hr_gpu_keys());
+        return HR_EXIT_USAGE;
+    }
     hr_model_t *m = hr_modelfile_load(o->model);
     if (!m) return hr_cli_fail(HR_ERR_PARSE);
     hr_config_t cfg = hr_cli_config(o);
     if (o->batch < 0) cfg.batch = 64;
+    cfg.device_budget = 0; /* the plan answers the budget question itself, below */
     /* A plan never needs the device: without one, CUDA plans use the CPU's
-     * workspace sizes, which the report says. */
-    if (cfg.device == HR_DEVICE_AUTO) cfg.device = HR_DEVICE_CPU;
+     * workspace sizes, and the overhead comes from --gpu's measurement. */
+    if (cfg.device == HR_DEVICE_AUTO) cfg.device = gpu ? HR_DEVICE_CUDA : HR_DEVICE_CPU;
+    bool want_cuda = cfg.device == HR_DEVICE_CUDA;
     hr_session_t *s = hr_compile(m, &cfg);
-    if (!s && cfg.device == HR_DEVICE_CUDA) {
+    if (!s && want_cuda) {
         fprintf(stderr, "headroom plan: %s; planning with the CPU backend's workspace sizes instead\n", hr_last_error());
         cfg.device = HR_DEVICE_CPU;
         s = hr_compile(m, &cfg);
@@ -25,23 +37,45 @@ int hr_cmd_plan(const hr_cli_opts *o) {
         return rc;
     }
     const hr_report_t *r = hr_session_report(s);
+    bool on_gpu = want_cuda && cfg.device == HR_DEVICE_CUDA; /* a GPU is here: the overhead is measured */
+    size_t overhead = on_gpu ? r->overhead_bytes : want_cuda && gpu ? gpu->overhead_bytes : 0;
+    size_t total = want_cuda ? hr_device_total(r->arena_bytes, overhead) : r->arena_bytes;
+    bool estimate = want_cuda && !on_gpu;
+    /* the question: --budget, else the whole of --gpu's memory (less what the driver keeps) */
+    bool ask = o->budget_set || (gpu && !on_gpu);
+    size_t budget = o->budget_set ? o->budget : gpu ? gpu->total_bytes - ((size_t)32 << 20) : 0;
     int rc = HR_EXIT_OK;
     int64_t largest = -1;
-    if (o->budget_set) {
-        largest = hr_largest_batch(m, &cfg, o->budget, 0, (int64_t)1 << 40);
-        if (r->arena_bytes > o->budget) rc = HR_EXIT_NOFIT;
+    if (ask) {
+        hr_config_t c = cfg;
+        c.device = want_cuda ? HR_DEVICE_CUDA : HR_DEVICE_CPU; /* pages counted for a GPU's budget */
+        largest = on_gpu ? hr_largest_batch_on(m, &c, budget, overhead, (int64_t)1 << 40, hr_session_backend(s))
+                         : hr_largest_batch(m, &c, budget, overhead, (int64_t)1 << 40);
+        if (total > budget) rc = HR_EXIT_NOFIT;
     }
+    char a[32], b[32];
     if (o->json) {
         hr_report_json(s, stdout);
-        if (o->budget_set)
-            printf("{\"budget\": %zu, \"fits\": %s, \"largest_batch\": %lld}\n", o->budget, rc ? "false" : "true",
+        printf("{\"device_total\": %zu, \"overhead_bytes\": %zu, \"estimate\": %s", total, overhead,
+               estimate ? "true" : "false");
+        if (gpu) printf(", \"gpu\": \"%s\", \"gpu_measured\": \"%s\"", gpu->name, gpu->measured);
+        if (ask)
+            printf(", \"budget\": %zu, \"fits\": %s, \"largest_batch\": %lld", budget, rc ? "false" : "true",
                    (long long)largest);
+        printf("}\n");
     } else {
         hr_report_print(s, stdout);
-        if (o->budget_set) {
-            char a[32], b[32];
-            printf("budget %s: batch %lld %s (needs %s)\n", hr_format_bytes(o->budget, a, sizeof a), (long long)cfg.batch,
-                   rc ? "does NOT fit" : "fits", hr_format_bytes(r->arena_bytes, b, sizeof b));
+        if (estimate && gpu)
+            printf("  %-18s %12s   (estimate for an %s: arena in 2 MiB pages + its measured overhead %s; %s)\n",
+                   "device total", hr_format_bytes(total, a, sizeof a), gpu->name,
+                   hr_format_bytes(overhead, b, sizeof b), gpu->measured);
+        else if (estimate)
+            printf("  %-18s %12s   (the arena alone: no GPU here to measure the runtime overhead; --gpu h100 "
+                   "or h200 adds the one measured there)\n", "device total", hr_format_bytes(r->arena_bytes, a, sizeof a));
+        if (ask) {
+            printf("budget %s%s: batch %lld %s (needs %s)\n", hr_format_bytes(budget, a, sizeof a),
+                   o->budget_set ? "" : " (the GPU's memory less the driver's 32 MiB)", (long long)cfg.batch,
+                   rc ? "does NOT fit" : "fits", hr_format_bytes(total, b, sizeof b));
             if (largest > 0)
                 printf("largest batch that fits: %lld\n", (long long)largest);
             else

@@ -1,4 +1,4 @@
-/* main.c — `headroom plan|train|eval`: parses the command line into options
+/* main.c — `headroom plan|train|eval|smi`: parses the command line into options
  * and hands them to the subcommand. */
 #include <errno.h>
 #include <stdio.h>
@@ -13,14 +13,21 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  plan MODEL --batch N [--optim adam|adamw|sgd] [--mode train|infer] [--json]\n"
-            "             [--budget 8GiB] [--device cpu|cuda]\n"
-            "      every byte of one training step, by category, before anything runs;\n"
-            "      with --budget: whether it fits, and the largest batch that does\n"
+            "             [--budget 8GiB] [--device cpu|cuda] [--gpu h100|h200]\n"
+            "      every byte of one training step, by category, and the device total the\n"
+            "      process will hold (arena in 2 MiB pages + runtime overhead), before anything\n"
+            "      runs; with --budget (what nvidia-smi may show) or --gpu (where there is no\n"
+            "      GPU: that GPU's measured overhead and memory, an estimate): whether it fits\n"
+            "      and the largest batch that does\n"
             "  train MODEL [--data fashion-mnist|synthetic|DIR] [--epochs E] [--batch N] [--lr LR]\n"
             "              [--optim adam|adamw|sgd] [--momentum M] [--nesterov] [--weight-decay W]\n"
             "              [--clip NORM] [--seed S] [--save CKPT] [--resume CKPT]\n"
             "              [--device auto|cpu|cuda] [--max-steps N] [--samples N] [--memory-stats]\n"
+            "              [--budget 8GiB]   (the device memory the process may hold)\n"
             "  eval MODEL --weights CKPT [--data fashion-mnist|synthetic|DIR] [--batch N]\n"
+            "  smi [--json]\n"
+            "      each GPU (memory, load, temperature, power) and the processes on it, as\n"
+            "      the NVIDIA driver reports them (NVML); with no driver it says so, status 0\n"
             "\n"
             "exit status: 0 ok, 1 bad input, 2 bad command line, 3 does not fit, 4 NaN/inf loss\n");
 }
@@ -131,6 +138,9 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
             NEED();
             if (!hr_parse_bytes(v, &o->budget) || o->budget == 0) BAD("a size such as 8GiB, 512MB or 1e9");
             o->budget_set = true;
+        } else if (!strcmp(a, "--gpu")) {
+            NEED();
+            o->gpu = v;
         } else if (!strcmp(a, "--data")) {
             NEED();
             o->data = v;
@@ -181,6 +191,8 @@ hr_config_t hr_cli_config(const hr_cli_opts *o) {
     c.optim.clip_norm = (float)o->clip;
     c.device = o->device;
     c.seed = o->seed;
+    /* the device memory the process may hold, as nvidia-smi shows it */
+    c.device_budget = o->budget_set ? o->budget : 0;
     return c;
 }
 
@@ -197,12 +209,13 @@ int main(int argc, char **argv) {
         return argc < 2 ? HR_EXIT_USAGE : HR_EXIT_OK;
     }
     const char *cmd = argv[1];
+    if (!strcmp(cmd, "smi")) return hr_cmd_smi(argc - 2, argv + 2); /* no model, options of its own */
     int (*run)(const hr_cli_opts *) = NULL;
     if (!strcmp(cmd, "plan")) run = hr_cmd_plan;
     else if (!strcmp(cmd, "train")) run = hr_cmd_train;
     else if (!strcmp(cmd, "eval")) run = hr_cmd_eval;
     if (!run) {
-        fprintf(stderr, "headroom: unknown command '%s'; the commands are plan, train, eval\n", cmd);
+        fprintf(stderr, "headroom: unknown command '%s'; the commands are plan, train, eval, smi\n", cmd);
         return HR_EXIT_USAGE;
     }
     hr_cli_opts o;

@@ -1,0 +1,22 @@
+/* gpus.c — the table of GPUs headroom has measured: total memory and the
+ * runtime overhead (docs/benchmarks.md has the runs they come from). */
+#include "backend/gpus.h"
+
+#include <strings.h>
+
+/* Each row from a run of bench/gpu_bench.sh on that GPU: overhead_bytes is
+ * bench_step's measured runtime overhead (context + cuBLAS + cuDNN handles,
+ * with cuDNN's kernels loaded), device_total cudaMemGetInfo's total. */
+static const hr_gpu_info gpus[] = {
+    {"h100", "NVIDIA H100 80GB HBM3", 85017493504ull, 630784000ull,
+     "driver 580.159.04, CUDA 13.0, cuDNN 9.14, 2026-11-26"},
+    {"h200", "NVIDIA H200", 150109880320ull, 630784000ull, "driver 580.159.04, CUDA 13.0, cuDNN 9.14, 2026-11-26"},
+};
+
+const hr_gpu_info *hr_gpu_find(const char *key) {
+    for (size_t i = 0; key && i < sizeof gpus / sizeof *gpus; i++)
+        if (!strcasecmp(key, gpus[i].key)) return &gpus[i];
+    return NULL;
+}
+
+const char *hr_gpu_keys(void) { return "h100, h200"; }

@@ -1,0 +1,21 @@
+/* gpus.h — measured facts about the GPUs headroom has run on, for plans made
+ * where there is no GPU (`plan --device cuda --gpu h100` on a laptop). */
+#ifndef HR_GPUS_H
+#define HR_GPUS_H
+
+#include <stddef.h>
+
+typedef struct {
+    const char *key;        /* what --gpu takes: "h100" */
+    const char *name;       /* as the driver names it */
+    size_t total_bytes;     /* cudaMemGetInfo's total */
+    size_t overhead_bytes;  /* the runtime overhead headroom measured there: CUDA context, cuBLAS, cuDNN */
+    const char *measured;   /* driver, CUDA, cuDNN and date of that measurement */
+} hr_gpu_info;
+
+/* The GPU --gpu names (case does not matter), or NULL. */
+const hr_gpu_info *hr_gpu_find(const char *key);
+/* The keys, ", "-separated, for messages. */
+const char *hr_gpu_keys(void);
+
+#endif
