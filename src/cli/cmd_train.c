@@ -152,7 +152,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
     }
     /* the test set is evaluated after each epoch by the evaluation pass,
      * planned in the training arena: the job's memory is this one plan */
-    cfg.eval_batch = test.n < 1000 ? test.n : 1000;
+    if (cfg.eval_batch > test.n) cfg.eval_batch = test.n;
     if (!(s = compile_or_report(m, &cfg, &rc))) goto done;
     if (!o->quiet) hr_report_print(s, stdout);
     int c, h, w, classes;
@@ -243,13 +243,15 @@ int hr_cmd_train(const hr_cli_opts *o) {
         }
         double secs = now() - t0, acc = 0;
         if (tty) fputc('\n', stderr);
-        if ((st = evaluate(s, hr_eval_forward, &test, cfg.eval_batch, classes, &acc, NULL)) != HR_OK) {
+        if (cfg.eval_batch && (st = evaluate(s, hr_eval_forward, &test, cfg.eval_batch, classes, &acc, NULL)) != HR_OK) {
             rc = hr_cli_fail(st);
             goto done;
         }
         int64_t steps = b - (e == epoch0 ? batch0 : 0);
-        printf("epoch %lld/%lld  train loss %.4f  test accuracy %.2f%%  %.0f samples/s  %.1f s\n", (long long)e + 1,
-               (long long)o->epochs, steps ? sum / (double)steps : 0.0, 100 * acc, (double)seen / secs, secs);
+        char accs[32] = "not evaluated (--eval-batch 0)";
+        if (cfg.eval_batch) snprintf(accs, sizeof accs, "%.2f%%", 100 * acc);
+        printf("epoch %lld/%lld  train loss %.4f  test accuracy %s  %.0f samples/s  %.1f s\n", (long long)e + 1,
+               (long long)o->epochs, steps ? sum / (double)steps : 0.0, accs, (double)seen / secs, secs);
         fflush(stdout);
         if ((st = save(s, o, o->model, e + 1, 0)) != HR_OK) {
             rc = hr_cli_fail(st);
@@ -301,6 +303,7 @@ int hr_cmd_eval(const hr_cli_opts *o) {
     cfg.mode = HR_MODE_INFER;
     cfg.batch = o->batch > 0 ? (o->batch < test.n ? o->batch : test.n) : (test.n < 1000 ? test.n : 1000);
     if (!(ev = compile_or_report(m, &cfg, &rc))) goto done;
+    if (!o->quiet) hr_report_print(ev, stdout);
     hr_ckpt_meta meta;
     memset(&meta, 0, sizeof meta);
     snprintf(meta.model, sizeof meta.model, "%s", o->model);

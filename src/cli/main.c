@@ -13,7 +13,7 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  plan MODEL --batch N [--optim adam|adamw|sgd] [--mode train|infer] [--json]\n"
-            "             [--budget 8GiB] [--device cpu|cuda] [--gpu h100|h200]\n"
+            "             [--budget 8GiB] [--device cpu|cuda] [--gpu h100|h200] [--eval-batch N]\n"
             "      every byte of one training step, by category, and the device total the\n"
             "      process will hold (arena in 2 MiB pages + runtime overhead), before anything\n"
             "      runs; with --budget (what nvidia-smi may show) or --gpu (where there is no\n"
@@ -23,7 +23,7 @@ static void usage(FILE *f) {
             "              [--optim adam|adamw|sgd] [--momentum M] [--nesterov] [--weight-decay W]\n"
             "              [--clip NORM] [--seed S] [--save CKPT] [--resume CKPT]\n"
             "              [--device auto|cpu|cuda] [--max-steps N] [--samples N] [--memory-stats]\n"
-            "              [--budget 8GiB]   (the device memory the process may hold)\n"
+            "              [--budget 8GiB] (the device memory the process may hold) [--eval-batch N]\n"
             "  eval MODEL --weights CKPT [--data fashion-mnist|synthetic|DIR] [--batch N]\n"
             "  smi [--json]\n"
             "      each GPU (memory, load, temperature, power) and the processes on it, as\n"
@@ -64,6 +64,7 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
     o->device = HR_DEVICE_AUTO;
     o->momentum = 0.0;
     o->samples = 4096;
+    o->eval_batch = -1; /* the training batch */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -89,6 +90,9 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
         } else if (!strcmp(a, "--batch")) {
             NEED();
             if (!parse_i64(v, &o->batch)) BAD("an integer");
+        } else if (!strcmp(a, "--eval-batch")) {
+            NEED();
+            if (!parse_i64(v, &o->eval_batch) || o->eval_batch < 0) BAD("an integer >= 0 (0: no evaluation)");
         } else if (!strcmp(a, "--epochs")) {
             NEED();
             if (!parse_i64(v, &o->epochs) || o->epochs < 1) BAD("a positive integer");
@@ -193,6 +197,8 @@ hr_config_t hr_cli_config(const hr_cli_opts *o) {
     c.seed = o->seed;
     /* the device memory the process may hold, as nvidia-smi shows it */
     c.device_budget = o->budget_set ? o->budget : 0;
+    /* the job's evaluation pass, planned with the step (train caps it at the test set) */
+    c.eval_batch = o->mode != HR_MODE_TRAIN ? 0 : o->eval_batch >= 0 ? o->eval_batch : c.batch;
     return c;
 }
 

@@ -1,0 +1,252 @@
+#!/usr/bin/env python3
+"""memory_truth.py — what a `headroom train` / `headroom eval` process really
+holds on the GPU, sampled from outside the process through NVML (ctypes, every
+~2 ms), against the device total headroom printed before it allocated anything.
+
+    python3 tests/gpu/memory_truth.py [--hr build/headroom] [--quick] [--out DIR]
+
+Cases: the example models and random graph models (convolutions, norms,
+residual Adds, Concats, activations) at several batches; each trains one epoch
+of synthetic data with its evaluation pass (the job's one arena), then `eval`
+runs on the checkpoint. Target: |NVML peak - printed total| <= 1% of the
+total + 2 MiB. Then the boundary: the largest batch that headroom names for a
+budget trains, one more is refused (exit 3) before any device allocation; and
+immunity: a process that takes the rest of the GPU after headroom started
+does not disturb it. Prints a table and "RESULT tests/gpu/memory_truth.py P F".
+"""
+import argparse
+import ctypes
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+MIB = 1 << 20
+
+
+# ---- NVML through ctypes: the process's used memory, as nvidia-smi shows it ----
+class ProcInfo(ctypes.Structure):
+    _fields_ = [("pid", ctypes.c_uint), ("used", ctypes.c_ulonglong), ("gi", ctypes.c_uint), ("ci", ctypes.c_uint)]
+
+
+class Nvml:
+    def __init__(self, index=0):
+        self.lib = ctypes.CDLL("libnvidia-ml.so.1")
+        if self.lib.nvmlInit_v2() != 0:
+            raise RuntimeError("nvmlInit failed")
+        self.dev = ctypes.c_void_p()
+        if self.lib.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(self.dev)) != 0:
+            raise RuntimeError("no device %d" % index)
+        self.fn = getattr(self.lib, "nvmlDeviceGetComputeRunningProcesses_v3", None) or \
+            self.lib.nvmlDeviceGetComputeRunningProcesses_v2
+        self.buf = (ProcInfo * 256)()
+
+    def used(self, pid):
+        n = ctypes.c_uint(256)
+        if self.fn(self.dev, ctypes.byref(n), self.buf) != 0:
+            return None
+        for i in range(n.value):
+            if self.buf[i].pid == pid:
+                return self.buf[i].used
+        return 0
+
+
+def run_sampled(nv, cmd, timeout=300, on_start=None):
+    """Runs cmd, sampling its NVML used memory; returns (rc, stdout+stderr, peak, samples)."""
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    peak, n, out = 0, 0, []
+    reader = threading.Thread(target=lambda: out.append(p.stdout.read()))
+    reader.start()
+    t0 = time.time()
+    started = False
+    while p.poll() is None and time.time() - t0 < timeout:
+        u = nv.used(p.pid)
+        if u:
+            peak, n = max(peak, u), n + 1
+            if on_start and not started and time.time() - t0 > 0.5:
+                started = True
+                on_start()
+        time.sleep(0.002)
+    if p.poll() is None:
+        p.kill()
+    p.wait()
+    reader.join()
+    return p.returncode, "".join(out), peak, n
+
+
+UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "TiB": 1 << 40}
+
+
+def printed_total(text):
+    m = re.search(r"device total\s+([0-9.]+) (B|KiB|MiB|GiB|TiB)", text)
+    return float(m.group(1)) * UNITS[m.group(2)] if m else None
+
+
+# ---- random graph models, in the model-file language ------------------------
+def random_model(rng, name):
+    c, hw = rng.choice([(1, 28), (3, 32), (3, 16)])
+    lines = ["input %d %d %d" % (c, hw, hw)]
+    ch, k = c, 0
+
+    def act():
+        return rng.choice(["ReLU()", "GELU()", "SiLU()", "LeakyReLU(0.1)", "Tanh()"])
+    out = rng.choice([8, 16, 24])
+    lines += ["s0 = Conv2d(%d, %d, 3, padding=1)" % (ch, out), "BatchNorm2d(%d)" % out, act()]
+    ch, last = out, "2"
+    for b in range(rng.randint(2, 5)):
+        kind = rng.choice(["res", "cat", "pool", "plain"])
+        if kind == "res":
+            lines += ["r%d = Conv2d(%d, %d, 3, padding=1)" % (b, ch, ch), "BatchNorm2d(%d)" % ch, act(),
+                      "Conv2d(%d, %d, 1)" % (ch, ch), "Add(r%d)" % b]
+        elif kind == "cat":
+            o1, o2 = rng.choice([4, 8]), rng.choice([4, 8, 12])
+            lines += ["x%d = %s" % (b, act()), "a%d = Conv2d(%d, %d, 1)(x%d)" % (b, ch, o1, b),
+                      "c%d = Conv2d(%d, %d, 3, padding=1)(x%d)" % (b, ch, o2, b), "Concat(a%d, c%d)" % (b, b)]
+            ch = o1 + o2
+        elif kind == "pool" and hw >= 8:
+            lines += [rng.choice(["MaxPool2d(2)", "AvgPool2d(2)"])]
+            hw //= 2
+        else:
+            o = rng.choice([8, 16, 32])
+            lines += ["Conv2d(%d, %d, 3, padding=1)" % (ch, o), act()]
+            ch = o
+        if rng.random() < 0.3:
+            lines += ["Dropout(0.1)"]
+    lines += ["Flatten()", "Linear(%d, 64)" % (ch * hw * hw), "LayerNorm(64)", act(), "Linear(64, 10)",
+              "loss CrossEntropyLoss"]
+    return "# %s: generated by tests/gpu/memory_truth.py\n" % name + "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hr", default="build/headroom")
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--models", type=int, default=12)
+    a = ap.parse_args()
+    nv = Nvml()
+    tmp = tempfile.mkdtemp()
+    rng = random.Random(2026)
+    models = [("examples/%s.model" % m, b) for m, b in
+              [("mlp", [64, 1024, 8192]), ("simple_cnn", [64, 512, 4096]), ("deep_cnn", [16, 64, 512]),
+               ("fashion", [64, 256, 2048]), ("resnet_tiny", [32, 128, 512])]]
+    for i in range(a.models):
+        path = os.path.join(tmp, "random%d.model" % i)
+        open(path, "w").write(random_model(rng, "random%d" % i))
+        models.append((path, [rng.choice([8, 32]), rng.choice([128, 256]), rng.choice([1024, 2048])]))
+    if a.quick:
+        models = models[:3] + models[5:7]
+    rows, passed, failed = [], 0, 0
+
+    def check(ok, what):
+        nonlocal passed, failed
+        if ok:
+            passed += 1
+        else:
+            failed += 1
+            print("FAIL " + what, flush=True)
+
+    for path, batches in models:
+        for b in batches:
+            ck = os.path.join(tmp, "m.ckpt")
+            samples = 3 * b
+            base = [a.hr, "train", path, "--data", "synthetic", "--samples", str(samples), "--batch", str(b),
+                    "--epochs", "1", "--device", "cuda", "--seed", "1", "--save", ck]
+            rc, text, peak, n = run_sampled(nv, base)
+            total = printed_total(text)
+            ok = rc == 0 and total is not None and peak > 0
+            err = abs(peak - total) if ok else None
+            bound = 0.01 * total + 2 * MIB if ok else None
+            check(ok, "%s batch %d train: rc %d, printed total %s, NVML peak %s\n%s" %
+                  (path, b, rc, total, peak, text[-600:]))
+            if ok:
+                check(err <= bound, "%s batch %d train: |peak %d - total %d| = %d > %d" % (path, b, peak, total, err,
+                                                                                           bound))
+            rows.append({"model": os.path.basename(path), "batch": b, "mode": "train+eval", "rc": rc,
+                         "total": total, "peak": peak, "samples": n, "err": err, "rel": err / total if ok else None})
+            if rc == 0:
+                ev = [a.hr, "eval", path, "--data", "synthetic", "--samples", str(samples), "--batch", str(b),
+                      "--device", "cuda", "--seed", "1", "--weights", ck]
+                rc2, text2, peak2, n2 = run_sampled(nv, ev)
+                total2 = printed_total(text2)
+                ok2 = rc2 == 0 and total2 is not None and peak2 > 0
+                err2 = abs(peak2 - total2) if ok2 else None
+                check(ok2 and err2 <= 0.01 * total2 + 2 * MIB, "%s batch %d eval: rc %d total %s peak %s\n%s" %
+                      (path, b, rc2, total2, peak2, text2[-600:]))
+                rows.append({"model": os.path.basename(path), "batch": b, "mode": "infer", "rc": rc2,
+                             "total": total2, "peak": peak2, "samples": n2, "err": err2,
+                             "rel": err2 / total2 if ok2 else None})
+
+    # the boundary, under budgets: the largest batch named trains, one more is refused
+    bounds = []
+    for path, budget in [("examples/simple_cnn.model", "2GiB"), ("examples/deep_cnn.model", "3GiB"),
+                         ("examples/fashion.model", "1500MiB"), ("examples/resnet_tiny.model", "2GiB")]:
+        q = subprocess.run([a.hr, "plan", path, "--batch", "100000000", "--device", "cuda", "--budget", budget],
+                           capture_output=True, text=True)
+        m = re.search(r"largest batch that fits: (\d+)", q.stdout)
+        check(q.returncode == 3 and m, "%s plan --budget %s: rc %d %s" % (path, budget, q.returncode, q.stdout[-300:]))
+        if not m:
+            continue
+        n = int(m.group(1))
+        res = {}
+        for b in (n, n + 1):
+            cmd = [a.hr, "train", path, "--data", "synthetic", "--samples", str(b), "--batch", str(b), "--epochs", "1",
+                   "--device", "cuda", "--budget", budget, "-q"]
+            rc, text, peak, _ = run_sampled(nv, cmd)
+            res[b] = (rc, peak)
+            tm = re.search(r"largest batch that fits: (\d+)", text)
+            if b == n + 1:
+                check(rc == 3 and tm and int(tm.group(1)) == n, "%s budget %s: batch %d (one more than %d) gave rc %d, "
+                      "named %s\n%s" % (path, budget, b, n, rc, tm.group(1) if tm else None, text[-400:]))
+            else:
+                check(rc == 0, "%s budget %s: the named batch %d failed (rc %d)\n%s" % (path, budget, n, rc,
+                                                                                      text[-400:]))
+        bounds.append({"model": os.path.basename(path), "budget": budget, "largest": n,
+                       "rc_largest": res[n][0], "rc_one_more": res[n + 1][0], "peak_largest": res[n][1],
+                       "peak_one_more": res[n + 1][1]})
+
+    # immunity: another process takes everything left once headroom has started
+    holder = []
+
+    def grab():
+        holder.append(subprocess.Popen([sys.executable, "-c", (
+            "import time, torch\n"
+            "free, _ = torch.cuda.mem_get_info()\n"
+            "x = torch.empty(free - (256 << 20), dtype=torch.uint8, device='cuda')\n"
+            "time.sleep(120)\n")]))
+    cmd = [a.hr, "train", "examples/deep_cnn.model", "--data", "synthetic", "--samples", "40000", "--batch", "256",
+           "--epochs", "2", "--device", "cuda", "-q"]
+    rc, text, peak, _ = run_sampled(nv, cmd, on_start=grab)
+    for h in holder:
+        h.kill()
+        h.wait()
+    check(rc == 0 and holder, "immunity: headroom train with the GPU filled after its start: rc %d\n%s" % (rc,
+                                                                                                       text[-400:]))
+
+    worst = max((r for r in rows if r["rel"] is not None), key=lambda r: r["rel"], default=None)
+    with open(os.path.join(a.out, "memory_truth.json"), "w") as f:
+        json.dump({"rows": rows, "boundary": bounds, "immunity_rc": rc, "worst": worst}, f, indent=1)
+    print("%-16s %6s %-10s %12s %12s %10s %8s" % ("model", "batch", "mode", "total MiB", "NVML MiB", "err MiB", "err %"))
+    for r in rows:
+        if r["rel"] is None:
+            print("%-16s %6d %-10s failed (rc %d)" % (r["model"], r["batch"], r["mode"], r["rc"]))
+            continue
+        print("%-16s %6d %-10s %12.2f %12.2f %10.2f %8.3f" % (r["model"], r["batch"], r["mode"], r["total"] / MIB,
+                                                               r["peak"] / MIB, r["err"] / MIB, 100 * r["rel"]))
+    for b in bounds:
+        print("boundary %-16s budget %-8s largest %-8d rc %d, one more rc %d" % (b["model"], b["budget"], b["largest"],
+                                                                                b["rc_largest"], b["rc_one_more"]))
+    if worst:
+        print("worst: %s batch %d %s: %.3f%% (%.2f MiB)" % (worst["model"], worst["batch"], worst["mode"],
+                                                           100 * worst["rel"], worst["err"] / MIB))
+    print("RESULT tests/gpu/memory_truth.py %d %d" % (passed, failed))
+    return 0 if failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
