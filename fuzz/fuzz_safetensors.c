@@ -1,9 +1,11 @@
 /* fuzz_safetensors.c — libFuzzer target for the safetensors reader: any bytes
- * must open as a valid table (then every tensor reads in bounds) or fail cleanly. */
+ * must open as a valid table (then every tensor reads in bounds) or fail cleanly.
+ * Its mutator (safetensors_mutator.h) mostly mutates the JSON header alone. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "io/io.h"
+#include "safetensors_mutator.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     hr_safetensors_t *f = hr_safetensors_open_memory(data, size, "fuzz.safetensors");

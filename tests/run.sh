@@ -117,11 +117,12 @@ for bin in "${bins[@]}"; do
     fi
 done
 
-# A short fuzzing run of each reader (libFuzzer, ASan, UBSan): one check per
-# target. HR_FUZZ_SECONDS=0 skips it.
+# A short fuzzing run of each target that fuzz/run.sh lists (the readers,
+# the checkpoint loader, the command line; libFuzzer, ASan, UBSan): one check
+# per target. It writes only under BUILD_DIR/fuzz. HR_FUZZ_SECONDS=0 skips it.
 fuzz_s=${HR_FUZZ_SECONDS:-5}
 if [ "$fuzz_s" != 0 ] && command -v clang >/dev/null 2>&1; then
-    for target in modelfile safetensors idx; do
+    for target in $(bash fuzz/run.sh --list); do
         log="$logs/fuzz_$target.log"
         if FUZZ_OUT="$build/fuzz" bash fuzz/run.sh "$fuzz_s" "$target" >"$log" 2>&1; then
             total_pass=$((total_pass + 1))

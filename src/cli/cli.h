@@ -43,4 +43,50 @@ int hr_cmd_eval(const hr_cli_opts *o);
 int hr_cmd_smi(int argc, char **argv); /* the GPUs as NVML sees them; its own options (--json), no model */
 int hr_cli_fail(hr_status st); /* prints hr_last_error(), returns the exit code */
 
+/* ---- host memory (host_plan.c) ---------------------------------------------
+ * What a command holds in host RAM, planned before any data is read or made,
+ * against what the host has; a job whose host side does not fit is refused
+ * with HR_ERR_OOM, the table, what is available and the largest batch. */
+/* The command's data from the IDX headers alone (synthetic: nothing held). */
+typedef struct {
+    bool synthetic;
+    int64_t train_n, test_n; /* samples; train_n 0 when nothing trains (eval) */
+    int64_t sample;          /* floats a sample: the files' (IDX) or the model's input (synthetic) */
+    size_t bytes;            /* host bytes the loaded sets take at their peak; 0 when synthetic */
+} hr_host_data;
+/* o->data peeked for a model whose input has `sample` floats; train false: the
+ * test set only (eval). Reads each IDX file's header, none of its data. */
+hr_status hr_host_data_peek(const hr_cli_opts *o, int64_t sample, bool train, hr_host_data *out);
+
+typedef enum { HR_HOST_DATA = 0, HR_HOST_LOADER, HR_HOST_PINNED, HR_HOST_ARENA, HR_HOST_EVAL, HR_HOST_COUNT } hr_host_item;
+typedef struct {
+    const hr_model_t *model;  /* re-planned at smaller batches when a CPU arena does not fit */
+    const hr_config_t *cfg;   /* the session's config: batch, eval_batch, mode */
+    const hr_session_t *s;    /* its plan (arena, pinned staging); NULL before planning: a lower bound */
+    hr_host_data data;
+    int64_t loader_batch;     /* the loader's batch (train); 0: no loader (eval: cfg->batch is evaluation's) */
+    int64_t eval_batch;       /* train: the evaluation loop's batch (its host buffers); 0: none */
+    bool eval_follows;        /* train: eval_batch is min(batch, test_n) (no --eval-batch): the search moves it too */
+    int classes;
+} hr_host_job;
+typedef struct {
+    size_t bytes[HR_HOST_COUNT];
+    size_t total;             /* SIZE_MAX if the sum overflows */
+    size_t available;         /* what the host has, less the margin */
+    size_t margin;
+    char source[640];         /* what set `available`: MemAvailable, a cgroup limit, ulimit -v, HR_HOST_MEMORY */
+    bool arena_on_host, planned;
+} hr_host_plan;
+/* HR_OK when the job's host side fits (out filled either way), else HR_ERR_OOM
+ * with the table and the largest batch that fits. Call it before planning
+ * (s NULL: data, loader and evaluation alone, so an absurd batch is refused
+ * before anything is planned) and after (with the session's arena when it is
+ * on the CPU and its pinned staging). Allocates nothing. */
+hr_status hr_host_check(const hr_host_job *job, hr_host_plan *out);
+void hr_host_plan_print(const hr_host_plan *p, FILE *f);
+/* Host memory this process may still take: the least of MemAvailable, the room
+ * under its cgroups' memory limits (v2 or v1), ulimit -v and HR_HOST_MEMORY;
+ * why names which. SIZE_MAX when none is known. */
+size_t hr_host_available(char *why, size_t len);
+
 #endif

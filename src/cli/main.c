@@ -1,6 +1,7 @@
 /* main.c — `headroom plan|train|eval|smi`: parses the command line into options
  * and hands them to the subcommand. */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,10 +47,12 @@ static bool parse_i64(const char *s, int64_t *out) {
     return true;
 }
 
+/* A finite number: inf, nan and values past double's range are refused. */
 static bool parse_f(const char *s, double *out) {
     char *end;
+    errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end) return false;
+    if (end == s || *end || errno == ERANGE || !isfinite(v)) return false;
     *out = v;
     return true;
 }
@@ -104,16 +107,16 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
             if (!parse_i64(v, &o->samples) || o->samples < 1) BAD("a positive integer");
         } else if (!strcmp(a, "--lr")) {
             NEED();
-            if (!parse_f(v, &o->lr) || !(o->lr >= 0)) BAD("a learning rate >= 0");
+            if (!parse_f(v, &o->lr) || !(o->lr >= 0)) BAD("a finite learning rate >= 0");
         } else if (!strcmp(a, "--momentum")) {
             NEED();
-            if (!parse_f(v, &o->momentum) || !(o->momentum >= 0)) BAD("a momentum >= 0");
+            if (!parse_f(v, &o->momentum) || !(o->momentum >= 0)) BAD("a finite momentum >= 0");
         } else if (!strcmp(a, "--weight-decay")) {
             NEED();
-            if (!parse_f(v, &o->weight_decay) || !(o->weight_decay >= 0)) BAD("a weight decay >= 0");
+            if (!parse_f(v, &o->weight_decay) || !(o->weight_decay >= 0)) BAD("a finite weight decay >= 0");
         } else if (!strcmp(a, "--clip")) {
             NEED();
-            if (!parse_f(v, &o->clip) || !(o->clip > 0)) BAD("a norm > 0");
+            if (!parse_f(v, &o->clip) || !(o->clip > 0)) BAD("a finite norm > 0");
         } else if (!strcmp(a, "--nesterov")) {
             o->nesterov = true;
         } else if (!strcmp(a, "--seed")) {

@@ -132,6 +132,11 @@ static hr_status meta_int(const hr_safetensors_t *f, const char *key, int64_t *o
     if (!*v || *end || errno)
         return hr_error_set(HR_ERR_FORMAT, "checkpoint %s: metadata %s = '%s' is not an integer; it is damaged",
                             hr_safetensors_path(f), key, v);
+    /* epochs, batches and steps count up from 0: refused here, before the
+     * load writes anything into the session */
+    if (x < 0)
+        return hr_error_set(HR_ERR_FORMAT, "checkpoint %s: metadata %s = %lld is negative; it is damaged",
+                            hr_safetensors_path(f), key, x);
     *out = x;
     return HR_OK;
 }

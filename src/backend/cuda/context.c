@@ -1,9 +1,9 @@
 /* context.c — the CUDA backend's context: the device, its streams and events,
  * the cuBLAS and cuDNN handles, and what they cost in device memory (NVML). */
 #include "backend/cuda/hr_cuda.h"
+#include "backend/nvml.h"
 
 #include <cublas_v2.h>
-#include <dlfcn.h>
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,37 +16,13 @@ hr_status hr_cuda_fail(const char *file, int line, const char *call, const char 
 const char *hr_cublas_status_str(int st) { return cublasGetStatusString((cublasStatus_t)st); }
 
 /* ---- device memory, as NVML sees it (no context needed) -------------------- */
-typedef struct nvmlDevice_st *nvml_device;
-typedef struct {
-    unsigned long long total, free, used;
-} nvml_memory;
-
-/* Bytes in use on the device, or false when NVML is missing. */
-static bool nvml_used(int dev, size_t *used) {
-    char bus[64];
-    if (cudaDeviceGetPCIBusId(bus, (int)sizeof bus, dev) != cudaSuccess) {
-        cudaGetLastError();
-        return false;
-    }
-    void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) return false;
-    int (*init)(void), (*shutdown)(void), (*by_bus)(const char *, nvml_device *), (*mem)(nvml_device, nvml_memory *);
-    *(void **)&init = dlsym(lib, "nvmlInit_v2");
-    *(void **)&shutdown = dlsym(lib, "nvmlShutdown");
-    *(void **)&by_bus = dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
-    *(void **)&mem = dlsym(lib, "nvmlDeviceGetMemoryInfo");
-    bool ok = false;
-    if (init && shutdown && by_bus && mem && init() == 0) {
-        nvml_device d;
-        nvml_memory m;
-        if (by_bus(bus, &d) == 0 && mem(d, &m) == 0) {
-            *used = (size_t)m.used;
-            ok = true;
-        }
-        shutdown();
-    }
-    dlclose(lib);
-    return ok;
+/* Bytes in use on the device (every process's), or false when NVML is missing. */
+static bool nvml_used(hr_nvml *nv, const char *bus, size_t *used) {
+    uint64_t u;
+    int i = nv ? hr_nvml_find_bus(nv, bus) : -1;
+    if (i < 0 || hr_nvml_memory(nv, i, NULL, &u, NULL) != HR_OK) return false;
+    *used = (size_t)u;
+    return true;
 }
 
 /* The primary context is made once a process; its cost is measured then. */
@@ -86,15 +62,25 @@ hr_status hr_cuda_init(hr_cuda *c, const hr_config_t *cfg) {
     snprintf(c->device_name, sizeof c->device_name, "%s", prop.name);
     c->sms = prop.multiProcessorCount;
     size_t before = 0, after = 0, f0, t0, f1, t1;
-    bool nv = !g_ctx_measured && nvml_used(c->device, &before);
-    HR_CU(cudaSetDevice(c->device));
-    HR_CU(cudaFree(NULL)); /* makes the context now, not at the first kernel */
-    HR_CU(cudaMemGetInfo(&f0, &t0));
+    char bus[64] = "";
+    hr_nvml *nvml = NULL;
     if (!g_ctx_measured) {
+        if (cudaDeviceGetPCIBusId(bus, (int)sizeof bus, c->device) == cudaSuccess) nvml = hr_nvml_open(NULL, 0);
+        cudaGetLastError();
+    }
+    bool nv = nvml_used(nvml, bus, &before);
+    /* (no early return while NVML is open) */
+    const char *call = "cudaSetDevice(c->device)";
+    cudaError_t e = cudaSetDevice(c->device);
+    if (e == cudaSuccess) call = "cudaFree(NULL)", e = cudaFree(NULL); /* makes the context now, not at the first kernel */
+    if (e == cudaSuccess) call = "cudaMemGetInfo(&f0, &t0)", e = cudaMemGetInfo(&f0, &t0);
+    if (e == cudaSuccess && !g_ctx_measured) {
         /* without NVML: everything in use on the device (a device of our own) */
-        g_ctx_bytes = nv && nvml_used(c->device, &after) && after > before ? after - before : t0 - f0;
+        g_ctx_bytes = nv && nvml_used(nvml, bus, &after) && after > before ? after - before : t0 - f0;
         g_ctx_measured = true;
     }
+    hr_nvml_close(nvml);
+    if (e != cudaSuccess) return hr_cuda_fail(__FILE__, __LINE__, call, cudaGetErrorString(e));
     HR_CU(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
     HR_CU(cudaStreamCreateWithFlags(&c->copy_stream, cudaStreamNonBlocking));
     HR_CU(cudaEventCreateWithFlags(&c->compute_ev, cudaEventDisableTiming));
