@@ -10,6 +10,7 @@
 typedef struct hr_backend hr_backend;
 struct hr_backend {
     const char *name;          /* "cpu", "cuda" */
+    const char *device_id;     /* the GPU's PCI bus id ("0000:65:00.0", for NVML); NULL on the CPU */
     hr_memkind arena_kind;     /* HR_MEM_ARENA_HOST or HR_MEM_DEVICE */
     void *ctx;
     /* The kernels, indexed by op; a NULL entry is an op this backend lacks,

@@ -8,8 +8,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend/nvml.h"
 #include "cli/cli.h"
 #include "data/data.h"
+#include "exec/internal.h"
 #include "io/io.h"
 
 static double now(void) {
@@ -120,6 +122,39 @@ static hr_session_t *compile_or_report(hr_model_t *m, hr_config_t *cfg, int *rc)
     return s;
 }
 
+/* --memory-stats: the plan's numbers in PyTorch's terms and, on a GPU,
+ * beside them what NVML says this process holds (now, and the most a
+ * sampling thread saw during the run) against the printed device total. */
+static void print_memory_stats(hr_session_t *s, hr_nvml_sampler *witness) {
+    hr_mem_stats_t ms;
+    char a[32], b2[32], c2[32];
+    hr_mem_stats(s, &ms);
+    const hr_report_t *r = hr_session_report(s);
+    printf("memory: allocated %s, reserved %s, peak %s", hr_format_bytes(ms.allocated, a, sizeof a),
+           hr_format_bytes(ms.reserved, b2, sizeof b2), hr_format_bytes(ms.peak_allocated, c2, sizeof c2));
+    if (ms.device_total) printf(", device free %s of %s", hr_format_bytes(ms.device_free, a, sizeof a),
+                                hr_format_bytes(ms.device_total, b2, sizeof b2));
+    printf(", device allocations %lld\n", (long long)ms.device_allocs);
+    for (int k = 0; k < HR_CAT_COUNT; k++)
+        printf("  %-18s %s\n", hr_category_name((hr_category)k), hr_format_bytes(r->category_bytes[k], a, sizeof a));
+    if (!hr_session_backend(s)->device_id) return;
+    printf("  %-18s %s (arena in 2 MiB pages + overhead)\n", "device total", hr_format_bytes(r->device_total, a, sizeof a));
+    hr_nvml_sample now;
+    if (!witness) {
+        printf("  NVML: no sampler (out of host memory)\n");
+        return;
+    }
+    hr_nvml_sampler_read(witness, &now);
+    if (!now.available || now.peak == HR_NVML_UNKNOWN) {
+        printf("  NVML: unavailable (%s)\n", now.why[0] ? now.why : "this process is not in the driver's list");
+        return;
+    }
+    double d = (double)now.peak - (double)r->device_total;
+    printf("  NVML (this process): %s now, peak %s over %lld samples every %d ms; peak - device total = %+.2f MiB "
+           "(%+.3f%%)\n", hr_format_bytes((size_t)now.current, a, sizeof a), hr_format_bytes((size_t)now.peak, b2, sizeof b2),
+           (long long)now.samples, now.period_ms, d / 1048576.0, r->device_total ? 100 * d / (double)r->device_total : 0);
+}
+
 static hr_status save(hr_session_t *s, const hr_cli_opts *o, const char *model_name, int64_t epoch, int64_t batch) {
     if (!o->save) return HR_OK;
     hr_ckpt_meta meta;
@@ -136,6 +171,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
     hr_dataset train = {0}, test = {0};
     hr_session_t *s = NULL;
     hr_loader *ld = NULL;
+    hr_nvml_sampler *witness = NULL; /* --memory-stats on a GPU: NVML's view of this process */
     hr_model_t *m = hr_modelfile_load(o->model);
     if (!m) return hr_cli_fail(HR_ERR_PARSE);
     hr_status st = load_data(o, m, &train, &test);
@@ -155,6 +191,8 @@ int hr_cmd_train(const hr_cli_opts *o) {
     if (cfg.eval_batch > test.n) cfg.eval_batch = test.n;
     if (!(s = compile_or_report(m, &cfg, &rc))) goto done;
     if (!o->quiet) hr_report_print(s, stdout);
+    const char *bus = hr_session_backend(s)->device_id;
+    if (o->memory_stats && bus) witness = hr_nvml_sampler_start(NULL, bus, -1, 5);
     int c, h, w, classes;
     model_io(m, &c, &h, &w, &classes);
 
@@ -259,20 +297,9 @@ int hr_cmd_train(const hr_cli_opts *o) {
         }
         last_good = o->save;
     }
-    if (o->memory_stats) {
-        hr_mem_stats_t ms;
-        char a[32], b2[32], c2[32];
-        hr_mem_stats(s, &ms);
-        printf("memory: allocated %s, reserved %s, peak %s", hr_format_bytes(ms.allocated, a, sizeof a),
-               hr_format_bytes(ms.reserved, b2, sizeof b2), hr_format_bytes(ms.peak_allocated, c2, sizeof c2));
-        if (ms.device_total) printf(", device free %s of %s", hr_format_bytes(ms.device_free, a, sizeof a),
-                                    hr_format_bytes(ms.device_total, b2, sizeof b2));
-        printf(", device allocations %lld\n", (long long)ms.device_allocs);
-        const hr_report_t *r = hr_session_report(s);
-        for (int k = 0; k < HR_CAT_COUNT; k++)
-            printf("  %-18s %s\n", hr_category_name((hr_category)k), hr_format_bytes(r->category_bytes[k], a, sizeof a));
-    }
+    if (o->memory_stats) print_memory_stats(s, witness);
 done:
+    hr_nvml_sampler_stop(witness, NULL);
     hr_loader_free(ld);
     hr_session_free(s);
     hr_dataset_free(&train);

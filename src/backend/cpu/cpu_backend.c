@@ -71,6 +71,7 @@ hr_backend *hr_backend_cpu_new(const hr_config_t *cfg) {
 #endif
     *be = (hr_backend){
         /* .name           = */ "cpu",
+        /* .device_id      = */ NULL,
         /* .arena_kind     = */ HR_MEM_ARENA_HOST,
         /* .ctx            = */ c,
         /* .kernels        = */ cpu_kernels,

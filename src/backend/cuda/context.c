@@ -64,10 +64,12 @@ hr_status hr_cuda_init(hr_cuda *c, const hr_config_t *cfg) {
     size_t before = 0, after = 0, f0, t0, f1, t1;
     char bus[64] = "";
     hr_nvml *nvml = NULL;
-    if (!g_ctx_measured) {
-        if (cudaDeviceGetPCIBusId(bus, (int)sizeof bus, c->device) == cudaSuccess) nvml = hr_nvml_open(NULL, 0);
-        cudaGetLastError();
-    }
+    if (cudaDeviceGetPCIBusId(bus, (int)sizeof bus, c->device) == cudaSuccess)
+        snprintf(c->bus_id, sizeof c->bus_id, "%s", bus);
+    else
+        bus[0] = 0;
+    cudaGetLastError();
+    if (!g_ctx_measured && bus[0]) nvml = hr_nvml_open(NULL, 0);
     bool nv = nvml_used(nvml, bus, &before);
     /* (no early return while NVML is open) */
     const char *call = "cudaSetDevice(c->device)";

@@ -197,6 +197,7 @@ hr_backend *hr_backend_cuda_new(const hr_config_t *cfg) {
     }
     *be = (hr_backend){
         /* .name           = */ "cuda",
+        /* .device_id      = */ NULL,
         /* .arena_kind     = */ HR_MEM_DEVICE,
         /* .ctx            = */ c,
         /* .kernels        = */ cuda_kernels,
@@ -223,5 +224,6 @@ hr_backend *hr_backend_cuda_new(const hr_config_t *cfg) {
         cuda_free(be);
         return NULL;
     }
+    be->device_id = c->bus_id[0] ? c->bus_id : NULL;
     return be;
 }

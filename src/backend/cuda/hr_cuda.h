@@ -43,6 +43,7 @@ typedef struct hr_cuda {
     hr_options opt;           /* the HR_* switches, read once when the backend is made */
     int device;
     char device_name[256];
+    char bus_id[64];          /* PCI bus id, for NVML (the backend's device_id) */
     int sms;                  /* multiprocessors */
     bool allow_tf32;
     int64_t max_elems;        /* per library call (cuBLAS, cuDNN take int sizes): opt.max_call_elems or INT_MAX */
