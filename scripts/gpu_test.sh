@@ -73,5 +73,21 @@ pass=$((pass + $1))
 fail=$((fail + $2))
 [ -n "$1" ] && [ "$1" -gt 0 ] || fail=$((fail + 1))
 rm -f "$log"
+# the memory truth: NVML's peak of each process against the printed device
+# total, the budget boundary, a process filling the GPU after the start
+# (GPU_TRUTH=quick for a few models, 0 to skip)
+if [ "${GPU_TRUTH:-full}" != 0 ]; then
+    log=$(mktemp)
+    q=""
+    [ "${GPU_TRUTH:-full}" = quick ] && q=--quick
+    timeout 1200 python3 tests/gpu/memory_truth.py --hr "$BUILD/headroom" $q --out "${OUT:-/tmp}" >"$log" 2>&1
+    cat "$log"
+    res=$(grep '^RESULT ' "$log" | awk '{p += $3; f += $4} END {print p + 0, f + 0, NR}')
+    set -- $res
+    pass=$((pass + $1))
+    fail=$((fail + $2))
+    [ "$3" -gt 0 ] || fail=$((fail + 1))
+    rm -f "$log"
+fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
