@@ -134,7 +134,8 @@ typedef struct {
     bool keep_grads;     /* gradients outlive the update (hr_grad_read, accumulation); costs memory */
     size_t device_budget; /* > 0: plan must fit this many bytes, whatever the device has */
     /* Training: also plan an evaluation pass (the forward pass in inference
-     * mode) of this many samples, in the same arena: hr_eval_forward. 0: none. */
+     * mode) of this many samples, in the same arena: hr_eval_forward. 0: none;
+     * -1: as many as the batch (it follows the batch in a largest-batch search). */
     int64_t eval_batch;
 } hr_config_t;
 

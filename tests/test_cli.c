@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -38,7 +39,9 @@ static void write_file(const char *name, const char *text) {
     fclose(f);
 }
 
+#ifndef HR /* another build's binary: -DHR='"/path/headroom"' */
 #define HR "./build/headroom"
+#endif
 #define EXPECT(code, needle, ...)                                                                              \
     do {                                                                                                       \
         int rc_ = sh(__VA_ARGS__);                                                                             \
@@ -179,6 +182,58 @@ static void test_nan(void) {
     CHECK(cmp_files(a, b) == 0, "the good checkpoint is untouched");
 }
 
+static double seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Host memory is planned before any data is read or made: an absurd batch on
+ * any data source is refused at once (exit 3, the table, the largest batch),
+ * and HR_HOST_MEMORY caps what the plan may take, as a small host would. */
+static void test_host_memory(void) {
+    write_file("tiny.model", tiny);
+    const char *absurd[] = {
+        "--data synthetic --batch 100000000 --samples 100000000",
+        "--data synthetic --batch 1000000000000 --samples 1000000000000",
+        "--data synthetic --batch 1e12 --samples 1e12 --eval-batch 1",
+        "--data synthetic --batch 100000000 --samples 100000000 --device cuda",
+    };
+    for (size_t i = 0; i < sizeof absurd / sizeof *absurd; i++) {
+        double t0 = seconds();
+        EXPECT(3, "does not fit host memory", "timeout 20 " HR " train %s/tiny.model %s --device cpu", tmp, absurd[i]);
+        double t = seconds() - t0;
+        CHECK(t < 1.0, "refused in %.2f s, not under 1 s: %s", t, absurd[i]);
+        CHECK(strstr(out, "loader slots") && strstr(out, "largest batch that fits"), "the table and the largest batch:\n%s",
+              out);
+    }
+    EXPECT(3, "does not fit host memory",
+           "timeout 20 " HR " eval %s/tiny.model --weights %s/nosuch.ckpt --data synthetic --samples 1e12 --batch 1e12 --device cpu", tmp,
+           tmp);
+    /* IDX data: its floats count, known from the headers (60000 + 10000 images of 28x28: 210 MiB) */
+    struct stat sb;
+    if (stat("/usr/share/datasets/fashion-mnist", &sb) == 0) {
+        EXPECT(3, "data sets            210.62 MiB",
+               "HR_HOST_MEMORY=400MiB timeout 20 " HR " train examples/fashion.model --data fashion-mnist --batch 60000 --device cpu");
+        CHECK(strstr(out, "host arena"), "the planned table has the CPU arena:\n%s", out);
+    }
+    /* a cap that the lower bound fits (loader 9.9 MiB, evaluation 5.3 MiB) but the arena (51 MiB) does not:
+     * the largest batch it names runs, one more is refused */
+    const char *capped = "HR_HOST_MEMORY=276MiB timeout 20 " HR " train %s/tiny.model --data synthetic --samples 100000 --device cpu";
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s --batch 20000", capped);
+    EXPECT(3, "host arena ", cmd, tmp);
+    const char *at = strstr(out, "largest batch that fits: ");
+    long long fit = at ? atoll(at + 25) : 0;
+    CHECK(fit > 1 && fit < 20000 && !strstr(out, "not planned"), "largest batch %lld after the plan:\n%s", fit, out);
+    if (fit > 1) {
+        snprintf(cmd, sizeof cmd, "%s --batch %lld --max-steps 1 -q", capped, fit);
+        EXPECT(0, "stopped after 1 steps", cmd, tmp);
+        snprintf(cmd, sizeof cmd, "%s --batch %lld --max-steps 1 -q", capped, fit + 1);
+        EXPECT(3, "does not fit host memory", cmd, tmp);
+    }
+}
+
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/hr_test_cli.%d", (int)getpid());
     mkdir(tmp, 0755);
@@ -192,6 +247,7 @@ int main(void) {
     test_data_files();
     test_checkpoints();
     test_nan();
+    test_host_memory();
     sh("rm -rf %s", tmp);
     TEST_END();
 }

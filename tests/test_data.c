@@ -213,6 +213,36 @@ static void test_fashion_folder(void) {
     CHECK(strstr(hr_last_error(), "--data") != NULL, "the hint names --data: %s", hr_last_error());
 }
 
+/* The headers alone: the shape and the bytes a load will hold, for files that
+ * load and for one whose header claims a billion images it does not have. */
+static void test_idx_peek(void) {
+    hr_idx_info in;
+    const size_t bytes = (size_t)FN * FH * FW * 4 + FN * 4;
+    const char *imgs[] = {"img", "img.gz"}, *labs[] = {"lab.gz", "lab"};
+    for (int k = 0; k < 2; k++) {
+        CHECK(hr_idx_peek(tpath(imgs[k]), tpath(labs[k]), &in) == HR_OK, "peek %s: %s", imgs[k], hr_last_error());
+        CHECK(in.n == FN && in.h == FH && in.w == FW && in.bytes == bytes && in.peak_bytes == bytes + (1 << 20),
+              "peek %s: n %lld, %dx%d, %zu bytes", imgs[k], (long long)in.n, in.h, in.w, in.bytes);
+    }
+    hr_dataset d;
+    CHECK(hr_idx_load(tpath("img"), tpath("lab"), 10, 0.5f, 0.25f, &d) == HR_OK && hr_dataset_host_bytes(&d) == bytes,
+          "the load holds what the peek said");
+    hr_dataset_free(&d);
+    /* the "huge" pair of test_idx_bad_files: the peek believes the header, the plan refuses 84 GB before any read */
+    CHECK(hr_idx_peek(tpath("huge"), tpath("hugelab"), &in) == HR_OK && in.n == 1000000000 &&
+              in.bytes == (size_t)1000000000 * (FH * FW + 1) * 4, "peek at a header that claims 10^9 images");
+    expect_fail(hr_idx_peek(tpath("magic"), tpath("lab"), &in), HR_ERR_FORMAT, "0x00000804", NULL, "peek: wrong magic");
+    CHECK(in.n == 0 && in.bytes == 0, "a failed peek leaves a zeroed info");
+    expect_fail(hr_idx_peek(tpath("img"), tpath("lab99"), &in), HR_ERR_FORMAT, "99 labels", NULL, "peek: count mismatch");
+    expect_fail(hr_idx_peek(tpath("cuthdr"), tpath("lab"), &in), HR_ERR_FORMAT, "header", NULL, "peek: cut header");
+    expect_fail(hr_idx_peek(tpath("no-such-file"), tpath("lab"), &in), HR_ERR_IO, "no-such-file", NULL, "peek: missing");
+    hr_idx_info tr, te;
+    CHECK(hr_fashion_peek(tpath("fm"), &tr, &te) == HR_OK && tr.n == FN && te.n == FN && tr.bytes == bytes,
+          "peek the fixture folder: %s", hr_last_error());
+    CHECK(hr_fashion_peek(tpath("fm"), NULL, &te) == HR_OK && te.n == FN, "peek its test set alone");
+    expect_fail(hr_fashion_peek(tpath("no-such-folder"), &tr, &te), HR_ERR_IO, "no-such-folder", NULL, "peek: no folder");
+}
+
 static long raw_sum(const float *img, int n) {
     long s = 0;
     for (int i = 0; i < n; i++) s += lround((img[i] * FM_STD + FM_MEAN) * 255.0);
@@ -289,52 +319,251 @@ static void test_real_fashion(void) {
     hr_dataset_free(&te);
 }
 
+/* ---- synthetic data -------------------------------------------------------- */
+/* Written by an independent Python implementation of the spec in data.h and
+ * synthetic.c (splitmix64 keys, xoshiro256**, Box-Muller, rejection for the
+ * labels), not by this code: sample i of (seed, shape, classes). */
+static const struct {
+    uint64_t seed;
+    int64_t i;
+    int per, classes, label;
+    float x[5];
+} synth_ref[] = {
+    {1234, 0, 5, 7, 0, {-0x1.2c1f02p-2f, -0x1.658adap+0f, -0x1.24844ep-7f, 0x1.1c7ca4p-1f, -0x1.5d70e4p-1f}},
+    {1234, 19999, 5, 7, 6, {0x1.c1a382p+0f, 0x1.8322e6p-4f, -0x1.699196p+0f, -0x1.0412f6p-1f, -0x1.14dd1ep+0f}},
+    {7, 999999999999LL, 3, 10, 6, {0x1.baea1p-3f, -0x1.b4ce32p-2f, 0x1.3c16d6p-3f}},
+};
+
+static long rss_kib(void) {
+    long pages = 0, res = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f && fscanf(f, "%ld %ld", &pages, &res) != 2) res = 0;
+    if (f) fclose(f);
+    return res * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
 static void test_synthetic(void) {
     hr_dataset a, b, c;
     enum { N = 20000, W = 5, T = N * W };
+    static float xa[T], xb[T], xc[T], one[W];
+    static int32_t ya[N], yb[N], yc[N];
+    hr_fault_fail_at(0);
     CHECK(hr_synthetic_make(N, 1, 1, W, 7, 1234, &a) == HR_OK, "%s", hr_last_error());
+    CHECK(hr_fault_fail_at(0) == 0 && a.images == NULL && a.labels == NULL && a.synthetic && a.n == N,
+          "a synthetic set allocates nothing and holds no arrays");
+    CHECK(hr_dataset_host_bytes(&a) == 0, "a synthetic set holds no bytes");
     CHECK(hr_synthetic_make(N, 1, 1, W, 7, 1234, &b) == HR_OK, "%s", hr_last_error());
     CHECK(hr_synthetic_make(N, 1, 1, W, 7, 1235, &c) == HR_OK, "%s", hr_last_error());
-    if (!a.images || !b.images || !c.images) return;
-    CHECK(memcmp(a.images, b.images, sizeof(float) * T) == 0 && memcmp(a.labels, b.labels, 4 * N) == 0,
-          "same seed, same data");
-    CHECK(memcmp(a.images, c.images, sizeof(float) * T) != 0 && memcmp(a.labels, c.labels, 4 * N) != 0,
-          "another seed, other data");
+    CHECK(hr_dataset_read(&a, 0, N, xa, ya) == HR_OK && hr_dataset_read(&b, 0, N, xb, yb) == HR_OK &&
+              hr_dataset_read(&c, 0, N, xc, yc) == HR_OK, "read: %s", hr_last_error());
+    CHECK(memcmp(xa, xb, sizeof xa) == 0 && memcmp(ya, yb, sizeof ya) == 0, "same seed, same data");
+    CHECK(memcmp(xa, xc, sizeof xa) != 0 && memcmp(ya, yc, sizeof ya) != 0, "another seed, other data");
+
+    /* the reference's bytes, whether read alone, in a range or backwards */
+    for (size_t k = 0; k < sizeof synth_ref / sizeof *synth_ref; k++) {
+        hr_dataset r;
+        float x[5] = {0};
+        int32_t y = -1;
+        hr_synthetic_make(synth_ref[k].i + 1, 1, 1, synth_ref[k].per, synth_ref[k].classes, synth_ref[k].seed, &r);
+        CHECK(hr_dataset_sample(&r, synth_ref[k].i, x, &y) == HR_OK, "sample: %s", hr_last_error());
+        CHECK(memcmp(x, synth_ref[k].x, sizeof(float) * (size_t)synth_ref[k].per) == 0 && y == synth_ref[k].label,
+              "seed %llu sample %lld differs from the Python reference: %a %a ... label %d",
+              (unsigned long long)synth_ref[k].seed, (long long)synth_ref[k].i, x[0], x[1], y);
+    }
+    int bad = 0;
+    for (int64_t i = N - 1; i >= 0; i -= 7) {
+        int32_t y;
+        hr_dataset_sample(&a, i, one, &y);
+        bad += memcmp(one, xa + i * W, sizeof one) != 0 || y != ya[i];
+    }
+    CHECK(bad == 0, "%d samples read alone (backwards) differ from the same samples read as a range", bad);
+    CHECK(hr_dataset_read(&a, 123, 77, xb, yb) == HR_OK && memcmp(xb, xa + 123 * W, sizeof(float) * 77 * W) == 0 &&
+              memcmp(yb, ya + 123, 4 * 77) == 0, "a range from the middle");
+    expect_fail(hr_dataset_sample(&a, N, one, NULL), HR_ERR_INVALID_ARG, "sample 20000", NULL, "sample past the end");
+    expect_fail(hr_dataset_read(&a, N - 2, 3, xb, NULL), HR_ERR_INVALID_ARG, "20000", NULL, "range past the end");
+
     /* Moments and the N(0,1) mass within 1 and 2 sigma; tolerances are ~4 standard errors. */
-    double s = 0, ss = 0;
+    double s = 0, ss = 0, sxy = 0;
     int in1 = 0, in2 = 0;
     for (int i = 0; i < T; i++) {
-        double v = a.images[i];
+        double v = xa[i];
         s += v, ss += v * v, in1 += fabs(v) < 1, in2 += fabs(v) < 2;
     }
     CHECK_CLOSE(s / T, 0.0, 0.013, 0, "mean");
     CHECK_CLOSE(sqrt(ss / T - (s / T) * (s / T)), 1.0, 0.009, 0, "std");
     CHECK_CLOSE((double)in1 / T, 0.682689, 0.006, 0, "P(|x|<1)");
     CHECK_CLOSE((double)in2 / T, 0.954500, 0.003, 0, "P(|x|<2)");
+    /* neighbouring samples are independent: their keys share nothing (sd of the correlation 0.007) */
+    for (int i = 0; i + 1 < N; i++) sxy += (double)xa[i * W] * xa[(i + 1) * W];
+    CHECK_CLOSE(sxy / (N - 1), 0.0, 0.03, 0, "correlation of sample i's and i+1's first value");
+    /* the labels: in range, each class ~N/7 (sd 49), and a chi-square over 6 degrees of freedom below 22.5 (p = 0.001) */
     int cnt[7] = {0}, out = 0;
     for (int i = 0; i < N; i++) {
-        if (a.labels[i] < 0 || a.labels[i] >= 7) out++;
-        else cnt[a.labels[i]]++;
+        if (ya[i] < 0 || ya[i] >= 7) out++;
+        else cnt[ya[i]]++;
     }
     CHECK(out == 0, "%d labels out of range", out);
-    for (int k = 0; k < 7; k++) /* sd 49 */
+    double chi2 = 0;
+    for (int k = 0; k < 7; k++) {
         CHECK(fabs(cnt[k] - N / 7.0) < 200, "label %d: %d times, expected about %.0f", k, cnt[k], N / 7.0);
+        chi2 += (cnt[k] - N / 7.0) * (cnt[k] - N / 7.0) / (N / 7.0);
+    }
+    CHECK(chi2 < 22.46, "labels' chi-square %.2f over 6 degrees of freedom", chi2);
+    /* the labels do not depend on the shape */
+    hr_synthetic_make(N, 3, 2, 2, 7, 1234, &b);
+    hr_dataset_read(&b, 0, 100, xb, yb);
+    CHECK(memcmp(ya, yb, 4 * 100) == 0, "another shape, the same labels");
     hr_dataset_free(&a);
     hr_dataset_free(&b);
     hr_dataset_free(&c);
 
-    CHECK(hr_synthetic_make(3, 1, 1, 1, 2, 5, &a) == HR_OK && isfinite(a.images[2]), "odd count");
+    CHECK(hr_synthetic_make(3, 1, 1, 3, 2, 5, &a) == HR_OK && hr_dataset_read(&a, 0, 3, xa, ya) == HR_OK &&
+              isfinite(xa[2]) && isfinite(xa[8]), "odd count");
     hr_dataset_free(&a);
     expect_fail(hr_synthetic_make(0, 1, 1, 1, 2, 5, &a), HR_ERR_INVALID_ARG, "n=0", NULL, "n 0");
     expect_fail(hr_synthetic_make(1LL << 40, 1 << 20, 1 << 20, 1, 2, 5, &a), HR_ERR_INVALID_ARG, "overflow", NULL,
                 "overflow");
 }
 
+/* Runs one epoch of a loader over a synthetic set of n samples (n small), maps
+ * each row back to its sample by its first value, and checks each row is that
+ * sample's bytes and label. order[] gets the indices; returns the rows seen. */
+static int64_t synth_epoch(hr_loader *l, const hr_dataset *d, int64_t epoch, const float *all, int64_t *order) {
+    int64_t per = (int64_t)d->c * d->h * d->w, k = 0, n;
+    const float *x;
+    const int32_t *y;
+    int bad = 0;
+    hr_loader_start_epoch(l, epoch, 0);
+    while (hr_loader_next(l, &x, &y, &n) == HR_OK && n > 0)
+        for (int64_t i = 0; i < n; i++, k++) {
+            int64_t j = 0;
+            while (j < d->n && all[j * per] != x[i * per]) j++;
+            float want[16];
+            int32_t wl = -1;
+            if (j < d->n) hr_dataset_sample(d, j, want, &wl);
+            bad += j == d->n || memcmp(want, x + i * per, sizeof(float) * (size_t)per) != 0 || wl != y[i];
+            order[k] = j;
+        }
+    CHECK(bad == 0, "%d rows are not their sample's bytes", bad);
+    return k;
+}
+
+static bool a_permutation(const int64_t *order, int64_t n) {
+    char seen[1000] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        if (order[i] < 0 || order[i] >= n || seen[order[i]]) return false;
+        seen[order[i]] = 1;
+    }
+    return true;
+}
+
+static void test_synthetic_loader(void) {
+    static float all[1000 * 6];
+    static int64_t o0[1000], o1[1000], o[1000];
+    /* sizes around the Feistel ranges' edges: 4^k - 1, 4^k, 4^k + 1, and others */
+    const int64_t sizes[] = {1, 2, 3, 4, 5, 15, 16, 17, 103, 1000};
+    for (size_t t = 0; t < sizeof sizes / sizeof *sizes; t++) {
+        int64_t n = sizes[t];
+        hr_dataset d;
+        hr_synthetic_make(n, 1, 2, 3, 5, 77 + (uint64_t)t, &d);
+        hr_dataset_read(&d, 0, n, all, NULL);
+        hr_loader *l = hr_loader_new(&d, 7, true, false, 99);
+        CHECK(l != NULL, "loader over a synthetic set: %s", hr_last_error());
+        if (!l) continue;
+        int64_t k0 = synth_epoch(l, &d, 0, all, o0), k1 = synth_epoch(l, &d, 1, all, o1);
+        CHECK(k0 == n && a_permutation(o0, n) && k1 == n && a_permutation(o1, n), "n=%lld: every sample once an epoch",
+              (long long)n);
+        if (n >= 5) CHECK(memcmp(o0, o1, sizeof(int64_t) * (size_t)n) != 0, "n=%lld: epochs differ", (long long)n);
+        hr_loader_free(l);
+        /* another batch size, a fresh loader: the same order (seed, epoch) and the same bytes */
+        l = hr_loader_new(&d, 64, true, false, 99);
+        synth_epoch(l, &d, 1, all, o);
+        CHECK(memcmp(o, o1, sizeof(int64_t) * (size_t)n) == 0, "n=%lld: the order is the batch size's business",
+              (long long)n);
+        hr_loader_free(l);
+        l = hr_loader_new(&d, 3, false, false, 99);
+        synth_epoch(l, &d, 4, all, o);
+        bool ident = true;
+        for (int64_t i = 0; i < n; i++) ident = ident && o[i] == i;
+        CHECK(ident, "n=%lld: unshuffled, the order is 0..n-1", (long long)n);
+        hr_loader_free(l);
+    }
+    /* resume mid-epoch: the rest equals the uninterrupted epoch's */
+    hr_dataset d;
+    hr_synthetic_make(103, 1, 2, 3, 5, 3, &d);
+    hr_dataset_read(&d, 0, 103, all, NULL);
+    hr_loader *l = hr_loader_new(&d, 10, true, true, 5);
+    synth_epoch(l, &d, 2, all, o0);
+    hr_loader_start_epoch(l, 2, 4);
+    const float *x;
+    const int32_t *y;
+    int64_t n;
+    CHECK(hr_loader_next(l, &x, &y, &n) == HR_OK && n == 10, "resumed batch");
+    float want[6];
+    hr_dataset_sample(&d, o0[40], want, NULL);
+    CHECK(memcmp(x, want, sizeof want) == 0, "batch 4 resumed is batch 4 of the whole epoch");
+    hr_loader_free(l);
+}
+
+/* A set of 10^12 samples: made, a batch loaded from its end, freed, and the
+ * memory it took is the loader's two slots. */
+static void test_huge_synthetic(void) {
+    hr_dataset d;
+    long rss0 = rss_kib();
+    hr_fault_fail_at(0);
+    CHECK(hr_synthetic_make(1000000000000LL, 1, 28, 28, 10, 7, &d) == HR_OK, "10^12 samples: %s", hr_last_error());
+    CHECK(hr_fault_fail_at(0) == 0, "10^12 samples made without an allocation");
+    CHECK(hr_loader_bytes(d.n, 784, true, 4) == 2 * 4 * (784 + 1) * 4, "its loader's bytes: two slots of 4 samples");
+    CHECK(hr_loader_bytes(d.n, 784, false, 4) == (size_t)2 * 4 * 785 * 4 + 8000000000000ULL,
+          "held, it would need an order of 8 TB");
+    CHECK(hr_loader_bytes(INT64_MAX, INT64_MAX / 2, true, INT64_MAX) == SIZE_MAX &&
+              hr_loader_bytes(10, INT64_MAX, true, 1) == SIZE_MAX, "overflow: SIZE_MAX");
+    hr_loader *l = hr_loader_new(&d, 4, true, false, 1);
+    CHECK(l != NULL, "a loader over 10^12 samples: %s", hr_last_error());
+    CHECK(hr_fault_fail_at(0) == 5, "the loader allocates itself and two slots, no order");
+    if (l) {
+        const float *x;
+        const int32_t *y;
+        int64_t n, last = hr_loader_batches_per_epoch(l) - 1;
+        CHECK(last == 250000000000LL - 1, "2.5e11 batches");
+        float first[4 * 784];
+        hr_loader_start_epoch(l, 0, 0);
+        CHECK(hr_loader_next(l, &x, &y, &n) == HR_OK && n == 4, "first batch");
+        memcpy(first, x, sizeof first);
+        hr_loader_start_epoch(l, 3, last);
+        CHECK(hr_loader_next(l, &x, &y, &n) == HR_OK && n == 4, "the last batch of epoch 3");
+        int bad = 0;
+        for (int i = 0; i < 4 * 784; i++) bad += !isfinite(x[i]) || fabsf(x[i]) > 8;
+        for (int i = 0; i < 4; i++) bad += y[i] < 0 || y[i] >= 10;
+        CHECK(bad == 0 && memcmp(first, x, sizeof first) != 0, "the last batch: %d bad values", bad);
+        hr_loader_start_epoch(l, 0, 0);
+        CHECK(hr_loader_next(l, &x, &y, &n) == HR_OK && memcmp(first, x, sizeof first) == 0, "epoch 0 again");
+    }
+    hr_loader_free(l);
+    /* unshuffled, batch b is samples 4b..4b+3, made where they are asked for */
+    l = hr_loader_new(&d, 4, false, false, 1);
+    if (l) {
+        const float *x;
+        const int32_t *y;
+        int64_t n;
+        float want[4 * 784];
+        int32_t wl[4];
+        hr_loader_start_epoch(l, 0, 123456789012LL);
+        hr_loader_next(l, &x, &y, &n);
+        CHECK(hr_dataset_read(&d, 4 * 123456789012LL, 4, want, wl) == HR_OK && memcmp(want, x, sizeof want) == 0 &&
+                  memcmp(wl, y, sizeof wl) == 0, "batch 123456789012 is samples 493827156048..51");
+    }
+    hr_loader_free(l);
+    hr_dataset_free(&d);
+    long grew = rss_kib() - rss0;
+    CHECK(grew < 4096, "10^12 synthetic samples cost %ld KiB of resident memory", grew);
+}
+
 /* ---- the loader ------------------------------------------------------------ */
 enum { LN = 103, LS = 6 }; /* samples, floats per sample */
 static float limg[LN * LS];
 static int32_t llab[LN];
-static const hr_dataset ld = {LN, 1, 2, 3, limg, llab, LN};
+static const hr_dataset ld = {.n = LN, .c = 1, .h = 2, .w = 3, .images = limg, .labels = llab, .nclasses = LN};
 
 /* Runs an epoch from first_batch; order[] gets the sample indices in order,
  * sizes[] the batch sizes. Returns the number of batches, checking that each
@@ -446,7 +675,7 @@ static void test_loader(void) {
     hr_loader_free(NULL);
 
     /* Fisher-Yates is uniform: 1200 epochs over 4 samples give each of the 24 orders ~50 times (sd 7) */
-    static const hr_dataset d4 = {4, 1, 2, 3, limg, llab, 4};
+    static const hr_dataset d4 = {.n = 4, .c = 1, .h = 2, .w = 3, .images = limg, .labels = llab, .nclasses = 4};
     int hist[256] = {0};
     l = hr_loader_new(&d4, 4, true, false, 7);
     for (int e = 0; e < 1200 && l; e++) {
@@ -507,8 +736,11 @@ int main(void) {
     test_idx_fixture();
     test_idx_bad_files();
     test_fashion_folder();
+    test_idx_peek();
     test_real_fashion();
     test_synthetic();
+    test_synthetic_loader();
+    test_huge_synthetic();
     test_loader();
     test_faults();
     char cmd[300];

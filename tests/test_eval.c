@@ -123,8 +123,14 @@ int main(void) {
     CHECK(hr_eval_forward(s, x, o) == HR_ERR_INVALID_ARG && strstr(hr_last_error(), "eval_batch"),
           "no pass: %s", hr_last_error());
     hr_session_free(s);
+    c.eval_batch = -2;
+    CHECK(!hr_compile(m, &c) && hr_last_status() == HR_ERR_INVALID_ARG, "eval_batch -2 compiled");
+    /* -1: the pass follows the batch */
     c.eval_batch = -1;
-    CHECK(!hr_compile(m, &c) && hr_last_status() == HR_ERR_INVALID_ARG, "eval_batch -1 compiled");
+    s = hr_compile(m, &c);
+    CHECK(s && hr_session_report(s)->eval_batch == 4, "eval_batch -1 at batch 4: %lld (%s)",
+          s ? (long long)hr_session_report(s)->eval_batch : -1LL, hr_last_error());
+    hr_session_free(s);
     c.eval_batch = (1LL << 40) + 1;
     CHECK(!hr_compile(m, &c) && hr_last_status() == HR_ERR_INVALID_ARG, "eval_batch 2^40+1 compiled");
     hr_model_free(m);

@@ -69,23 +69,24 @@ static hr_status evaluate(hr_session_t *s, forward_fn fwd, const hr_dataset *d, 
                           int64_t *confusion) {
     size_t per = (size_t)d->c * d->h * d->w;
     float *x = calloc((size_t)eb * per, sizeof(float)), *out = malloc(sizeof(float) * (size_t)eb * (size_t)classes);
-    if (!x || !out) {
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)eb);
+    if (!x || !out || !y) {
         free(x);
         free(out);
+        free(y);
         return hr_error_set(HR_ERR_OOM, "out of host memory for evaluation");
     }
     int64_t right = 0;
     hr_status st = HR_OK;
     for (int64_t at = 0; at < d->n && !st; at += eb) {
         int64_t n = d->n - at < eb ? d->n - at : eb;
-        memcpy(x, d->images + (size_t)at * per, sizeof(float) * per * (size_t)n);
-        if ((st = fwd(s, x, out)) != HR_OK) break;
+        if ((st = hr_dataset_read(d, at, n, x, y)) != HR_OK || (st = fwd(s, x, out)) != HR_OK) break;
         for (int64_t i = 0; i < n; i++) {
             const float *r = out + i * classes;
             int best = 0;
             for (int k = 1; k < classes; k++)
                 if (r[k] > r[best]) best = k;
-            int truth = d->labels[at + i];
+            int truth = y[i];
             right += best == truth;
             if (confusion) confusion[truth * classes + best]++;
         }
@@ -93,6 +94,7 @@ static hr_status evaluate(hr_session_t *s, forward_fn fwd, const hr_dataset *d, 
     *acc = d->n ? (double)right / (double)d->n : 0;
     free(x);
     free(out);
+    free(y);
     return st;
 }
 
@@ -104,22 +106,6 @@ static void progress(int64_t epoch, int64_t epochs, int64_t b, int64_t nb, doubl
     fprintf(stderr, "\repoch %lld/%lld [%s] %lld/%lld  loss %.4f  %.0f samples/s  ETA %d:%02d ", (long long)epoch,
             (long long)epochs, bar, (long long)b, (long long)nb, loss, rate, (int)eta / 60, (int)eta % 60);
     fflush(stderr);
-}
-
-static hr_session_t *compile_or_report(hr_model_t *m, hr_config_t *cfg, int *rc) {
-    hr_session_t *s = hr_compile(m, cfg);
-    if (!s) {
-        *rc = hr_cli_fail(HR_ERR_INVALID_ARG);
-        return NULL;
-    }
-    hr_status st = hr_session_alloc(s);
-    if (st) {
-        *rc = hr_cli_fail(st);
-        if (st == HR_ERR_DEVICE_OOM || st == HR_ERR_OOM) hr_report_print(s, stderr);
-        hr_session_free(s);
-        return NULL;
-    }
-    return s;
 }
 
 /* --memory-stats: the plan's numbers in PyTorch's terms and, on a GPU,
@@ -174,27 +160,57 @@ int hr_cmd_train(const hr_cli_opts *o) {
     hr_nvml_sampler *witness = NULL; /* --memory-stats on a GPU: NVML's view of this process */
     hr_model_t *m = hr_modelfile_load(o->model);
     if (!m) return hr_cli_fail(HR_ERR_PARSE);
-    hr_status st = load_data(o, m, &train, &test);
+    int c, h, w, classes;
+    model_io(m, &c, &h, &w, &classes);
+    /* the data's size from its headers (nothing read), so that host memory
+     * is planned before any data is read or made */
+    hr_host_data hd;
+    hr_status st = classes > 0 ? hr_host_data_peek(o, (int64_t)c * h * w, true, &hd) : load_data(o, m, NULL, NULL);
     if (st) {
         rc = hr_cli_fail(st);
         goto done;
     }
     hr_config_t cfg = hr_cli_config(o);
-    if (cfg.batch > train.n) {
+    if (cfg.batch > hd.train_n) {
         fprintf(stderr, "headroom train: --batch %lld is larger than the training set (%lld samples); use at most %lld\n",
-                (long long)cfg.batch, (long long)train.n, (long long)train.n);
+                (long long)cfg.batch, (long long)hd.train_n, (long long)hd.train_n);
         rc = HR_EXIT_USAGE;
         goto done;
     }
     /* the test set is evaluated after each epoch by the evaluation pass,
      * planned in the training arena: the job's memory is this one plan */
-    if (cfg.eval_batch > test.n) cfg.eval_batch = test.n;
-    if (!(s = compile_or_report(m, &cfg, &rc))) goto done;
-    if (!o->quiet) hr_report_print(s, stdout);
+    if ((cfg.eval_batch < 0 ? cfg.batch : cfg.eval_batch) > hd.test_n) cfg.eval_batch = hd.test_n;
+    int64_t eval_batch = cfg.eval_batch < 0 ? cfg.batch : cfg.eval_batch;
+    /* host memory before any plan (an absurd batch stops here, in
+     * microseconds), then with the plan; the device's in hr_session_alloc;
+     * the data only once both fit */
+    hr_host_job job = {.model = m, .cfg = &cfg, .data = hd, .loader_batch = cfg.batch, .eval_batch = eval_batch,
+                       .eval_follows = o->eval_batch < 0, .classes = classes};
+    hr_host_plan hp;
+    if ((st = hr_host_check(&job, &hp)) != HR_OK) {
+        rc = hr_cli_fail(st);
+        goto done;
+    }
+    if (!(s = hr_compile(m, &cfg))) {
+        rc = hr_cli_fail(HR_ERR_INVALID_ARG);
+        goto done;
+    }
+    job.s = s;
+    if ((st = hr_host_check(&job, &hp)) != HR_OK || (st = hr_session_alloc(s)) != HR_OK) {
+        rc = hr_cli_fail(st);
+        if (st == HR_ERR_DEVICE_OOM) hr_report_print(s, stderr);
+        goto done;
+    }
+    if (!o->quiet) {
+        hr_report_print(s, stdout);
+        hr_host_plan_print(&hp, stdout);
+    }
+    if ((st = load_data(o, m, &train, &test)) != HR_OK) {
+        rc = hr_cli_fail(st);
+        goto done;
+    }
     const char *bus = hr_session_backend(s)->device_id;
     if (o->memory_stats && bus) witness = hr_nvml_sampler_start(NULL, bus, -1, 5);
-    int c, h, w, classes;
-    model_io(m, &c, &h, &w, &classes);
 
     int64_t epoch0 = 0, batch0 = 0;
     if (o->resume) {
@@ -281,13 +297,13 @@ int hr_cmd_train(const hr_cli_opts *o) {
         }
         double secs = now() - t0, acc = 0;
         if (tty) fputc('\n', stderr);
-        if (cfg.eval_batch && (st = evaluate(s, hr_eval_forward, &test, cfg.eval_batch, classes, &acc, NULL)) != HR_OK) {
+        if (eval_batch && (st = evaluate(s, hr_eval_forward, &test, eval_batch, classes, &acc, NULL)) != HR_OK) {
             rc = hr_cli_fail(st);
             goto done;
         }
         int64_t steps = b - (e == epoch0 ? batch0 : 0);
         char accs[32] = "not evaluated (--eval-batch 0)";
-        if (cfg.eval_batch) snprintf(accs, sizeof accs, "%.2f%%", 100 * acc);
+        if (eval_batch) snprintf(accs, sizeof accs, "%.2f%%", 100 * acc);
         printf("epoch %lld/%lld  train loss %.4f  test accuracy %s  %.0f samples/s  %.1f s\n", (long long)e + 1,
                (long long)o->epochs, steps ? sum / (double)steps : 0.0, accs, (double)seen / secs, secs);
         fflush(stdout);
@@ -319,18 +335,41 @@ int hr_cmd_eval(const hr_cli_opts *o) {
     int64_t *conf = NULL;
     hr_model_t *m = hr_modelfile_load(o->model);
     if (!m) return hr_cli_fail(HR_ERR_PARSE);
-    hr_status st = load_data(o, m, NULL, &test);
+    int c, h, w, classes;
+    model_io(m, &c, &h, &w, &classes);
+    hr_host_data hd;
+    hr_status st = classes > 0 ? hr_host_data_peek(o, (int64_t)c * h * w, false, &hd) : load_data(o, m, NULL, NULL);
     if (st) {
         rc = hr_cli_fail(st);
         goto done;
     }
-    int c, h, w, classes;
-    model_io(m, &c, &h, &w, &classes);
     hr_config_t cfg = hr_cli_config(o);
     cfg.mode = HR_MODE_INFER;
-    cfg.batch = o->batch > 0 ? (o->batch < test.n ? o->batch : test.n) : (test.n < 1000 ? test.n : 1000);
-    if (!(ev = compile_or_report(m, &cfg, &rc))) goto done;
-    if (!o->quiet) hr_report_print(ev, stdout);
+    cfg.batch = o->batch > 0 ? (o->batch < hd.test_n ? o->batch : hd.test_n) : (hd.test_n < 1000 ? hd.test_n : 1000);
+    hr_host_job job = {.model = m, .cfg = &cfg, .data = hd, .classes = classes}; /* no loader: cfg.batch is evaluation's */
+    hr_host_plan hp;
+    if ((st = hr_host_check(&job, &hp)) != HR_OK) {
+        rc = hr_cli_fail(st);
+        goto done;
+    }
+    if (!(ev = hr_compile(m, &cfg))) {
+        rc = hr_cli_fail(HR_ERR_INVALID_ARG);
+        goto done;
+    }
+    job.s = ev;
+    if ((st = hr_host_check(&job, &hp)) != HR_OK || (st = hr_session_alloc(ev)) != HR_OK) {
+        rc = hr_cli_fail(st);
+        if (st == HR_ERR_DEVICE_OOM) hr_report_print(ev, stderr);
+        goto done;
+    }
+    if (!o->quiet) {
+        hr_report_print(ev, stdout);
+        hr_host_plan_print(&hp, stdout);
+    }
+    if ((st = load_data(o, m, NULL, &test)) != HR_OK) {
+        rc = hr_cli_fail(st);
+        goto done;
+    }
     hr_ckpt_meta meta;
     memset(&meta, 0, sizeof meta);
     snprintf(meta.model, sizeof meta.model, "%s", o->model);

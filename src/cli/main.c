@@ -201,13 +201,13 @@ hr_config_t hr_cli_config(const hr_cli_opts *o) {
     /* the device memory the process may hold, as nvidia-smi shows it */
     c.device_budget = o->budget_set ? o->budget : 0;
     /* the job's evaluation pass, planned with the step (train caps it at the test set) */
-    c.eval_batch = o->mode != HR_MODE_TRAIN ? 0 : o->eval_batch >= 0 ? o->eval_batch : c.batch;
+    c.eval_batch = o->mode != HR_MODE_TRAIN ? 0 : o->eval_batch; /* -1: follows the batch */
     return c;
 }
 
 int hr_cli_fail(hr_status st) {
     fprintf(stderr, "headroom: %s\n", hr_last_error());
-    if (st == HR_ERR_DEVICE_OOM) return HR_EXIT_NOFIT;
+    if (st == HR_ERR_DEVICE_OOM || st == HR_ERR_OOM) return HR_EXIT_NOFIT;
     if (st == HR_ERR_NUMERIC) return HR_EXIT_NUMERIC;
     return HR_EXIT_ERROR;
 }

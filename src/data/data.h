@@ -11,10 +11,22 @@
 typedef struct hr_dataset {
     int64_t n;            /* samples */
     int c, h, w;          /* per-sample shape; an MLP flattens it */
-    float *images;        /* n*c*h*w, already normalised: (pixel/255 - mean)/std */
-    int32_t *labels;      /* n, each in [0, nclasses) */
+    float *images;        /* n*c*h*w, already normalised: (pixel/255 - mean)/std; NULL when synthetic */
+    int32_t *labels;      /* n, each in [0, nclasses); NULL when synthetic */
     int nclasses;
+    bool synthetic;       /* nothing held: sample i is made from (seed, i) when it is read */
+    uint64_t seed;        /* the synthetic set's */
 } hr_dataset;
+
+/* Sample i of either kind: its c*h*w floats into x and its label into *label
+ * (either may be NULL). A synthetic sample is made here, the same bytes
+ * whichever batch, order or thread asks for it. */
+hr_status hr_dataset_sample(const hr_dataset *d, int64_t i, float *x, int32_t *label);
+/* Samples [first, first + count) into x (count*c*h*w floats) and labels (count,
+ * or NULL): what an evaluation loop reads, for a held set or a synthetic one. */
+hr_status hr_dataset_read(const hr_dataset *d, int64_t first, int64_t count, float *x, int32_t *labels);
+/* Host bytes the set holds: its floats and labels; 0 for a synthetic set. */
+size_t hr_dataset_host_bytes(const hr_dataset *d);
 
 /* IDX files, gzip'd or raw (zlib's gzread reads both). Checks the magic
  * (0x00000803 images, 0x00000801 labels), that the dimensions are sane, that
@@ -31,17 +43,36 @@ hr_status hr_idx_load(const char *images_path, const char *labels_path, int ncla
  * test set is read (evaluation). */
 #define HR_FASHION_DIR "/usr/share/datasets/fashion-mnist"
 hr_status hr_fashion_load(const char *dir, hr_dataset *train, hr_dataset *test);
-/* Inputs drawn from N(0,1) (like torch.randn) and uniform labels; the same
- * seed gives the same bytes on every machine. */
+/* The shape of an IDX pair from its headers alone (16 and 8 bytes, gzip'd or
+ * raw), without reading the data: what a memory plan needs before loading.
+ * Checks the magics, the dimensions and that the counts agree, with
+ * hr_idx_load's messages; a truncated payload is found only by the load. */
+typedef struct {
+    int64_t n;         /* samples */
+    int h, w;          /* image side */
+    size_t bytes;      /* what hr_idx_load's data set holds: n*h*w floats and n int32 labels */
+    size_t peak_bytes; /* what it holds at most while loading (bytes plus its read buffers) */
+} hr_idx_info;
+hr_status hr_idx_peek(const char *images_path, const char *labels_path, hr_idx_info *out);
+/* hr_fashion_load's two pairs, peeked; train may be NULL (the test set only). */
+hr_status hr_fashion_peek(const char *dir, hr_idx_info *train, hr_idx_info *test);
+
+/* Inputs drawn from N(0,1) (like torch.randn) and uniform labels, never held:
+ * sample i is a pure function of (seed, i), made when a loader or
+ * hr_dataset_read asks for it, so a set of 10^12 samples costs no memory and
+ * the same seed gives the same bytes on every machine. Allocates nothing. */
 hr_status hr_synthetic_make(int64_t n, int c, int h, int w, int nclasses, uint64_t seed, hr_dataset *out);
 void hr_dataset_free(hr_dataset *d); /* safe on a zeroed struct; leaves it zeroed */
 
 /* The batch loader: a background thread gathers the next batch (by a shuffled
- * permutation, into a contiguous buffer) while the caller trains on the
- * current one. The permutation is a pure function of (seed, epoch), so a
- * resumed run re-creates it: there is no hidden RNG state to checkpoint.
- * drop_last is PyTorch's: without it the last batch may be short. The loader
- * reads d's arrays as they are: d must outlive it and stay unchanged. */
+ * permutation, into a contiguous buffer; a synthetic set's samples are made
+ * there) while the caller trains on the current one. The permutation is a
+ * pure function of (seed, epoch), so a resumed run re-creates it: there is no
+ * hidden RNG state to checkpoint. A held set is shuffled by Fisher-Yates over
+ * an array of n indices; a synthetic one, which may have 10^12 samples, by a
+ * keyed bijection of [0, n) that needs no array. drop_last is PyTorch's:
+ * without it the last batch may be short. The loader reads d as it is: d must
+ * outlive it and stay unchanged. */
 typedef struct hr_loader hr_loader;
 /* NULL + error for batch <= 0, batch > n with drop_last, OOM, or when the
  * thread cannot be started. Allocates everything it will ever need here. */
@@ -55,6 +86,11 @@ int64_t hr_loader_batches_per_epoch(const hr_loader *l);
  * of hr_loader_next or hr_loader_start_epoch. */
 hr_status hr_loader_next(hr_loader *l, const float **x, const int32_t **labels, int64_t *n);
 void hr_loader_free(hr_loader *l); /* joins the thread; NULL is fine */
+/* The host bytes hr_loader_new allocates for a set of n samples of `sample`
+ * floats, held in RAM or synthetic: two slots of min(batch, n) inputs and
+ * labels, and a held set's order (8 bytes a sample). SIZE_MAX if that
+ * overflows. A memory plan calls it before the data exists. */
+size_t hr_loader_bytes(int64_t n, int64_t sample, bool synthetic, int64_t batch);
 
 /* ---- the generator shared by synthetic.c and loader.c ---------------------- */
 /* xoshiro256** seeded through splitmix64: fast, well tested, and fully
@@ -97,5 +133,8 @@ static inline uint64_t hr_rng_below(hr_rng *r, uint64_t bound) {
         if (x >= threshold) return x % bound;
     }
 }
+
+/* Sample i of a synthetic set (d->synthetic), for dataset.c; no checks. */
+void hr_synthetic_sample(const hr_dataset *d, int64_t i, float *x, int32_t *label);
 
 #endif

@@ -130,51 +130,96 @@ static hr_status read_payload(idx_file *f, const char *what, int64_t offset, int
     return HR_OK;
 }
 
-static hr_status load(idx_file *fi, idx_file *fl, int nclasses, float mean, float std, hr_dataset *out) {
+/* The pixels, normalised through `lut` chunk by chunk as they arrive: the
+ * floats grow with the bytes read (a header that lies costs no more than the
+ * file holds), and the raw bytes are never held whole, so the load's peak is
+ * the data set plus one chunk (hr_idx_info.peak_bytes; glibc moves a block
+ * this large by remapping its pages, so growing it costs no second copy). */
+static hr_status read_pixels(idx_file *f, int64_t want, const float *lut, float **out) {
+    *out = NULL;
+    int64_t cap = want < READ_CHUNK ? want : READ_CHUNK, got = 0;
+    unsigned char *chunk = hr_malloc((size_t)cap);
+    float *px = chunk ? hr_malloc((size_t)cap * sizeof(float)) : NULL;
+    hr_status st = HR_OK;
+    if (!px) {
+        st = HR_ERR_OOM;
+        goto done;
+    }
+    while (got < want) {
+        int64_t ask = want - got < READ_CHUNK ? want - got : READ_CHUNK;
+        if (got + ask > cap) { /* ask <= READ_CHUNK <= cap: doubling is enough */
+            int64_t ncap = cap > want / 2 ? want : cap * 2;
+            float *np = hr_realloc(px, (size_t)ncap * sizeof(float));
+            if (!np) {
+                st = HR_ERR_OOM;
+                goto done;
+            }
+            px = np;
+            cap = ncap;
+        }
+        int64_t r = read_some(f, chunk, ask);
+        for (int64_t k = 0; k < r; k++) px[got + k] = lut[chunk[k]];
+        got += r;
+        if (r < ask) {
+            st = short_read(f, "pixels", 16, want, got);
+            goto done;
+        }
+    }
+done:
+    hr_free(chunk);
+    if (st != HR_OK) hr_free(px);
+    else *out = px;
+    return st;
+}
+
+/* Both headers, checked, and the sizes they promise. */
+static hr_status read_headers(idx_file *fi, idx_file *fl, int64_t *n, int64_t *h, int64_t *w, int64_t *pixels) {
     int64_t idims[3], ldims[1];
     hr_status st;
     if ((st = read_header(fi, IDX_MAGIC_IMAGES, 3, idims)) != HR_OK) return st;
     if ((st = read_header(fl, IDX_MAGIC_LABELS, 1, ldims)) != HR_OK) return st;
-    int64_t n = idims[0], pixels;
-    if (ldims[0] != n)
+    *n = idims[0], *h = idims[1], *w = idims[2];
+    if (ldims[0] != *n)
         return hr_error_set(HR_ERR_FORMAT,
                             "%s holds %lld images but %s holds %lld labels; pass the labels file of the same "
                             "set (train-* with train-*, t10k-* with t10k-*)",
-                            fi->path, (long long)n, fl->path, (long long)ldims[0]);
-    if (!hr_mul_ok(n, idims[1] * idims[2], &pixels) || pixels > (int64_t)(SIZE_MAX / sizeof(float) / 2))
+                            fi->path, (long long)*n, fl->path, (long long)ldims[0]);
+    if (!hr_mul_ok(*n, idims[1] * idims[2], pixels) || *pixels > (int64_t)(SIZE_MAX / sizeof(float) / 2))
         return hr_error_set(HR_ERR_FORMAT, "%s: %lld images of %lldx%lld is too large to be real; the header is corrupt",
-                            fi->path, (long long)n, (long long)idims[1], (long long)idims[2]);
+                            fi->path, (long long)*n, (long long)idims[1], (long long)idims[2]);
+    return HR_OK;
+}
 
-    unsigned char *lab = NULL, *pix = NULL;
+static hr_status load(idx_file *fi, idx_file *fl, int nclasses, float mean, float std, hr_dataset *out) {
+    int64_t n, h, w, pixels;
+    hr_status st = read_headers(fi, fl, &n, &h, &w, &pixels);
+    if (st) return st;
+
+    unsigned char *lab = NULL;
     if ((st = read_payload(fl, "labels", 8, n, &lab)) != HR_OK) return st;
     for (int64_t i = 0; i < n; i++)
         if (lab[i] >= nclasses) {
             st = hr_error_set(HR_ERR_FORMAT, "%s: label %d of sample %lld (byte offset %lld) is not in [0, %d); "
                               "the file is corrupt or the data set has more classes than %d",
                               fl->path, lab[i], (long long)i, (long long)(8 + i), nclasses, nclasses);
-            goto done;
+            hr_free(lab);
+            return st;
         }
-    if ((st = read_payload(fi, "pixels", 16, pixels, &pix)) != HR_OK) goto done;
-
     out->labels = hr_malloc((size_t)n * sizeof(int32_t));
-    out->images = out->labels ? hr_malloc((size_t)pixels * sizeof(float)) : NULL;
-    if (!out->images) {
-        st = HR_ERR_OOM;
-        goto done;
-    }
+    if (out->labels)
+        for (int64_t i = 0; i < n; i++) out->labels[i] = lab[i];
+    hr_free(lab);
+    if (!out->labels) return HR_ERR_OOM;
+
     float lut[256]; /* 256 divisions instead of 47 million */
     for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - mean) / std;
-    for (int64_t i = 0; i < pixels; i++) out->images[i] = lut[pix[i]];
-    for (int64_t i = 0; i < n; i++) out->labels[i] = lab[i];
+    if ((st = read_pixels(fi, pixels, lut, &out->images)) != HR_OK) return st;
     out->n = n;
     out->c = 1;
-    out->h = (int)idims[1];
-    out->w = (int)idims[2];
+    out->h = (int)h;
+    out->w = (int)w;
     out->nclasses = nclasses;
-done:
-    hr_free(lab);
-    hr_free(pix);
-    return st;
+    return HR_OK;
 }
 
 hr_status hr_idx_load(const char *images_path, const char *labels_path, int nclasses, float mean, float std,
@@ -199,11 +244,26 @@ hr_status hr_idx_load(const char *images_path, const char *labels_path, int ncla
     return st;
 }
 
-void hr_dataset_free(hr_dataset *d) {
-    if (!d) return;
-    hr_free(d->images);
-    hr_free(d->labels);
-    memset(d, 0, sizeof *d);
+hr_status hr_idx_peek(const char *images_path, const char *labels_path, hr_idx_info *out) {
+    if (!out) return hr_error_set(HR_ERR_INVALID_ARG, "hr_idx_peek: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!images_path || !labels_path)
+        return hr_error_set(HR_ERR_INVALID_ARG, "hr_idx_peek: the images and labels paths must not be NULL");
+    idx_file fi = {0}, fl = {0};
+    int64_t n = 0, h = 0, w = 0, pixels = 0;
+    hr_status st = idx_open(&fi, images_path);
+    if (st == HR_OK) st = idx_open(&fl, labels_path);
+    if (st == HR_OK) st = read_headers(&fi, &fl, &n, &h, &w, &pixels);
+    idx_close(&fi);
+    idx_close(&fl);
+    if (st) return st;
+    out->n = n;
+    out->h = (int)h;
+    out->w = (int)w;
+    out->bytes = (size_t)pixels * sizeof(float) + (size_t)n * sizeof(int32_t);
+    /* the labels' raw bytes, or one chunk of pixels, beside the set */
+    out->peak_bytes = out->bytes + (size_t)(n > READ_CHUNK ? n : READ_CHUNK);
+    return HR_OK;
 }
 
 /* ---- Fashion-MNIST --------------------------------------------------------- */
@@ -217,25 +277,48 @@ static hr_status find_file(const char *dir, const char *name, char *path, size_t
     return hr_error_set(HR_ERR_IO, "%s has neither %s.gz nor %s; %s", dir, name, name, FASHION_HINT);
 }
 
-hr_status hr_fashion_load(const char *dir, hr_dataset *train, hr_dataset *test) {
-    if (!test) return hr_error_set(HR_ERR_INVALID_ARG, "hr_fashion_load: test must not be NULL");
-    if (train) memset(train, 0, sizeof *train);
-    memset(test, 0, sizeof *test);
-    if (!dir) dir = HR_FASHION_DIR;
+/* The folder's four files (two when train is false), checked to exist. */
+static hr_status fashion_paths(const char *dir, bool train, char ti[4096], char tl[4096], char ei[4096], char el[4096]) {
     struct stat sb;
     if (stat(dir, &sb) != 0)
         return hr_error_set(HR_ERR_IO, "no Fashion-MNIST folder at %s (%s); %s", dir, strerror(errno), FASHION_HINT);
     if (!S_ISDIR(sb.st_mode))
         return hr_error_set(HR_ERR_IO, "%s is not a folder; %s", dir, FASHION_HINT);
+    hr_status st;
+    if ((train && (st = find_file(dir, "train-images-idx3-ubyte", ti, 4096)) != HR_OK) ||
+        (train && (st = find_file(dir, "train-labels-idx1-ubyte", tl, 4096)) != HR_OK) ||
+        (st = find_file(dir, "t10k-images-idx3-ubyte", ei, 4096)) != HR_OK ||
+        (st = find_file(dir, "t10k-labels-idx1-ubyte", el, 4096)) != HR_OK)
+        return st;
+    return HR_OK;
+}
 
+hr_status hr_fashion_peek(const char *dir, hr_idx_info *train, hr_idx_info *test) {
+    if (!test) return hr_error_set(HR_ERR_INVALID_ARG, "hr_fashion_peek: test must not be NULL");
+    if (train) memset(train, 0, sizeof *train);
+    memset(test, 0, sizeof *test);
+    char ti[4096], tl[4096], ei[4096], el[4096];
+    hr_status st = fashion_paths(dir ? dir : HR_FASHION_DIR, train != NULL, ti, tl, ei, el);
+    if (st == HR_OK && train) st = hr_idx_peek(ti, tl, train);
+    if (st == HR_OK) st = hr_idx_peek(ei, el, test);
+    if (st == HR_OK && train && (test->h != train->h || test->w != train->w))
+        st = hr_error_set(HR_ERR_FORMAT, "%s holds %dx%d images but %s holds %dx%d; both sets must come from "
+                          "the same data set", ti, train->h, train->w, ei, test->h, test->w);
+    if (st) {
+        if (train) memset(train, 0, sizeof *train);
+        memset(test, 0, sizeof *test);
+    }
+    return st;
+}
+
+hr_status hr_fashion_load(const char *dir, hr_dataset *train, hr_dataset *test) {
+    if (!test) return hr_error_set(HR_ERR_INVALID_ARG, "hr_fashion_load: test must not be NULL");
+    if (train) memset(train, 0, sizeof *train);
+    memset(test, 0, sizeof *test);
     const float mean = 0.2860f, std = 0.3530f; /* of Fashion-MNIST's training pixels, /255 */
     char ti[4096], tl[4096], ei[4096], el[4096];
-    hr_status st;
-    if ((train && (st = find_file(dir, "train-images-idx3-ubyte", ti, sizeof ti)) != HR_OK) ||
-        (train && (st = find_file(dir, "train-labels-idx1-ubyte", tl, sizeof tl)) != HR_OK) ||
-        (st = find_file(dir, "t10k-images-idx3-ubyte", ei, sizeof ei)) != HR_OK ||
-        (st = find_file(dir, "t10k-labels-idx1-ubyte", el, sizeof el)) != HR_OK)
-        return st;
+    hr_status st = fashion_paths(dir ? dir : HR_FASHION_DIR, train != NULL, ti, tl, ei, el);
+    if (st) return st;
     if (train && (st = hr_idx_load(ti, tl, 10, mean, std, train)) != HR_OK) return st;
     if ((st = hr_idx_load(ei, el, 10, mean, std, test)) != HR_OK) {
         if (train) hr_dataset_free(train);

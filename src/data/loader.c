@@ -1,5 +1,6 @@
-/* loader.c — the batch loader: one background thread gathers batch k+1 into one
- * buffer while the caller trains on batch k from the other (double buffering). */
+/* loader.c — the batch loader: one background thread gathers (or, for a
+ * synthetic set, makes) batch k+1 into one buffer while the caller trains on
+ * batch k from the other (double buffering). */
 #include "data/data.h"
 
 #include <errno.h>
@@ -7,6 +8,10 @@
 #include <string.h>
 
 #include "core/core.h"
+
+/* Six rounds of a keyed splitmix64 round function: four make a pseudo-random
+ * permutation (Luby-Rackoff); two more cost nothing next to making a sample. */
+#define FEISTEL_ROUNDS 6
 
 /* Slot k % 2 holds batch k. The worker fills slot s only when it is neither
  * ready (filled, not yet taken) nor held by the caller, so the two threads
@@ -16,7 +21,10 @@ struct hr_loader {
     int64_t batch, nbatches, sample; /* sample: floats per sample */
     bool shuffle;
     uint64_t seed;
-    int64_t *perm; /* this epoch's order; rewritten only while the worker is idle */
+    int64_t *perm; /* a held set's order this epoch; rewritten only while the worker is idle */
+    /* a synthetic set's order: a Feistel network on 2*half bits, keyed per epoch */
+    int half;
+    uint64_t key[FEISTEL_ROUNDS];
 
     float *x[2];
     int32_t *y[2];
@@ -34,14 +42,24 @@ struct hr_loader {
     int64_t take;   /* next batch the caller takes */
 };
 
-/* Fisher-Yates driven by a generator seeded from (seed, epoch) alone, so a
- * resumed run rebuilds the same order without saved RNG state. */
+/* The epoch's generator, seeded from (seed, epoch) alone, so a resumed run
+ * rebuilds the same order without saved RNG state. */
+static hr_rng epoch_rng(const hr_loader *l, int64_t epoch) {
+    uint64_t mix = (uint64_t)epoch;
+    return hr_rng_seed(l->seed ^ hr_splitmix64(&mix));
+}
+
+/* A held set: Fisher-Yates over an array of its indices. A synthetic one:
+ * the round keys of a bijection that feistel() evaluates index by index. */
 static void make_perm(hr_loader *l, int64_t epoch) {
+    hr_rng r = epoch_rng(l, epoch);
+    if (!l->perm) {
+        for (int k = 0; k < FEISTEL_ROUNDS; k++) l->key[k] = hr_rng_next(&r);
+        return;
+    }
     int64_t n = l->d->n;
     for (int64_t i = 0; i < n; i++) l->perm[i] = i;
     if (!l->shuffle) return;
-    uint64_t mix = (uint64_t)epoch;
-    hr_rng r = hr_rng_seed(l->seed ^ hr_splitmix64(&mix));
     for (int64_t i = n - 1; i > 0; i--) {
         int64_t j = (int64_t)hr_rng_below(&r, (uint64_t)i + 1), t = l->perm[i];
         l->perm[i] = l->perm[j];
@@ -49,16 +67,39 @@ static void make_perm(hr_loader *l, int64_t epoch) {
     }
 }
 
-/* Copies batch b's samples into slot s; runs without the lock, on data that
- * nobody else writes meanwhile (see the struct's comment). */
+/* Position i of a synthetic set's shuffled order: a balanced Feistel network
+ * permutes [0, 4^half), the smallest such range holding n (so fewer than 4n
+ * values), and values past n are walked through it again until they land
+ * inside (cycle walking), which keeps it a bijection of [0, n). */
+static int64_t feistel(const hr_loader *l, int64_t i) {
+    uint64_t mask = ((uint64_t)1 << l->half) - 1, x = (uint64_t)i, n = (uint64_t)l->d->n;
+    do {
+        uint64_t left = x >> l->half, right = x & mask;
+        for (int k = 0; k < FEISTEL_ROUNDS; k++) {
+            uint64_t z = l->key[k] ^ right, t = right;
+            right = left ^ (hr_splitmix64(&z) & mask);
+            left = t;
+        }
+        x = left << l->half | right;
+    } while (x >= n);
+    return (int64_t)x;
+}
+
+/* Batch b's samples into slot s; runs without the lock, on data that nobody
+ * else writes meanwhile (see the struct's comment). */
 static void gather(hr_loader *l, int64_t b, int s) {
     const hr_dataset *d = l->d;
     int64_t first = b * l->batch, m = d->n - first < l->batch ? d->n - first : l->batch;
     size_t bytes = (size_t)l->sample * sizeof(float);
     for (int64_t i = 0; i < m; i++) {
-        int64_t k = l->perm[first + i];
-        memcpy(l->x[s] + i * l->sample, d->images + k * l->sample, bytes);
-        l->y[s][i] = d->labels[k];
+        if (d->synthetic) {
+            int64_t k = l->shuffle ? feistel(l, first + i) : first + i;
+            hr_synthetic_sample(d, k, l->x[s] + i * l->sample, &l->y[s][i]);
+        } else {
+            int64_t k = l->perm[first + i];
+            memcpy(l->x[s] + i * l->sample, d->images + k * l->sample, bytes);
+            l->y[s][i] = d->labels[k];
+        }
     }
     l->count[s] = m;
 }
@@ -97,7 +138,7 @@ static void loader_release(hr_loader *l) {
 }
 
 hr_loader *hr_loader_new(const hr_dataset *d, int64_t batch, bool shuffle, bool drop_last, uint64_t seed) {
-    if (!d || d->n < 1 || d->c < 1 || d->h < 1 || d->w < 1 || !d->images || !d->labels) {
+    if (!d || d->n < 1 || d->c < 1 || d->h < 1 || d->w < 1 || (!d->synthetic && (!d->images || !d->labels))) {
         hr_error_set(HR_ERR_INVALID_ARG, "hr_loader_new: the data set is NULL or empty; load one first");
         return NULL;
     }
@@ -126,14 +167,13 @@ hr_loader *hr_loader_new(const hr_dataset *d, int64_t batch, bool shuffle, bool 
         return NULL;
     }
     /* Everything is allocated here, so the worker never allocates and an OOM
-     * can only happen before training starts. */
-    l->perm = hr_malloc((size_t)d->n * sizeof(int64_t));
-    for (int s = 0; s < 2 && l->perm; s++) {
-        if (!(l->x[s] = hr_malloc((size_t)floats * sizeof(float))) ||
-            !(l->y[s] = hr_malloc((size_t)rows * sizeof(int32_t))))
-            break;
-    }
-    if (!l->y[1]) { /* the last one allocated: anything missing means an OOM */
+     * can only happen before training starts. A synthetic set needs no order
+     * array: its 4^half range is the smallest holding n. */
+    while (d->synthetic && l->half < 32 && ((uint64_t)d->n - 1) >> 2 * l->half) l->half++;
+    bool ok = d->synthetic || (l->perm = hr_malloc((size_t)d->n * sizeof(int64_t))) != NULL;
+    for (int s = 0; s < 2 && ok; s++)
+        ok = (l->x[s] = hr_malloc((size_t)floats * sizeof(float))) && (l->y[s] = hr_malloc((size_t)rows * sizeof(int32_t)));
+    if (!ok) {
         loader_release(l);
         return NULL;
     }
@@ -200,6 +240,14 @@ hr_status hr_loader_next(hr_loader *l, const float **x, const int32_t **labels, 
     }
     pthread_mutex_unlock(&l->mu);
     return HR_OK;
+}
+
+size_t hr_loader_bytes(int64_t n, int64_t sample, bool synthetic, int64_t batch) {
+    int64_t rows = batch < n ? batch : n, slot, order = 0, all;
+    if (n < 0 || sample < 0 || sample == INT64_MAX || rows < 0 || !hr_mul_ok(rows, sample + 1, &slot) || !hr_mul_ok(slot, 2 * 4, &slot) ||
+        (!synthetic && !hr_mul_ok(n, 8, &order)) || !hr_add_ok(slot, order, &all))
+        return SIZE_MAX;
+    return (size_t)all; /* sample floats and one int32 label a row, 4 bytes each; 2 slots */
 }
 
 void hr_loader_free(hr_loader *l) {

@@ -49,7 +49,7 @@ static hr_status job_totals(hr_session_t *s, const hr_model_t *m, const hr_confi
     r->overhead_bytes = s->overhead;
     r->device_total = s->be->arena_kind == HR_MEM_DEVICE ? hr_device_total(s->plan.arena_bytes, s->overhead)
                                                          : s->plan.arena_bytes + s->overhead;
-    r->eval_batch = s->prog.eval_input >= 0 ? cfg->eval_batch : 0;
+    r->eval_batch = s->prog.eval_input < 0 ? 0 : cfg->eval_batch < 0 ? cfg->batch : cfg->eval_batch;
     r->step_arena_bytes = s->plan.arena_bytes;
     if (!r->eval_batch) return HR_OK;
     hr_config_t c = *cfg;

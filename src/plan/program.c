@@ -197,8 +197,9 @@ static hr_status check_config(const hr_model_t *m, const hr_config_t *cfg) {
     if (cfg->batch > HR_MAX_BATCH)
         return hr_error_set(HR_ERR_INVALID_ARG, "batch size %lld is beyond headroom's limit of 2^40 samples",
                             (long long)cfg->batch);
-    if (cfg->eval_batch < 0 || cfg->eval_batch > HR_MAX_BATCH)
-        return hr_error_set(HR_ERR_INVALID_ARG, "evaluation batch %lld is outside [0, 2^40] (0: no evaluation pass)",
+    if (cfg->eval_batch < -1 || cfg->eval_batch > HR_MAX_BATCH)
+        return hr_error_set(HR_ERR_INVALID_ARG,
+                            "evaluation batch %lld is outside [-1, 2^40] (0: no evaluation pass; -1: the batch)",
                             (long long)cfg->eval_batch);
     const hr_optim_t *o = &cfg->optim;
     if (cfg->mode == HR_MODE_TRAIN) {
@@ -248,7 +249,8 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
         p->n_bwd_end = p->g.nn;
     }
     p->n_step = p->g.nn;
-    if (train && cfg->eval_batch > 0 && (st = build_eval(p, m, cfg->eval_batch)) != HR_OK) goto fail;
+    int64_t eb = cfg->eval_batch < 0 ? cfg->batch : cfg->eval_batch;
+    if (train && eb > 0 && (st = build_eval(p, m, eb)) != HR_OK) goto fail;
     /* Workspace: one tensor per node that asks for scratch. */
     for (int s = 0; s < p->g.nn; s++) {
         size_t ws = wsfn ? wsfn(ws_ctx, &p->g, &p->g.n[s]) : 0;
