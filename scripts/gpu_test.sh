@@ -65,7 +65,7 @@ run_one test_cuda_ops.pieces HR_CUDA_PIECE_MIN=1 "$BUILD/tests/gpu/test_cuda_ops
 run_one test_cuda_golden.pieces HR_CUDA_PIECE_MIN=1 "$BUILD/tests/gpu/test_cuda_golden"
 # the OOM path forced by a second process holding the memory
 log=$(mktemp)
-bash tests/gpu/oom_second_process.sh >"$log" 2>&1
+BUILD="$BUILD" bash tests/gpu/oom_second_process.sh >"$log" 2>&1
 cat "$log"
 res=$(grep '^RESULT ' "$log" | awk '{p += $3; f += $4} END {print p + 0, f + 0}')
 set -- $res

@@ -41,9 +41,16 @@ int hr_cmd_plan(const hr_cli_opts *o) {
     size_t overhead = on_gpu ? r->overhead_bytes : want_cuda && gpu ? gpu->overhead_bytes : 0;
     size_t total = want_cuda ? hr_device_total(r->arena_bytes, overhead) : r->arena_bytes;
     bool estimate = want_cuda && !on_gpu;
-    /* the question: --budget, else the whole of --gpu's memory (less what the driver keeps) */
-    bool ask = o->budget_set || (gpu && !on_gpu);
-    size_t budget = o->budget_set ? o->budget : gpu ? gpu->total_bytes - ((size_t)32 << 20) : 0;
+    /* the question: --budget; else on a GPU what is free on it now (the
+     * test train's allocation makes); else the whole of --gpu's memory */
+    bool ask = o->budget_set || on_gpu || gpu;
+    size_t budget = o->budget_set ? o->budget
+                    : on_gpu      ? hr_session_device_room(s)
+                    : gpu         ? gpu->total_bytes - ((size_t)32 << 20)
+                                  : 0;
+    const char *whose = o->budget_set ? "" : on_gpu ? " (what is free on this GPU now, less the driver's 32 MiB, + the "
+                                                      "overhead held)"
+                                                    : " (the GPU's memory less the driver's 32 MiB)";
     int rc = HR_EXIT_OK;
     int64_t largest = -1;
     if (ask) {
@@ -73,8 +80,8 @@ int hr_cmd_plan(const hr_cli_opts *o) {
             printf("  %-18s %12s   (the arena alone: no GPU here to measure the runtime overhead; --gpu h100 "
                    "or h200 adds the one measured there)\n", "device total", hr_format_bytes(r->arena_bytes, a, sizeof a));
         if (ask) {
-            printf("budget %s%s: batch %lld %s (needs %s)\n", hr_format_bytes(budget, a, sizeof a),
-                   o->budget_set ? "" : " (the GPU's memory less the driver's 32 MiB)", (long long)cfg.batch,
+            printf("budget %s%s: batch %lld %s (needs %s)\n", hr_format_bytes(budget, a, sizeof a), whose,
+                   (long long)cfg.batch,
                    rc ? "does NOT fit" : "fits", hr_format_bytes(total, b, sizeof b));
             if (largest > 0)
                 printf("largest batch that fits: %lld\n", (long long)largest);

@@ -5,7 +5,7 @@
 # nothing, and leave the checkpoint it resumed from untouched.
 # Prints "RESULT tests/gpu/oom_second_process.sh PASS FAIL". Run from the repo root.
 set -u
-HR=${HR:-build/headroom}
+HR=${HR:-${BUILD:-build}/headroom}
 pass=0 fail=0
 check() { if eval "$1"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $2"; fi; }
 tmp=$(mktemp -d)
