@@ -64,6 +64,14 @@ static bool inplace_ok(const hr_node *n, int in_idx, int out_idx) {
 }
 
 typedef struct {
+    size_t lo, hi;
+} range;
+static int by_lo(const void *a, const void *b) {
+    size_t x = ((const range *)a)->lo, y = ((const range *)b)->lo;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct {
     size_t arena, my_lb, report_lb;
     int clashes;
 } check_out;
@@ -164,32 +172,28 @@ static int check_plan(const hr_session_t *s, char *why, size_t whylen, check_out
     /* the bytes this plan's sharing needs at its busiest step: the union of
      * the (aligned) ranges live there; in 128 bits so a wrap would show */
     unsigned __int128 best = 0;
-    size_t *lo = malloc(sizeof(size_t) * (size_t)(nt ? nt : 1)), *hi = malloc(sizeof(size_t) * (size_t)(nt ? nt : 1));
+    range *r = malloc(sizeof *r * (size_t)(nt ? nt : 1));
     for (int st = 0; st < T; st++) {
         int k = 0;
         for (int i = 0; i < nt; i++)
             if (L[i].used && L[i].size && L[i].first <= st && st <= L[i].last)
-                lo[k] = L[i].off, hi[k] = L[i].off + hr_align_up(L[i].size, HR_ALIGN), k++;
-        /* sort by start (insertion: k is small) and merge */
-        for (int a = 1; a < k; a++)
-            for (int b = a; b > 0 && lo[b - 1] > lo[b]; b--) {
-                size_t t1 = lo[b], t2 = hi[b];
-                lo[b] = lo[b - 1], hi[b] = hi[b - 1], lo[b - 1] = t1, hi[b - 1] = t2;
-            }
+                r[k].lo = L[i].off, r[k].hi = L[i].off + hr_align_up(L[i].size, HR_ALIGN), k++;
+        /* sort by start and merge */
+        qsort(r, (size_t)k, sizeof *r, by_lo);
         unsigned __int128 u = 0;
         size_t cs = 0, ce = 0;
         for (int a = 0; a < k; a++) {
-            if (a == 0 || lo[a] > ce) {
+            if (a == 0 || r[a].lo > ce) {
                 u += ce - cs;
-                cs = lo[a], ce = hi[a];
-            } else if (hi[a] > ce) {
-                ce = hi[a];
+                cs = r[a].lo, ce = r[a].hi;
+            } else if (r[a].hi > ce) {
+                ce = r[a].hi;
             }
         }
         if (k) u += ce - cs;
         if (u > best) best = u;
     }
-    free(lo), free(hi);
+    free(r);
     if (best > (unsigned __int128)arena)
         PROBLEM("the live bytes at the peak (%.4g) exceed the arena (%zu)", (double)best, arena);
     if (out) {
