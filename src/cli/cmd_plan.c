@@ -46,7 +46,7 @@ int hr_cmd_plan(const hr_cli_opts *o) {
     bool ask = o->budget_set || on_gpu || gpu;
     size_t budget = o->budget_set ? o->budget
                     : on_gpu      ? hr_session_device_room(s)
-                    : gpu         ? gpu->total_bytes - ((size_t)32 << 20)
+                    : gpu         ? gpu->total_bytes - HR_DEVICE_RESERVE
                                   : 0;
     const char *whose = o->budget_set ? "" : on_gpu ? " (what is free on this GPU now, less the driver's 32 MiB, + the "
                                                       "overhead held)"

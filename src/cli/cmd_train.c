@@ -32,15 +32,20 @@ static int model_io(hr_model_t *m, int *c, int *h, int *w, int *classes) {
     return 0;
 }
 
+/* train and eval read labels as classes: other models are refused. */
+static hr_status require_classifier(const hr_cli_opts *o, int classes) {
+    if (classes > 0) return HR_OK;
+    return hr_error_set(HR_ERR_INVALID_ARG, "%s: headroom train and eval take classifiers, models whose last "
+                        "line is 'loss CrossEntropyLoss'; an MSELoss model trains through the C API "
+                        "(hr_train_step with float targets)", o->model);
+}
+
 /* train NULL: the test set only (eval), without decompressing the training set. */
 static hr_status load_data(const hr_cli_opts *o, hr_model_t *m, hr_dataset *train, hr_dataset *test) {
     int c, h, w, classes;
     model_io(m, &c, &h, &w, &classes);
-    if (classes <= 0)
-        return hr_error_set(HR_ERR_INVALID_ARG, "%s: headroom train and eval take classifiers, models whose last "
-                            "line is 'loss CrossEntropyLoss'; an MSELoss model trains through the C API "
-                            "(hr_train_step with float targets)", o->model);
-    hr_status st;
+    hr_status st = require_classifier(o, classes);
+    if (st) return st;
     if (!strcmp(o->data, "synthetic")) {
         st = train ? hr_synthetic_make(o->samples, c, h, w, classes, o->seed + 1, train) : HR_OK;
         if (!st) st = hr_synthetic_make(o->samples / 4 > 0 ? o->samples / 4 : 1, c, h, w, classes, o->seed + 2, test);
@@ -165,7 +170,8 @@ int hr_cmd_train(const hr_cli_opts *o) {
     /* the data's size from its headers (nothing read), so that host memory
      * is planned before any data is read or made */
     hr_host_data hd;
-    hr_status st = classes > 0 ? hr_host_data_peek(o, (int64_t)c * h * w, true, &hd) : load_data(o, m, NULL, NULL);
+    hr_status st = require_classifier(o, classes);
+    if (!st) st = hr_host_data_peek(o, (int64_t)c * h * w, true, &hd);
     if (st) {
         rc = hr_cli_fail(st);
         goto done;
@@ -338,7 +344,8 @@ int hr_cmd_eval(const hr_cli_opts *o) {
     int c, h, w, classes;
     model_io(m, &c, &h, &w, &classes);
     hr_host_data hd;
-    hr_status st = classes > 0 ? hr_host_data_peek(o, (int64_t)c * h * w, false, &hd) : load_data(o, m, NULL, NULL);
+    hr_status st = require_classifier(o, classes);
+    if (!st) st = hr_host_data_peek(o, (int64_t)c * h * w, false, &hd);
     if (st) {
         rc = hr_cli_fail(st);
         goto done;

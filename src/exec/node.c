@@ -49,15 +49,7 @@ hr_status hr_exec_check_support(hr_backend *be, const hr_program *p) {
             ok = be->supports(be, &a, why, sizeof why);
         }
         if (ok) continue;
-        if (n->layer >= 0) {
-            const hr_layer *l = &g->l[n->layer];
-            if (l->file)
-                snprintf(where, sizeof where, "%s:%d: layer %s (%s)", l->file, l->line, l->name, l->type);
-            else
-                snprintf(where, sizeof where, "layer %s (%s)", l->name, l->type);
-        } else {
-            snprintf(where, sizeof where, "the update");
-        }
+        hr_graph_layer_where(g, n->layer, where, sizeof where);
         return hr_error_set(HR_ERR_UNSUPPORTED, "%s: the %s backend has no kernel for %s%s%s; run it on another device",
                             where, be->name, hr_op_name(n->op), why[0] ? ": " : "", why);
     }

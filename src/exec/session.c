@@ -183,10 +183,6 @@ static hr_status upload_initial_state(hr_session_t *s) {
     return st;
 }
 
-/* What cudaMemGetInfo calls free that the driver still keeps for itself
- * when the arena is allocated (docs/benchmarks.md, largest batch): the fit
- * test leaves it out of what is free. */
-#define HR_DEVICE_RESERVE ((size_t)32 << 20)
 
 /* The plan does not fit: say what it needs, by category, what there is, and
  * the largest batch that would fit, before anything is allocated. `budget`

@@ -162,7 +162,15 @@ const char *hr_layer_where(const hr_model_t *m, int layer, char *buf, size_t n) 
         snprintf(buf, n, "model '%s'", m->name);
         return buf;
     }
-    const hr_layer *l = &m->g.l[layer];
+    return hr_graph_layer_where(&m->g, layer, buf, n);
+}
+
+const char *hr_graph_layer_where(const hr_graph *g, int layer, char *buf, size_t n) {
+    if (layer < 0 || layer >= g->nl) {
+        snprintf(buf, n, "the update");
+        return buf;
+    }
+    const hr_layer *l = &g->l[layer];
     if (l->file)
         snprintf(buf, n, "%s:%d: layer %s (%s)", l->file, l->line, l->name, l->type);
     else

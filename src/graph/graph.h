@@ -105,6 +105,8 @@ struct hr_model {
 int hr_model_begin_layer(hr_model_t *m, const char *name, const char *type); /* layer index or -1 */
 /* "layer 3 (Conv2d, model.txt:7)" for messages */
 const char *hr_layer_where(const hr_model_t *m, int layer, char *buf, size_t n);
+/* The same for a layer of any graph (a step program's); "the update" for none. */
+const char *hr_graph_layer_where(const hr_graph *g, int layer, char *buf, size_t n);
 bool hr_model_check_tensor(hr_model_t *m, int t, const char *what);
 int hr_model_add_param(hr_model_t *m, int layer, const char *suffix, int ndim, const int64_t *dims, hr_tensor_kind kind);
 int hr_model_add_act(hr_model_t *m, int layer, const char *suffix, hr_shape per_sample);
