@@ -55,6 +55,9 @@ typedef enum {
 } hr_status;
 
 const char *hr_status_name(hr_status st);
+
+/* Element types of tensors (safetensors' names: F32, F16, BF16, I32, U8). */
+typedef enum { HR_F32 = 0, HR_F16, HR_BF16, HR_I32, HR_U8, HR_DTYPE_COUNT } hr_dtype;
 const char *hr_last_error(void); /* message of the last failure on this thread */
 hr_status hr_last_status(void);   /* its status */
 
@@ -113,6 +116,13 @@ int64_t hr_model_classes(const hr_model_t *m);
 typedef enum { HR_MODE_TRAIN = 0, HR_MODE_INFER } hr_mode;
 typedef enum { HR_OPTIM_SGD = 0, HR_OPTIM_ADAM, HR_OPTIM_ADAMW } hr_optim_kind;
 typedef enum { HR_DEVICE_CPU = 0, HR_DEVICE_CUDA, HR_DEVICE_AUTO } hr_device;
+/* Mixed precision with torch.autocast's rules: parameters, gradients and
+ * optimizer state stay fp32; matrix products and convolutions run in the half
+ * type (fp32 accumulation), and what follows them stays half until an op that
+ * autocast runs in fp32 (norms over features, softmax, losses). fp16 scales
+ * the loss as torch.amp.GradScaler does. */
+typedef enum { HR_PREC_FP32 = 0, HR_PREC_BF16, HR_PREC_FP16 } hr_precision;
+const char *hr_precision_name(hr_precision p); /* "fp32", "bf16", "fp16" */
 
 typedef struct {
     hr_optim_kind kind;
@@ -137,6 +147,15 @@ typedef struct {
      * mode) of this many samples, in the same arena: hr_eval_forward. 0: none;
      * -1: as many as the batch (it follows the batch in a largest-batch search). */
     int64_t eval_batch;
+    hr_precision precision;
+    /* > 1: each optimizer step sums the gradients of `accumulate` micro-batches
+     * of batch/accumulate samples (the batch must divide evenly); the update
+     * equals the whole batch's. 0 or 1: none. */
+    int accumulate;
+    /* fp16's loss scaler (torch.amp.GradScaler): the initial scale (0: 2^16)
+     * and the steps without inf/NaN after which it doubles (0: 2000). */
+    float loss_scale;
+    int scale_growth_interval;
 } hr_config_t;
 
 hr_config_t hr_config_default(void); /* batch 64, train, Adam(1e-3, 0.9, 0.999, 1e-8), CPU, seed 0 */
@@ -157,6 +176,7 @@ typedef enum {
     HR_CAT_TRANSIENT,  /* everything else that lives and dies within the step */
     HR_CAT_WORKSPACE,  /* kernels' scratch: im2col, cuDNN workspace */
     HR_CAT_INPUTS,     /* the batch and its labels */
+    HR_CAT_WCOPY,      /* mixed precision: the weights' half copies that products and convolutions read */
     HR_CAT_COUNT
 } hr_category;
 const char *hr_category_name(hr_category c);
@@ -220,6 +240,12 @@ hr_status hr_eval_forward(hr_session_t *s, const float *x, float *out);
 /* The loss and outputs of the last train step or forward, copied to the host. */
 hr_status hr_read_output(hr_session_t *s, float *out);
 int64_t hr_step_count(const hr_session_t *s);
+/* fp16's loss scaler (torch.amp.GradScaler's rules): the scale, the good
+ * steps since it last changed, and the steps skipped for inf/NaN gradients
+ * (hr_step_count counts only the steps taken). Any pointer may be NULL;
+ * the scale is 1 without fp16. Set: a checkpoint's values on resume. */
+hr_status hr_loss_scale(const hr_session_t *s, float *scale, int64_t *growth, int64_t *skipped);
+hr_status hr_set_loss_scale(hr_session_t *s, float scale, int64_t growth);
 hr_status hr_set_step_count(hr_session_t *s, int64_t t);
 
 /* Named state: parameters ("0.weight"), buffers ("1.running_mean"),

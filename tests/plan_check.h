@@ -285,7 +285,7 @@ static inline void oracle(const hr_model_t *m, const hr_config_t *cfg, const cha
     /* the unshared run: the session's schedule, node by node, with the step
      * numbers hr_train_step uses (0 for the forward and backward, 1 for the
      * update) */
-    hr_step_info si = {0, cfg->optim.lr, cfg->seed, cfg->optim, p->sqnorm};
+    hr_step_info si = hr_step_info_make(0, cfg, p->sqnorm);
     int end = train ? g->nn : p->n_fwd;
     for (int k = 0; k < end && st == HR_OK; k++) {
         if (k == p->n_bwd_end) si.t = 1;

@@ -95,6 +95,7 @@ static void gt_run(gt *k, hr_node *n) {
     hr_step_info si;
     memset(&si, 0, sizeof si);
     si.sqnorm = -1;
+    si.loss_scale = si.inv_scale = 1.0f;
     n->ws = -1;
     size_t ws = hr_node_workspace(k->be, &k->g, n);
     if (ws) n->ws = gt_tensor(k, HR_U8, 1, (int64_t[]){(int64_t)ws});

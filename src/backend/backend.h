@@ -19,6 +19,10 @@ struct hr_backend {
     /* Optional: false when the backend cannot run this node (a dtype it
      * lacks), with the reason in why; a's pointers are HR_PLANNED or NULL. */
     bool (*supports)(hr_backend *be, const hr_kargs *a, char *why, size_t n);
+    /* Optional: true when kernels[op] runs activations of type dt (BF16,
+     * F16) itself; otherwise exec hands it F32 copies (exec/node.c). NULL:
+     * every op but Cast runs in F32 only. */
+    bool (*takes_half)(hr_backend *be, hr_op op, hr_dtype dt);
     /* Optional: the session's batch, before its program is planned: the
      * bytes of one batch's input and labels, for pinned staging. */
     void (*set_batch)(hr_backend *be, int64_t batch, size_t input_bytes, size_t label_bytes);

@@ -33,6 +33,9 @@ typedef struct {
     size_t budget;
     double momentum, weight_decay, clip;
     bool nesterov;
+    hr_precision precision;
+    int64_t accumulate;    /* micro-batches an optimizer step (1: none) */
+    double loss_scale;     /* fp16: GradScaler's initial scale (0: 2^16) */
 } hr_cli_opts;
 
 int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd);

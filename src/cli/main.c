@@ -15,6 +15,7 @@ static void usage(FILE *f) {
             "commands:\n"
             "  plan MODEL --batch N [--optim adam|adamw|sgd] [--mode train|infer] [--json]\n"
             "             [--budget 8GiB] [--device cpu|cuda] [--gpu h100|h200] [--eval-batch N]\n"
+            "             [--precision fp32|bf16|fp16] [--accumulate K]\n"
             "      every byte of one training step, by category, and the device total the\n"
             "      process will hold (arena in 2 MiB pages + runtime overhead), before anything\n"
             "      runs; with --budget (what nvidia-smi may show) or --gpu (where there is no\n"
@@ -25,7 +26,15 @@ static void usage(FILE *f) {
             "              [--clip NORM] [--seed S] [--save CKPT] [--resume CKPT]\n"
             "              [--device auto|cpu|cuda] [--max-steps N] [--samples N] [--memory-stats]\n"
             "              [--budget 8GiB] (the device memory the process may hold) [--eval-batch N]\n"
+            "              [--precision fp32|bf16|fp16] [--loss-scale S] [--accumulate K]\n"
             "  eval MODEL --weights CKPT [--data fashion-mnist|synthetic|DIR] [--batch N]\n"
+            "             [--precision fp32|bf16|fp16]\n"
+            "\n"
+            "  --precision bf16|fp16: mixed precision as torch.autocast (fp32 weights and\n"
+            "      optimizer; products and convolutions in the half type); fp16 scales the\n"
+            "      loss as torch.amp.GradScaler (--loss-scale: its first scale, 65536)\n"
+            "  --accumulate K: each step sums the gradients of K micro-batches of batch/K\n"
+            "      samples (the same update as the whole batch, in the memory of batch/K)\n"
             "  smi [--json]\n"
             "      each GPU (memory, load, temperature, power) and the processes on it, as\n"
             "      the NVIDIA driver reports them (NVML); with no driver it says so, status 0\n"
@@ -68,6 +77,7 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
     o->momentum = 0.0;
     o->samples = 4096;
     o->eval_batch = -1; /* the training batch */
+    o->accumulate = 1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -96,6 +106,19 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
         } else if (!strcmp(a, "--eval-batch")) {
             NEED();
             if (!parse_i64(v, &o->eval_batch) || o->eval_batch < 0) BAD("an integer >= 0 (0: no evaluation)");
+        } else if (!strcmp(a, "--precision")) {
+            NEED();
+            if (!strcmp(v, "fp32")) o->precision = HR_PREC_FP32;
+            else if (!strcmp(v, "bf16")) o->precision = HR_PREC_BF16;
+            else if (!strcmp(v, "fp16")) o->precision = HR_PREC_FP16;
+            else BAD("one of fp32, bf16, fp16");
+        } else if (!strcmp(a, "--accumulate")) {
+            NEED();
+            if (!parse_i64(v, &o->accumulate) || o->accumulate < 1 || o->accumulate > (1 << 30))
+                BAD("an integer from 1 to 2^30 (micro-batches a step)");
+        } else if (!strcmp(a, "--loss-scale")) {
+            NEED();
+            if (!parse_f(v, &o->loss_scale) || !(o->loss_scale > 0) || o->loss_scale > 3e38) BAD("a finite scale > 0");
         } else if (!strcmp(a, "--epochs")) {
             NEED();
             if (!parse_i64(v, &o->epochs) || o->epochs < 1) BAD("a positive integer");
@@ -201,7 +224,10 @@ hr_config_t hr_cli_config(const hr_cli_opts *o) {
     /* the device memory the process may hold, as nvidia-smi shows it */
     c.device_budget = o->budget_set ? o->budget : 0;
     /* the job's evaluation pass, planned with the step (train caps it at the test set) */
-    c.eval_batch = o->mode != HR_MODE_TRAIN ? 0 : o->eval_batch; /* -1: follows the batch */
+    c.eval_batch = o->mode != HR_MODE_TRAIN ? 0 : o->eval_batch; /* -1: follows the (micro-)batch */
+    c.precision = o->precision;
+    c.accumulate = (int)o->accumulate;
+    c.loss_scale = (float)o->loss_scale;
     return c;
 }
 

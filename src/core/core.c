@@ -21,6 +21,55 @@ const char *hr_dtype_name(hr_dtype t) {
     return (unsigned)t < HR_DTYPE_COUNT ? names[t] : "?";
 }
 
+/* ---- half types ---------------------------------------------------------- */
+static uint32_t f32_bits(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float bits_f32(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+uint16_t hr_f32_to_bf16(float f) {
+    uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* a quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1); /* round to nearest even; a carry into the exponent is right */
+    return (uint16_t)(u >> 16);
+}
+
+float hr_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+uint16_t hr_f32_to_f16(float f) {
+    uint32_t u = f32_bits(f), sign = (u >> 16) & 0x8000u, a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);   /* NaN */
+    if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  /* rounds past 65504: inf */
+    if (a < 0x38800000u) {                                    /* below 2^-14: subnormal or zero */
+        /* the value in units of 2^-24, rounded to nearest even */
+        float v = bits_f32(a) * 16777216.0f;                  /* exact: a power-of-two scale */
+        uint32_t q = (uint32_t)v;
+        float r = v - (float)q;
+        if (r > 0.5f || (r == 0.5f && (q & 1))) q++;
+        return (uint16_t)(sign | q);
+    }
+    /* normal: rebias the exponent, round the 13 dropped mantissa bits to even */
+    uint32_t m = a + ((uint32_t)(15 - 127) << 23);
+    m += 0xfffu + ((m >> 13) & 1);
+    return (uint16_t)(sign | (m >> 13));
+}
+
+float hr_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ffu;
+    if (e == 0) { /* zero or subnormal: m * 2^-24 */
+        float v = (float)m * (1.0f / 16777216.0f);
+        return sign ? -v : v;
+    }
+    if (e == 31) return bits_f32(sign | 0x7f800000u | (m << 13));
+    return bits_f32(sign | ((e + 127 - 15) << 23) | (m << 13));
+}
+
 /* ---- random numbers -------------------------------------------------------- */
 float hr_rng_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
     uint64_t x = hr_mix64(((seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL)) + i);
@@ -191,3 +240,7 @@ void *hr_arena_host_alloc(size_t n) {
 }
 
 void hr_arena_host_free(void *p) { free(p); }
+
+const char *hr_precision_name(hr_precision p) {
+    return p == HR_PREC_FP32 ? "fp32" : p == HR_PREC_BF16 ? "bf16" : p == HR_PREC_FP16 ? "fp16" : "?";
+}

@@ -25,7 +25,7 @@
 #endif
 
 /* ---- dtypes ---------------------------------------------------------------- */
-typedef enum { HR_F32 = 0, HR_F16, HR_BF16, HR_I32, HR_U8, HR_DTYPE_COUNT } hr_dtype;
+/* hr_dtype itself is in headroom.h (the kernels' arguments carry it). */
 size_t hr_dtype_size(hr_dtype t);
 const char *hr_dtype_name(hr_dtype t); /* safetensors spelling: F32, F16, BF16, I32, U8 */
 
@@ -82,6 +82,24 @@ static inline uint64_t hr_mix64(uint64_t x) {
 }
 /* Uniform [0, 1) from (seed, stream, i), as scripts/hr_rng.py computes it. */
 float hr_rng_uniform(uint64_t seed, uint64_t stream, uint64_t i);
+
+/* ---- half types: round to nearest even, NaN stays NaN, overflow gives inf -- */
+uint16_t hr_f32_to_bf16(float f);
+float hr_bf16_to_f32(uint16_t h);
+uint16_t hr_f32_to_f16(float f);
+float hr_f16_to_f32(uint16_t h);
+/* Element i of an F32, BF16 or F16 array as a float, and the reverse. */
+static inline float hr_load_f(const void *p, hr_dtype t, int64_t i) {
+    return t == HR_BF16 ? hr_bf16_to_f32(((const uint16_t *)p)[i])
+         : t == HR_F16  ? hr_f16_to_f32(((const uint16_t *)p)[i])
+                        : ((const float *)p)[i];
+}
+static inline void hr_store_f(void *p, hr_dtype t, int64_t i, float v) {
+    if (t == HR_BF16) ((uint16_t *)p)[i] = hr_f32_to_bf16(v);
+    else if (t == HR_F16) ((uint16_t *)p)[i] = hr_f32_to_f16(v);
+    else ((float *)p)[i] = v;
+}
+static inline bool hr_dtype_is_half(hr_dtype t) { return t == HR_BF16 || t == HR_F16; }
 
 /* ---- options --------------------------------------------------------------- */
 /* Every HR_* environment switch, read in one place (core/options.c) when a

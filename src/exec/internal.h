@@ -23,18 +23,23 @@ const hr_program *hr_session_program(const hr_session_t *s);
 const hr_plan *hr_session_plan(const hr_session_t *s);
 hr_backend *hr_session_backend(const hr_session_t *s);
 /* Per tensor of the program: its data in the arena; NULL before hr_session_alloc. */
-void *const *hr_session_ptrs(const hr_session_t *s);
+void **hr_session_ptrs(const hr_session_t *s);
 size_t hr_session_overhead(const hr_session_t *s); /* measured at hr_session_alloc */
 bool hr_session_allocated(const hr_session_t *s);
 /* The session's profile mode: 0 off, 1 host times, 2 device events. */
 int hr_session_profile_mode(const hr_session_t *s);
 
 /* One node of graph g on backend be: its kernel arguments unpacked from the
- * node (ptr[i]: tensor i's data), then the backend's kernel. */
-hr_status hr_node_run(hr_backend *be, const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si);
+ * node (ptr[i]: tensor i's data) into *a, then the backend's kernel; half
+ * tensors of an op the backend runs in F32 only go through F32 copies in the
+ * node's workspace (ptr's entries are changed for the call and restored). */
+hr_status hr_node_exec(hr_backend *be, const hr_graph *g, const hr_node *n, void **ptr, const hr_step_info *si,
+                       hr_kargs *a);
+/* The same with arguments of its own. */
+hr_status hr_node_run(hr_backend *be, const hr_graph *g, const hr_node *n, void **ptr, const hr_step_info *si);
 /* nodes[0..count), all of one update op, as the backend's group launch (or
  * one by one where it has none). */
-hr_status hr_node_run_group(hr_backend *be, const hr_graph *g, const hr_node *nodes, int count, void *const *ptr,
+hr_status hr_node_run_group(hr_backend *be, const hr_graph *g, const hr_node *nodes, int count, void **ptr,
                             const hr_step_info *si);
 /* Scratch bytes node n needs on be (0: none). */
 size_t hr_node_workspace(hr_backend *be, const hr_graph *g, const hr_node *n);

@@ -8,7 +8,8 @@
 
 const char *hr_category_name(hr_category c) {
     static const char *n[HR_CAT_COUNT] = {"parameters", "gradients", "optimizer state", "saved activations",
-                                          "transients", "workspace", "inputs"};
+                                          "transients", "workspace", "inputs",
+                                          "weight copies"};
     return (unsigned)c < HR_CAT_COUNT ? n[c] : "?";
 }
 

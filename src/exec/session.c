@@ -2,6 +2,7 @@
  * bottom, and the named-state access that checkpoints use. */
 #include "exec/session.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -80,8 +81,9 @@ hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_back
         if (hr_graph_copy(&s->model->g, &m->g) != HR_OK || !(s->model->name = hr_strdup(m->name))) goto fail;
         if (be->set_batch && m->input >= 0 && cfg && cfg->batch > 0 && cfg->batch <= (1LL << 40)) {
             size_t in, lab;
-            batch_bytes(m, cfg->batch, &in, &lab);
-            be->set_batch(be, cfg->batch, in, lab);
+            int64_t micro = cfg->accumulate > 1 && cfg->accumulate <= cfg->batch ? cfg->batch / cfg->accumulate : cfg->batch;
+            batch_bytes(m, micro, &in, &lab);
+            be->set_batch(be, micro, in, lab);
         }
     }
     if (hr_program_build(m, cfg, hr_exec_workspace, be, &s->prog) != HR_OK) goto fail;
@@ -103,6 +105,21 @@ hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_back
     hr_graph *g = &s->prog.g;
     if (!(s->state = hr_malloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1)))) goto fail;
     s->prof = hr_profile_new(s, s->opt.profile);
+    s->scale = cfg->loss_scale > 0 ? cfg->loss_scale : 65536.0f;
+    /* the first writers of the parameters' gradients (accumulation) */
+    if (cfg->accumulate > 1) {
+        int cap = 0;
+        for (int pass = 0; pass < 2; pass++) {
+            for (int k = s->prog.n_fwd; k < s->prog.n_bwd_end; k++)
+                for (int i = 0; i < g->n[k].nout; i++) {
+                    int o = g->n[k].out[i];
+                    if (o < 0 || g->t[o].kind != HR_T_GRAD || g->n[k].accum[i]) continue;
+                    if (pass) s->first_writer[s->n_first_writer++] = k * HR_NODE_MAX_IO + i;
+                    else cap++;
+                }
+            if (!pass && !(s->first_writer = hr_malloc(sizeof(int) * (size_t)(cap ? cap : 1)))) goto fail;
+        }
+    }
     for (int pass = 0; pass < 2; pass++)
         for (int i = 0; i < g->nt; i++)
             if (is_state(&g->t[i]) && (g->t[i].kind == HR_T_OPTSTATE) == (pass == 1)) s->state[s->nstate++] = i;
@@ -132,6 +149,7 @@ void hr_session_free(hr_session_t *s) {
     hr_free(s->ptr);
     hr_free(s->args);
     hr_free(s->state);
+    hr_free(s->first_writer);
     hr_plan_free(&s->plan);
     hr_program_free(&s->prog);
     hr_free(s->model_name);
@@ -146,11 +164,13 @@ const hr_report_t *hr_session_report(const hr_session_t *s) { return s ? &s->pla
  * the forward node that reads it (PyTorch's default init of that layer);
  * parameter k (in state order) draws from stream 1000 + k. */
 static void init_state(const hr_graph *g, int n_fwd, int tensor, int index, uint64_t seed, float *v) {
+    int copy = -1; /* mixed precision: the layer reads the tensor's half copy */
     for (int s = 0; s < n_fwd; s++) {
         const hr_node *n = &g->n[s];
         const hr_op_desc *d = hr_op_descs[n->op];
+        if (n->op == HR_OP_CAST && n->in[0] == tensor) copy = n->out[0];
         for (int i = 0; i < n->nin; i++)
-            if (n->in[i] == tensor && d->init) {
+            if ((n->in[i] == tensor || (copy >= 0 && n->in[i] == copy)) && d->init) {
                 d->init(g, n, i, seed, 1000 + (uint64_t)index, v);
                 return;
             }
@@ -259,9 +279,10 @@ hr_status hr_session_alloc(hr_session_t *s) {
  * once a step: the step number changes them). A run of update nodes of one
  * op goes to the backend as one group where it can (a multi-tensor launch);
  * the step number changes at n_bwd_end, so no group crosses it. */
-static hr_status run_range(hr_session_t *s, int from, int to) {
+static hr_status run_range(hr_session_t *s, int from, int to, const hr_step_info *base) {
     hr_graph *g = &s->prog.g;
-    hr_step_info si = {s->t, s->prog.cfg.optim.lr, s->prog.cfg.seed, s->prog.cfg.optim, s->prog.sqnorm};
+    hr_step_info si = base ? *base : hr_step_info_make(s->t, &s->prog.cfg, s->prog.sqnorm);
+    if (from >= s->prog.n_bwd_end && from < s->prog.n_step) si.t = s->t + 1;
     hr_backend *be = s->be;
     hr_profile_step(s->prof, from, g->nn);
     for (int k = from, cnt; k < to; k += cnt) {
@@ -270,11 +291,12 @@ static hr_status run_range(hr_session_t *s, int from, int to) {
         bool group = be->run_group && (n->op == HR_OP_ADAM || n->op == HR_OP_SGD);
         cnt = 1;
         while (group && k + cnt < to && k + cnt != s->prog.n_bwd_end && n[cnt].op == n->op) cnt++;
-        for (int j = 0; j < cnt; j++) hr_op_unpack(g, &n[j], s->ptr, &si, &s->args[k + j]);
+        if (group)
+            for (int j = 0; j < cnt; j++) hr_op_unpack(g, &n[j], s->ptr, &si, &s->args[k + j]);
         if (hr_profile_before(s->prof, be, k) != HR_OK)
             return hr_error_prefix("step %lld, profiling mark at node %d", (long long)s->t + 1, k);
         double t0 = hr_profile_host(s->prof) ? hr_profile_now() : 0;
-        hr_status st = group ? be->run_group(be, &s->args[k], cnt) : be->run(be, &s->args[k]);
+        hr_status st = group ? be->run_group(be, &s->args[k], cnt) : hr_node_exec(be, g, n, s->ptr, &si, &s->args[k]);
         hr_profile_after(s->prof, be, k, cnt, t0);
         if (st != HR_OK) {
             char grp[64] = "";
@@ -324,20 +346,97 @@ static hr_status finish_batch(hr_session_t *s, hr_status st) {
     return st;
 }
 
+/* With accumulation, micro-batches after the first add into the parameters'
+ * gradients: the nodes that write them first set their accum flags for
+ * those passes (first_writer lists them, node * HR_NODE_MAX_IO + slot). */
+static void grads_accumulate(hr_session_t *s, bool on) {
+    for (int i = 0; i < s->n_first_writer; i++) {
+        int w = s->first_writer[i];
+        s->prog.g.n[w / HR_NODE_MAX_IO].accum[w % HR_NODE_MAX_IO] = on;
+    }
+}
+
+/* GradScaler.update: halve on inf/NaN (the step was skipped), double after
+ * `interval` good steps in a row. */
+static void scaler_update(hr_session_t *s, bool found_inf) {
+    int interval = s->prog.cfg.scale_growth_interval > 0 ? s->prog.cfg.scale_growth_interval : 2000;
+    if (found_inf) {
+        s->scale *= 0.5f;
+        s->growth = 0;
+        s->skipped++;
+    } else if (++s->growth == interval) {
+        s->scale *= 2.0f;
+        s->growth = 0;
+    }
+}
+
 hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, float *loss) {
     if (!s || !x || !labels) return hr_error_set(HR_ERR_INVALID_ARG, "train_step: NULL argument");
     if (!s->arena) return hr_error_set(HR_ERR_INVALID_ARG, "train_step: call hr_session_alloc first");
     if (s->prog.cfg.mode != HR_MODE_TRAIN)
         return hr_error_set(HR_ERR_INVALID_ARG, "train_step: this session was compiled for inference");
-    hr_status st = upload_batch(s, x, labels);
-    if (!st) st = run_range(s, 0, s->prog.n_step);
+    const hr_program *p = &s->prog;
+    const hr_graph *g = &p->g;
+    int K = p->cfg.accumulate > 1 ? p->cfg.accumulate : 1;
+    int64_t micro = hr_micro_batch(&p->cfg);
+    size_t xs = (size_t)hr_shape_numel(&g->t[p->input].shape), ls = 0;
+    if (p->label >= 0) ls = (size_t)hr_shape_numel(&g->t[p->label].shape) * hr_dtype_size(g->t[p->label].dtype);
+    bool fp16 = p->cfg.precision == HR_PREC_FP16;
+    hr_step_info si = hr_step_info_make(s->t, &p->cfg, p->sqnorm);
+    si.loss_scale = (fp16 ? s->scale : 1.0f) / (float)K;
+    si.inv_scale = fp16 ? (float)(1.0 / (double)s->scale) : 1.0f;
+    double total = 0;
+    hr_status st = HR_OK;
+    for (int k = 0; k < K && !st; k++) {
+        si.sample0 = k * micro;
+        grads_accumulate(s, k > 0);
+        st = upload_batch(s, x + (size_t)k * xs, (const char *)labels + (size_t)k * ls);
+        if (!st) st = run_range(s, 0, p->n_bwd_end, &si);
+        if (!st && loss && K > 1) {
+            float l = 0;
+            st = s->be->download(s->be, &l, s->ptr[p->loss], sizeof(float));
+            if (!st) st = s->be->sync(s->be);
+            total += l;
+        }
+    }
+    grads_accumulate(s, false);
+    bool found_inf = false;
+    if (!st && p->found_inf >= 0) {
+        float f = 0;
+        st = run_range(s, p->n_bwd_end, p->n_unscale_end, &si);
+        if (!st) st = s->be->download(s->be, &f, s->ptr[p->found_inf], sizeof(float));
+        if (!st) st = s->be->sync(s->be);
+        found_inf = f != 0.0f;
+    }
+    if (!st && !found_inf) st = run_range(s, p->n_unscale_end, p->n_step, &si);
     if (st) return finish_batch(s, st);
-    s->t++;
-    if (loss) {
-        st = s->be->download(s->be, loss, s->ptr[s->prog.loss], sizeof(float));
+    if (fp16) scaler_update(s, found_inf);
+    if (!found_inf) s->t++;
+    if (loss && K > 1) {
+        *loss = (float)(total / K);
+    } else if (loss) {
+        st = s->be->download(s->be, loss, s->ptr[p->loss], sizeof(float));
         if (!st) st = s->be->sync(s->be);
     }
     return st;
+}
+
+hr_status hr_loss_scale(const hr_session_t *s, float *scale, int64_t *growth, int64_t *skipped) {
+    if (!s) return hr_error_set(HR_ERR_INVALID_ARG, "loss_scale: the session is NULL");
+    if (scale) *scale = s->prog.cfg.precision == HR_PREC_FP16 ? s->scale : 1.0f;
+    if (growth) *growth = s->growth;
+    if (skipped) *skipped = s->skipped;
+    return HR_OK;
+}
+
+hr_status hr_set_loss_scale(hr_session_t *s, float scale, int64_t growth) {
+    if (!s) return hr_error_set(HR_ERR_INVALID_ARG, "set_loss_scale: the session is NULL");
+    if (!(scale > 0) || !isfinite(scale) || growth < 0)
+        return hr_error_set(HR_ERR_INVALID_ARG, "loss scale %g with growth tracker %lld: the scale must be finite and "
+                            "positive, the tracker >= 0", scale, (long long)growth);
+    s->scale = scale;
+    s->growth = growth;
+    return HR_OK;
 }
 
 hr_status hr_forward(hr_session_t *s, const float *x, float *out) {
@@ -346,7 +445,7 @@ hr_status hr_forward(hr_session_t *s, const float *x, float *out) {
     if (s->prog.cfg.mode != HR_MODE_INFER)
         return hr_error_set(HR_ERR_INVALID_ARG, "forward: compile with mode HR_MODE_INFER for inference");
     hr_status st = upload_batch(s, x, NULL);
-    if (!st) st = run_range(s, 0, s->prog.n_fwd);
+    if (!st) st = run_range(s, 0, s->prog.n_fwd, NULL);
     if (st) return finish_batch(s, st);
     if (out) st = hr_read_output(s, out);
     return st;
@@ -361,7 +460,7 @@ hr_status hr_eval_forward(hr_session_t *s, const float *x, float *out) {
                             "training with cfg.eval_batch > 0");
     const hr_tensor *in = &p->g.t[p->eval_input], *o = &p->g.t[p->eval_output];
     hr_status st = s->be->upload(s->be, s->ptr[p->eval_input], x, (size_t)hr_shape_numel(&in->shape) * sizeof(float));
-    if (!st) st = run_range(s, p->n_step, p->g.nn);
+    if (!st) st = run_range(s, p->n_step, p->g.nn, NULL);
     if (st) return finish_batch(s, st);
     st = s->be->download(s->be, out, s->ptr[p->eval_output], (size_t)hr_shape_numel(&o->shape) * sizeof(float));
     return st ? st : s->be->sync(s->be);
@@ -455,7 +554,7 @@ hr_status hr_mem_stats(hr_session_t *s, hr_mem_stats_t *out) {
 const hr_program *hr_session_program(const hr_session_t *s) { return &s->prog; }
 const hr_plan *hr_session_plan(const hr_session_t *s) { return &s->plan; }
 hr_backend *hr_session_backend(const hr_session_t *s) { return s->be; }
-void *const *hr_session_ptrs(const hr_session_t *s) { return s->ptr; }
+void **hr_session_ptrs(const hr_session_t *s) { return s->ptr; }
 size_t hr_session_overhead(const hr_session_t *s) { return s->overhead; }
 bool hr_session_allocated(const hr_session_t *s) { return s->arena != NULL; }
 int hr_session_profile_mode(const hr_session_t *s) { return s->prof ? (hr_profile_host(s->prof) ? 1 : 2) : 0; }

@@ -21,6 +21,11 @@ struct hr_session {
     int nstate;
     size_t overhead;  /* measured runtime overhead of the backend */
     struct hr_profile *prof; /* HR_PROFILE (diagnostics), NULL when off */
+    /* fp16: GradScaler's state (scale, good steps in a row), steps skipped */
+    float scale;
+    int64_t growth, skipped;
+    int *first_writer; /* accumulation: node * HR_NODE_MAX_IO + slot of each gradient's first writer */
+    int n_first_writer;
 };
 
 /* node.c: the workspace callback the program builder asks (ctx: the backend). */

@@ -19,6 +19,7 @@ typedef enum {
     HR_T_ACT_GRAD,  /* gradient of an activation */
     HR_T_OPTSTATE,  /* optimizer state (Adam moments, momentum) */
     HR_T_WORKSPACE, /* one node's scratch */
+    HR_T_WCOPY,     /* a parameter's half copy (mixed precision: autocast's cached casts) */
 } hr_tensor_kind;
 
 

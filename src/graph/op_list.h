@@ -61,7 +61,10 @@
     X(CROSS_ENTROPY_BWD, cross_entropy_bwd, loss_bwd, "CrossEntropyLoss.backward") \
     X(MSE, mse, loss, "MSELoss")                                               \
     X(MSE_BWD, mse_bwd, loss_bwd, "MSELoss.backward")                          \
+    /* mixed precision: a tensor in another element type (autocast's casts) */ \
+    X(CAST, cast, cast, "Cast")                                                \
     /* the update */                                                           \
+    X(UNSCALE, unscale, unscale, "GradScaler.unscale")                         \
     X(GRAD_SQNORM, grad_sqnorm, grad_sqnorm, "GradNorm")                       \
     X(SGD, sgd, sgd, "SGD.update")                                             \
     X(ADAM, adam, adam, "Adam.update")
@@ -82,7 +85,15 @@ const char *hr_op_name(hr_op op);
  * A pointer an op does not use (or an output nobody needs) is NULL; `acc`
  * flags say an output adds into what is there. While planning (workspace
  * sizes, support checks) the same structs come with HR_PLANNED, never read,
- * where the node has the tensor, and NULL where it has none. ---------------- */
+ * where the node has the tensor, and NULL where it has none.
+ *
+ * Element types: hr_kargs.dt is the type of the node's activations (x, y,
+ * dx, dy: F32, or BF16/F16 under mixed precision; the pointers are typed
+ * float * for the fp32 kernels and point at dt elements). Parameters, their
+ * gradients, optimizer state, statistics and losses are always F32, except
+ * the weight that a matrix product or convolution reads: its half copy, in
+ * dt. A backend that runs an op only in F32 gets its half nodes through F32
+ * copies (exec/node.c); one that runs dt natively says so in `takes_half`. */
 #define HR_PLANNED ((void *)(uintptr_t)256)
 
 /* Linear: y = x W^T + b; backward: dx = dy W, dW = dy^T x, db = sum dy */
@@ -170,6 +181,7 @@ typedef struct {
     int64_t n;
     float p, scale;
     uint64_t seed, stream;
+    uint64_t first;       /* element 0's index in the whole batch (a micro-batch starts past 0) */
     bool train, acc;
 } hr_dropout_args;
 
@@ -211,15 +223,38 @@ typedef struct {
 } hr_softmax_args;
 
 /* CrossEntropyLoss (mean over N rows of C logits, int32 labels) and MSELoss
- * (mean over n values); backward writes dx = d(loss)/d(x). */
+ * (mean over n values); backward writes dx = scale * d(loss)/d(x) (scale:
+ * 1/accumulate times the fp16 loss scale, 1 otherwise). */
 typedef struct {
     const float *x;
     const int32_t *labels;
     const float *target;
     float *loss, *dx;
     int64_t N, C, n;
+    float scale;
     bool acc;
 } hr_loss_args;
+
+/* Cast: y = x converted from `from` to `to` (round to nearest even), y += x
+ * with acc (in `to`'s precision after an fp32 sum). */
+typedef struct {
+    const void *x;
+    void *y;
+    int64_t n;
+    hr_dtype from, to;
+    bool acc;
+} hr_cast_args;
+
+/* GradScaler.unscale (_amp_foreach_non_finite_check_and_unscale_): g *=
+ * inv_scale; found_inf[0] = 1 when any g is inf or NaN, else left as it was
+ * with acc and set to 0 without (the first node of a step writes it). */
+typedef struct {
+    float *g;
+    int64_t n;
+    float inv_scale;
+    float *found_inf;
+    bool acc;
+} hr_unscale_args;
 
 /* sum(g^2) into out[0] (added with acc) */
 typedef struct {
@@ -246,6 +281,7 @@ typedef struct {
 /* What a kernel receives: the op, its family's arguments, its workspace. */
 typedef struct {
     hr_op op;
+    hr_dtype dt;       /* the activations' element type (see above) */
     void *ws;          /* the node's planned scratch, or NULL */
     size_t ws_bytes;
     union {
@@ -260,6 +296,8 @@ typedef struct {
         hr_add_args add;
         hr_concat_args cat;
         hr_softmax_args sm;
+        hr_cast_args cast;
+        hr_unscale_args unscale;
         hr_loss_args loss;
         hr_sqnorm_args sq;
         hr_optim_args opt;

@@ -48,4 +48,5 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     a->add.n = hr_shape_numel(&g->t[n->out[0]].shape);
 }
 
-const hr_op_desc hr_opdesc_add = {.layers = layers, .backward = backward, .unpack = unpack, .inplace = true};
+const hr_op_desc hr_opdesc_add = {
+    .layers = layers, .backward = backward, .unpack = unpack, .inplace = true, .autocast = HR_AC_PROMOTE};

@@ -87,5 +87,5 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     c->acc = n->accum[0];
 }
 
-const hr_op_desc hr_opdesc_concat = {.layers = layers, .backward = backward, .unpack = unpack};
+const hr_op_desc hr_opdesc_concat = {.layers = layers, .backward = backward, .unpack = unpack, .autocast = HR_AC_PROMOTE};
 const hr_op_desc hr_opdesc_concat_bwd = {.unpack = unpack};

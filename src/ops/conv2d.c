@@ -113,5 +113,6 @@ static const hr_layer_sig layers[] = {
     {0},
 };
 
-const hr_op_desc hr_opdesc_conv2d = {.layers = layers, .backward = backward, .unpack = unpack, .init = init};
+const hr_op_desc hr_opdesc_conv2d = {
+    .layers = layers, .backward = backward, .unpack = unpack, .init = init, .autocast = HR_AC_HALF};
 const hr_op_desc hr_opdesc_conv2d_bwd = {.unpack = unpack};

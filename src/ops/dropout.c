@@ -45,6 +45,8 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     d->stream = (n->a.seed << 32) ^ (uint64_t)((si ? si->t : 0) + 1);
     if (n->op == HR_OP_DROPOUT) {
         d->n = hr_shape_numel(&g->t[n->in[0]].shape);
+        /* a micro-batch's masks continue the whole batch's */
+        d->first = si ? (uint64_t)si->sample0 * (uint64_t)hr_numel_from(g, n->in[0], 1) : 0;
         d->x = hr_ptr(ptr, n->in[0]);
         d->y = hr_ptr(ptr, n->out[0]);
         if (n->nout > 1) d->mask_out = hr_ptr(ptr, n->out[1]);

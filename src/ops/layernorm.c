@@ -115,5 +115,6 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
 
 /* Not in place: the kernels read a row's dy (or x) again after writing parts of it. */
 const hr_op_desc hr_opdesc_layernorm = {
-    .layers = layers, .backward = backward, .unpack = unpack, .init = init, .train_outputs = true};
+    .layers = layers, .backward = backward, .unpack = unpack, .init = init, .train_outputs = true,
+    .autocast = HR_AC_FP32};
 const hr_op_desc hr_opdesc_layernorm_bwd = {.unpack = unpack};

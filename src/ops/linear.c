@@ -103,6 +103,7 @@ static const hr_layer_sig layers[] = {
     {0},
 };
 
-const hr_op_desc hr_opdesc_linear = {.layers = layers, .backward = backward, .unpack = unpack, .init = init};
+const hr_op_desc hr_opdesc_linear = {
+    .layers = layers, .backward = backward, .unpack = unpack, .init = init, .autocast = HR_AC_HALF};
 /* dx over x: the kernels write dx last */
 const hr_op_desc hr_opdesc_linear_bwd = {.unpack = unpack, .inplace = true};

@@ -13,9 +13,34 @@ const hr_op_desc *const hr_op_descs[HR_OP_COUNT] = {
 };
 _Static_assert(sizeof hr_op_descs / sizeof *hr_op_descs == HR_OP_COUNT, "a descriptor for every op");
 
+hr_step_info hr_step_info_make(int64_t t, const hr_config_t *cfg, int sqnorm) {
+    hr_step_info si;
+    memset(&si, 0, sizeof si);
+    si.t = t;
+    si.lr = cfg->optim.lr;
+    si.seed = cfg->seed;
+    si.optim = cfg->optim;
+    si.sqnorm = sqnorm;
+    si.loss_scale = si.inv_scale = 1.0f;
+    return si;
+}
+
+/* The node's activation type: its first input that is a floating-point
+ * activation (or activation gradient); F32 when it has none. */
+static hr_dtype act_dtype(const hr_graph *g, const hr_node *n) {
+    for (int i = 0; i < n->nin; i++) {
+        if (n->in[i] < 0) continue;
+        const hr_tensor *t = &g->t[n->in[i]];
+        bool act = t->kind == HR_T_ACT || t->kind == HR_T_ACT_GRAD || t->kind == HR_T_INPUT;
+        if (act && (t->dtype == HR_F32 || t->dtype == HR_F16 || t->dtype == HR_BF16)) return t->dtype;
+    }
+    return HR_F32;
+}
+
 void hr_op_unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a) {
     memset(a, 0, sizeof *a);
     a->op = n->op;
+    a->dt = act_dtype(g, n);
     if (n->ws >= 0) {
         a->ws = hr_ptr(ptr, n->ws);
         a->ws_bytes = (size_t)hr_shape_numel(&g->t[n->ws].shape);
@@ -51,6 +76,9 @@ bool hr_arg_is(const hr_arg *a, const char *word) {
 int hr_ad_grad_out(hr_autodiff *ad, int x, bool *accum) {
     *accum = false;
     if (x < 0 || !ad->needs_grad[x]) return -1;
+    /* a weight's half copy: the product writes the weight's own F32 gradient */
+    if (ad->g->t[x].kind == HR_T_WCOPY) x = ad->g->t[x].source;
+    if (!ad->needs_grad[x]) return -1;
     if (ad->grad[x] >= 0) {
         *accum = true;
         return ad->grad[x];

@@ -15,7 +15,12 @@ typedef struct {
     uint64_t seed;      /* session seed: random masks hash (seed, layer, t, element) */
     hr_optim_t optim;
     int sqnorm;         /* tensor holding the squared global gradient norm, -1 without clipping */
+    float loss_scale;   /* the loss's gradient is multiplied by this (1/accumulate x the fp16 scale) */
+    float inv_scale;    /* GradScaler.unscale multiplies gradients by this */
+    int64_t sample0;    /* the micro-batch's first sample in the whole batch */
 } hr_step_info;
+/* Step t's information for cfg's optimizer: no loss scaling, the whole batch. */
+hr_step_info hr_step_info_make(int64_t t, const hr_config_t *cfg, int sqnorm);
 
 /* ---- model-file layers: PyTorch's names, arguments and defaults ------------- */
 typedef enum {
@@ -111,6 +116,14 @@ hr_status hr_ad_simple(hr_autodiff *ad, const hr_node *f, hr_op op, int saved0, 
 hr_status hr_ad_copy(hr_autodiff *ad, int layer, int dy, int x);
 
 /* ---- the descriptor ---------------------------------------------------------- */
+/* How mixed precision treats a forward op (torch.autocast's op lists). */
+typedef enum {
+    HR_AC_FOLLOW = 0, /* computes in its input's type (activations, pools, BatchNorm, Dropout, views) */
+    HR_AC_HALF,       /* in the half type, weight included (matrix products, convolutions) */
+    HR_AC_FP32,       /* in F32 (LayerNorm, softmax, losses) */
+    HR_AC_PROMOTE,    /* in the widest type of its inputs (Add, Concat) */
+} hr_autocast_rule;
+
 typedef struct {
     /* Model-file layers that build this op (PyTorch's names), ending at a
      * NULL name; NULL for ops that no layer writes (backward, update). */
@@ -132,6 +145,7 @@ typedef struct {
     /* Outputs past the first exist only in training (batch statistics, a
      * mask); the node's a.train says which mode it runs in. */
     bool train_outputs;
+    hr_autocast_rule autocast;
 } hr_op_desc;
 
 #define HR_X_DECL(E, id, k, name) extern const hr_op_desc hr_opdesc_##id;

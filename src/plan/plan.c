@@ -32,6 +32,7 @@ static hr_category category_of(const hr_program *p, const hr_tensor *t) {
     case HR_T_OPTSTATE: return HR_CAT_OPTSTATE;
     case HR_T_INPUT: case HR_T_LABEL: return HR_CAT_INPUTS;
     case HR_T_WORKSPACE: return HR_CAT_WORKSPACE;
+    case HR_T_WCOPY: return HR_CAT_WCOPY;
     case HR_T_ACT: return t->last >= p->n_fwd && t->first < p->n_fwd ? HR_CAT_SAVED : HR_CAT_TRANSIENT;
     default: return HR_CAT_TRANSIENT;
     }
@@ -61,7 +62,7 @@ static void lifetimes(hr_program *p) {
         hr_tensor *t = &g->t[i];
         if (t->last < 0) continue; /* unused in this program */
         /* persistent state, and gradients kept for the caller, live all step */
-        if (persistent(t) || (t->kind == HR_T_GRAD && p->cfg.keep_grads)) t->first = 0, t->last = T - 1;
+        if (persistent(t) || (t->kind == HR_T_GRAD && (p->cfg.keep_grads || p->cfg.accumulate > 1))) t->first = 0, t->last = T - 1;
         /* the batch is written before the first node */
         if (t->kind == HR_T_INPUT || t->kind == HR_T_LABEL) t->first = i == p->eval_input ? p->n_step : 0;
     }

@@ -3,6 +3,8 @@
  * and the optimizer updates. */
 #include "plan/program.h"
 
+#include "plan/autocast.h"
+
 #include <string.h>
 
 #define HR_MAX_BATCH (1LL << 40)
@@ -142,6 +144,24 @@ static hr_status build_update(hr_program *p) {
     hr_graph *g = &p->g;
     const hr_optim_t *o = &p->cfg.optim;
     int nt0 = g->nt;
+    if (p->cfg.precision == HR_PREC_FP16) {
+        p->found_inf = hr_graph_add_tensor(g, "found_inf", HR_F32, hr_shape_make(1, (int64_t[]){1}), false, HR_T_ACT, -1);
+        if (p->found_inf < 0) return HR_ERR_OOM;
+        bool first = true;
+        for (int i = 0; i < nt0; i++) {
+            if (g->t[i].kind != HR_T_PARAM || g->t[i].grad < 0) continue;
+            hr_node n = hr_node_make(HR_OP_UNSCALE, g->t[i].layer);
+            n.in[0] = g->t[i].grad;
+            n.nin = 1;
+            n.out[0] = p->found_inf;
+            n.nout = 1;
+            n.accum[0] = !first;
+            first = false;
+            if (hr_graph_add_node(g, &n) < 0) return HR_ERR_OOM;
+        }
+        if (first) p->found_inf = -1;
+    }
+    p->n_unscale_end = g->nn;
     if (o->clip_norm > 0) {
         p->sqnorm = hr_graph_add_tensor(g, "grad_sqnorm", HR_F32, hr_shape_make(1, (int64_t[]){1}), false, HR_T_ACT, -1);
         if (p->sqnorm < 0) return HR_ERR_OOM;
@@ -197,6 +217,23 @@ static hr_status check_config(const hr_model_t *m, const hr_config_t *cfg) {
     if (cfg->batch > HR_MAX_BATCH)
         return hr_error_set(HR_ERR_INVALID_ARG, "batch size %lld is beyond headroom's limit of 2^40 samples",
                             (long long)cfg->batch);
+    if ((unsigned)cfg->precision > HR_PREC_FP16)
+        return hr_error_set(HR_ERR_INVALID_ARG, "precision %d is not one of fp32, bf16, fp16", (int)cfg->precision);
+    if (cfg->accumulate < 0 || cfg->accumulate > cfg->batch)
+        return hr_error_set(HR_ERR_INVALID_ARG, "--accumulate %d must be between 1 and the batch (%lld)", cfg->accumulate,
+                            (long long)cfg->batch);
+    if (cfg->accumulate > 1 && cfg->mode != HR_MODE_TRAIN)
+        return hr_error_set(HR_ERR_INVALID_ARG, "gradient accumulation is for training; leave --accumulate out");
+    if (cfg->accumulate > 1 && cfg->batch % cfg->accumulate)
+        return hr_error_set(HR_ERR_INVALID_ARG,
+                            "batch %lld is not a multiple of --accumulate %d: each of the %d micro-batches must hold the "
+                            "same number of samples; try batch %lld or %lld",
+                            (long long)cfg->batch, cfg->accumulate, cfg->accumulate,
+                            (long long)(cfg->batch / cfg->accumulate * cfg->accumulate),
+                            (long long)((cfg->batch / cfg->accumulate + 1) * cfg->accumulate));
+    if (cfg->precision == HR_PREC_FP16 && (!(cfg->loss_scale >= 0) || cfg->loss_scale > 3e38f || cfg->scale_growth_interval < 0))
+        return hr_error_set(HR_ERR_INVALID_ARG, "loss scale %g and growth interval %d: both must be >= 0 (0: GradScaler's "
+                            "defaults, 2^16 and 2000)", cfg->loss_scale, cfg->scale_growth_interval);
     if (cfg->eval_batch < -1 || cfg->eval_batch > HR_MAX_BATCH)
         return hr_error_set(HR_ERR_INVALID_ARG,
                             "evaluation batch %lld is outside [-1, 2^40] (0: no evaluation pass; -1: the batch)",
@@ -220,14 +257,16 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
     hr_status st = check_config(m, cfg);
     if (st) return st;
     p->cfg = *cfg;
-    p->sqnorm = -1;
+    p->sqnorm = p->found_inf = -1;
     p->eval_input = p->eval_output = -1;
     if ((st = hr_graph_copy(&p->g, &m->g)) != HR_OK) return hr_error_set(st, "compile: out of host memory copying the graph");
     p->input = m->input;
     p->label = m->label;
     p->loss = m->loss;
     p->output = m->output;
-    if ((st = add_batch(p, cfg->batch)) != HR_OK) goto fail;
+    /* the passes run on micro-batches of batch/accumulate samples */
+    int64_t micro = hr_micro_batch(cfg);
+    if ((st = add_batch(p, micro)) != HR_OK) goto fail;
     bool train = cfg->mode == HR_MODE_TRAIN;
     /* Inference drops the loss and keeps no statistics or masks. */
     for (int s = 0; s < p->g.nn; s++) {
@@ -240,17 +279,21 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
         p->g.nn--; /* the loss node is last */
         p->loss = p->label = -1;
     }
+    if ((st = hr_autocast(&p->g, 0, cfg->precision, "", &p->output)) != HR_OK) goto fail;
     p->n_fwd = p->g.nn;
     if (train) {
         if ((st = build_backward(p)) != HR_OK) goto fail;
         p->n_bwd_end = p->g.nn;
         if ((st = build_update(p)) != HR_OK) goto fail;
     } else {
-        p->n_bwd_end = p->g.nn;
+        p->n_bwd_end = p->n_unscale_end = p->g.nn;
     }
     p->n_step = p->g.nn;
-    int64_t eb = cfg->eval_batch < 0 ? cfg->batch : cfg->eval_batch;
-    if (train && eb > 0 && (st = build_eval(p, m, eb)) != HR_OK) goto fail;
+    int64_t eb = cfg->eval_batch < 0 ? micro : cfg->eval_batch;
+    if (train && eb > 0) {
+        if ((st = build_eval(p, m, eb)) != HR_OK) goto fail;
+        if ((st = hr_autocast(&p->g, p->n_step, cfg->precision, "eval.", &p->eval_output)) != HR_OK) goto fail;
+    }
     /* Workspace: one tensor per node that asks for scratch. */
     for (int s = 0; s < p->g.nn; s++) {
         size_t ws = wsfn ? wsfn(ws_ctx, &p->g, &p->g.n[s]) : 0;

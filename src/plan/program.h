@@ -13,6 +13,11 @@ typedef struct {
     int n_step;     /* nodes [0, n_step) are the step; [n_step, nn) the evaluation pass */
     int input, label, loss, output;
     int sqnorm;     /* squared gradient norm (clipping), -1 */
+    /* fp16's loss scaler: nodes [n_bwd_end, n_unscale_end) unscale the
+     * gradients and set found_inf (one F32) on any inf or NaN; the step reads
+     * it before the rest of the update runs. -1 and n_bwd_end without. */
+    int found_inf;
+    int n_unscale_end;
     /* The evaluation pass (cfg.eval_batch > 0 in training): the forward pass
      * in inference mode on eval_batch samples, sharing the parameters and
      * buffers, in the same arena (its tensors live only in its own part of
@@ -29,5 +34,9 @@ typedef size_t (*hr_workspace_fn)(void *ctx, const hr_graph *g, const hr_node *n
 hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_workspace_fn ws, void *ws_ctx,
                            hr_program *p);
 void hr_program_free(hr_program *p);
+/* The samples of one pass: the batch, or batch/accumulate with accumulation. */
+static inline int64_t hr_micro_batch(const hr_config_t *cfg) {
+    return cfg->accumulate > 1 ? cfg->batch / cfg->accumulate : cfg->batch;
+}
 
 #endif

@@ -173,7 +173,7 @@ static void run_nodes(const char *name, const hr_model_t *m, hr_config_t c) {
     if (!a || !b) goto out;
     const hr_program *p = hr_session_program(a);
     const hr_graph *g = &p->g, *gb = &hr_session_program(b)->g;
-    void *const *pa = hr_session_ptrs(a), *const *pb = hr_session_ptrs(b);
+    void **pa = hr_session_ptrs(a), **pb = hr_session_ptrs(b);
     hr_backend *ba = hr_session_backend(a), *bb = hr_session_backend(b);
     CHECK(g->nn == gb->nn, "%s: %d nodes on the CPU, %d on the GPU", name, g->nn, gb->nn);
     if (g->nn != gb->nn) goto out;
@@ -181,7 +181,7 @@ static void run_nodes(const char *name, const hr_model_t *m, hr_config_t c) {
     batch bt = make_batch(a);
     memcpy(pa[p->input], bt.x, tbytes(g, p->input));
     if (p->label >= 0) memcpy(pa[p->label], bt.labels, tbytes(g, p->label));
-    hr_step_info si = {0, c.optim.lr, c.seed, c.optim, p->sqnorm};
+    hr_step_info si = hr_step_info_make(0, &c, p->sqnorm);
     printf("  %-18s %3d nodes\n", name, g->nn);
     for (int k = 0; k < g->nn; k++) {
         const hr_node *na = &g->n[k], *nb = &gb->n[k];
@@ -309,7 +309,7 @@ static void run_update_group(const char *name, const hr_model_t *m, hr_config_t 
     if (!a || !b) goto out;
     const hr_program *p = hr_session_program(a);
     const hr_graph *g = &p->g, *gb = &hr_session_program(b)->g;
-    void *const *pa = hr_session_ptrs(a), *const *pb = hr_session_ptrs(b);
+    void **pa = hr_session_ptrs(a), **pb = hr_session_ptrs(b);
     hr_backend *ba = hr_session_backend(a), *bb = hr_session_backend(b);
     int first = -1, count = 0;
     for (int k = p->n_bwd_end; k < g->nn; k++)
@@ -333,7 +333,7 @@ static void run_update_group(const char *name, const hr_model_t *m, hr_config_t 
         ((float *)pa[p->sqnorm])[0] = 30.0f; /* norm 5.48: clip_norm below it scales */
         push(a, b, p->sqnorm);
     }
-    hr_step_info si = {t, c.optim.lr, c.seed, c.optim, p->sqnorm};
+    hr_step_info si = hr_step_info_make(t, &c, p->sqnorm);
     for (int k = first; k < g->nn; k++)
         CHECK(hr_node_run(ba, g, &g->n[k], pa, &si) == HR_OK, "%s cpu node %d: %s", name, k, hr_last_error());
     hr_status st = hr_node_run_group(bb, gb, &gb->n[first], count, pb, &si);

@@ -94,6 +94,7 @@ hr_step_info kt_si(void) {
     si.t = 0;
     si.seed = 7;
     si.sqnorm = -1;
+    si.loss_scale = si.inv_scale = 1.0f;
     return si;
 }
 

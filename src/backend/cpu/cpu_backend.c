@@ -76,6 +76,7 @@ hr_backend *hr_backend_cpu_new(const hr_config_t *cfg) {
         /* .ctx            = */ c,
         /* .kernels        = */ cpu_kernels,
         /* .supports       = */ NULL,
+        /* .takes_half     = */ NULL,
         /* .set_batch      = */ NULL,
         /* .workspace_size = */ cpu_workspace,
         /* .arena_alloc    = */ cpu_arena_alloc,

@@ -19,10 +19,10 @@ hr_status hr_cpu_dropout(void *ctx, const hr_kargs *a) {
     }
     uint8_t *mask = d->mask_out;
     float p = d->p, scale = d->scale;
-    uint64_t seed = d->seed, stream = d->stream;
+    uint64_t seed = d->seed, stream = d->stream, first = d->first;
 #pragma omp parallel for schedule(static) if (N > 65536)
     for (int64_t i = 0; i < N; i++) {
-        uint8_t keep = hr_rng_uniform(seed, stream, (uint64_t)i) >= p;
+        uint8_t keep = hr_rng_uniform(seed, stream, first + (uint64_t)i) >= p;
         mask[i] = keep;
         y[i] = keep ? x[i] * scale : 0.0f;
     }
@@ -134,6 +134,20 @@ hr_status hr_cpu_softmax_bwd(void *ctx, const hr_kargs *a) {
             float v = lg ? (float)(gi[j] - expf(yi[j]) * dot) : (float)(yi[j] * (gi[j] - dot));
             di[j] = s->acc ? di[j] + v : v;
         }
+    }
+    return HR_OK;
+}
+
+/* Cast between F32, BF16 and F16 (through float: every half value is exact
+ * in it), adding into y with acc. */
+hr_status hr_cpu_cast(void *ctx, const hr_kargs *a) {
+    (void)ctx;
+    const hr_cast_args *c = &a->cast;
+    int64_t N = c->n;
+#pragma omp parallel for schedule(static) if (N > 65536)
+    for (int64_t i = 0; i < N; i++) {
+        float v = hr_load_f(c->x, c->from, i);
+        hr_store_f(c->y, c->to, i, c->acc ? hr_load_f(c->y, c->to, i) + v : v);
     }
     return HR_OK;
 }

@@ -27,7 +27,7 @@ static void cross_entropy_bwd(const hr_loss_args *l) {
     const float *x = l->x;
     const int32_t *lab = l->labels;
     float *dx = l->dx;
-    double invn = 1.0 / (double)N;
+    double invn = (double)l->scale / (double)N;
     for (int64_t i = 0; i < N; i++) {
         const float *xi = x + i * C;
         float *di = dx + i * C;
@@ -55,7 +55,7 @@ static void mse_bwd(const hr_loss_args *l) {
     int64_t N = l->n;
     const float *p = l->x, *t = l->target;
     float *dx = l->dx;
-    float k = 2.0f / (float)N;
+    float k = 2.0f * l->scale / (float)N;
     for (int64_t i = 0; i < N; i++) {
         float v = k * (p[i] - t[i]);
         dx[i] = l->acc ? dx[i] + v : v;

@@ -69,3 +69,18 @@ hr_status hr_cpu_adam(void *ctx, const hr_kargs *a) {
     }
     return HR_OK;
 }
+
+/* GradScaler's unscale: g *= inv_scale, found_inf[0] = 1 on any inf or NaN. */
+hr_status hr_cpu_unscale(void *ctx, const hr_kargs *a) {
+    (void)ctx;
+    const hr_unscale_args *u = &a->unscale;
+    float *gr = u->g, inv = u->inv_scale;
+    bool bad = false;
+    for (int64_t i = 0; i < u->n; i++) {
+        bad |= !isfinite(gr[i]);
+        gr[i] *= inv;
+    }
+    if (!u->acc) u->found_inf[0] = 0.0f;
+    if (bad) u->found_inf[0] = 1.0f;
+    return HR_OK;
+}

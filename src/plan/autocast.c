@@ -1,0 +1,113 @@
+/* autocast.c — mixed precision as torch.autocast does it, written into the
+ * step program as Cast nodes and tensor types before autodiff runs (so every
+ * gradient takes its tensor's type, and the planner sees every byte):
+ *   - matrix products and convolutions (HR_AC_HALF) read half copies of their
+ *     input and weight (the weight's copy is made once a pass and kept for the
+ *     backward, as autocast's cache keeps it) and write half outputs;
+ *   - norms over features, softmax and the losses (HR_AC_FP32) read F32
+ *     copies of half inputs and write F32;
+ *   - joins (HR_AC_PROMOTE) take the widest type of their inputs;
+ *   - everything else (HR_AC_FOLLOW) computes in its input's type.
+ * A tensor is cast to a type once, whoever asks. The model's output is read
+ * as F32: a half output gets its F32 copy, which the loss then shares. */
+#include "plan/autocast.h"
+
+#include <string.h>
+
+typedef struct {
+    hr_graph *g;
+    hr_dtype half;
+    const char *prefix;  /* "" or "eval.": the evaluation pass's copies */
+    int *copy;           /* [3 * nt0]: tensor i's copy in F32 / half, -1 */
+    int nt0;
+} autocast;
+
+static bool is_float(hr_dtype t) { return t == HR_F32 || t == HR_F16 || t == HR_BF16; }
+
+/* Tensor x in type `to`: x itself, its copy made earlier, or a new Cast node
+ * (appended now, so it runs right before the node that asked). */
+static int cast_to(autocast *ac, int x, hr_dtype to, int layer) {
+    hr_graph *g = ac->g;
+    if (g->t[x].dtype == to) return x;
+    int slot = to == HR_F32 ? 0 : 1;
+    if (x < ac->nt0 && ac->copy[slot * ac->nt0 + x] >= 0) return ac->copy[slot * ac->nt0 + x];
+    const hr_tensor *src = &g->t[x];
+    bool weight = src->kind == HR_T_PARAM || src->kind == HR_T_BUFFER;
+    char nm[300];
+    snprintf(nm, sizeof nm, "%s%s.%s", weight ? ac->prefix : "", src->name, to == HR_F32 ? "f32" : to == HR_BF16 ? "bf16" : "f16");
+    int y = hr_graph_add_tensor(g, nm, to, src->shape, src->batched, weight ? HR_T_WCOPY : HR_T_ACT, layer);
+    if (y < 0) return -1;
+    g->t[y].source = x;
+    hr_node n = hr_node_make(HR_OP_CAST, layer);
+    n.in[0] = x;
+    n.nin = 1;
+    n.out[0] = y;
+    n.nout = 1;
+    if (hr_graph_add_node(g, &n) < 0) return -1;
+    if (x < ac->nt0) ac->copy[slot * ac->nt0 + x] = y;
+    return y;
+}
+
+/* The floating-point activation inputs of node n (not parameters, buffers,
+ * labels or masks): bit i for input i. */
+static unsigned act_inputs(const hr_graph *g, const hr_node *n) {
+    unsigned m = 0;
+    for (int i = 0; i < n->nin; i++) {
+        if (n->in[i] < 0) continue;
+        const hr_tensor *t = &g->t[n->in[i]];
+        if (is_float(t->dtype) && (t->kind == HR_T_ACT || t->kind == HR_T_INPUT)) m |= 1u << i;
+    }
+    return m;
+}
+
+/* Rewrites node n (a copy, appended after whatever casts it needs). */
+static hr_status one_node(autocast *ac, hr_node n, int *output) {
+    hr_graph *g = ac->g;
+    hr_autocast_rule pol = hr_op_descs[n.op]->autocast;
+    unsigned acts = act_inputs(g, &n);
+    hr_dtype out = g->t[n.in[0]].dtype;
+    if (pol == HR_AC_HALF) {
+        out = ac->half;
+    } else if (pol == HR_AC_FP32) {
+        out = HR_F32;
+    } else if (pol == HR_AC_PROMOTE) {
+        out = ac->half;
+        for (int i = 0; i < n.nin; i++)
+            if (acts >> i & 1 && g->t[n.in[i]].dtype == HR_F32) out = HR_F32;
+    }
+    if (pol != HR_AC_FOLLOW)
+        for (int i = 0; i < n.nin; i++) {
+            bool weight = pol == HR_AC_HALF && i == 1; /* the weight; a bias stays F32 */
+            if (!(acts >> i & 1) && !weight) continue;
+            if ((n.in[i] = cast_to(ac, n.in[i], out, n.layer)) < 0) return HR_ERR_OOM;
+        }
+    if (is_float(g->t[n.out[0]].dtype)) g->t[n.out[0]].dtype = out;
+    if (hr_graph_add_node(g, &n) < 0) return HR_ERR_OOM;
+    if (output && n.out[0] == *output && out != HR_F32) {
+        int y = cast_to(ac, *output, HR_F32, n.layer);
+        if (y < 0) return HR_ERR_OOM;
+        *output = y;
+    }
+    return HR_OK;
+}
+
+hr_status hr_autocast(hr_graph *g, int from, hr_precision prec, const char *prefix, int *output) {
+    if (prec == HR_PREC_FP32) return HR_OK;
+    int nn = g->nn, count = nn - from;
+    autocast ac = {g, prec == HR_PREC_BF16 ? HR_BF16 : HR_F16, prefix, NULL, g->nt};
+    hr_node *nodes = hr_malloc(sizeof(hr_node) * (size_t)(count > 0 ? count : 1));
+    ac.copy = hr_malloc(sizeof(int) * 2 * (size_t)(ac.nt0 ? ac.nt0 : 1));
+    hr_status st = HR_OK;
+    if (!nodes || !ac.copy) {
+        st = HR_ERR_OOM;
+        goto done;
+    }
+    for (int i = 0; i < 2 * ac.nt0; i++) ac.copy[i] = -1;
+    memcpy(nodes, g->n + from, sizeof(hr_node) * (size_t)count);
+    g->nn = from;
+    for (int k = 0; k < count && !st; k++) st = one_node(&ac, nodes[k], output);
+done:
+    hr_free(nodes);
+    hr_free(ac.copy);
+    return st == HR_ERR_OOM ? hr_error_set(st, "mixed precision: out of host memory rewriting the program") : st;
+}

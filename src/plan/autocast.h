@@ -1,0 +1,15 @@
+/* autocast.h — mixed precision's rewrite of a pass of the step program
+ * (torch.autocast's rules, in each op descriptor's `autocast`). */
+#ifndef HR_AUTOCAST_H
+#define HR_AUTOCAST_H
+
+#include "ops/ops.h"
+
+/* Rewrites nodes [from, g->nn) — the forward pass, or the evaluation pass
+ * appended last — for precision `prec` (nothing for fp32): tensor types and
+ * Cast nodes. The copies of parameters are named with `prefix` first. When
+ * *output (may be NULL) comes out half, it is given an F32 copy, and *output
+ * becomes that copy. */
+hr_status hr_autocast(hr_graph *g, int from, hr_precision prec, const char *prefix, int *output);
+
+#endif
