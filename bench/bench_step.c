@@ -114,6 +114,12 @@ static int fail(const char *what, const char *model, long long batch) {
     return 1;
 }
 
+/* HR_BENCH_PRECISION=bf16|fp16: mixed precision (fp32 otherwise). */
+static hr_precision precision_from_env(void) {
+    const char *p = getenv("HR_BENCH_PRECISION");
+    return p && !strcmp(p, "bf16") ? HR_PREC_BF16 : p && !strcmp(p, "fp16") ? HR_PREC_FP16 : HR_PREC_FP32;
+}
+
 /* ---- step time and memory ------------------------------------------------------ */
 static int bench(const char *model, int64_t batch, int steps, int warm, bool cuda) {
     hr_model_t *m = hr_modelfile_load(model);
@@ -121,6 +127,7 @@ static int bench(const char *model, int64_t batch, int steps, int warm, bool cud
     hr_config_t c = hr_config_default();
     c.batch = batch;
     c.device = cuda ? HR_DEVICE_CUDA : HR_DEVICE_CPU;
+    c.precision = precision_from_env();
     hr_session_t *s = hr_compile(m, &c);
     if (!s) return fail("compile", model, batch);
     hr_mem_stats_t m0, m1, m2, m3;
@@ -151,6 +158,7 @@ static int bench(const char *model, int64_t batch, int steps, int warm, bool cud
            (double)batch / med, loss);
     printf(", \"arena_bytes\": %zu, \"lower_bound\": %zu, \"pinned_bytes\": %zu, \"overhead_bytes\": %zu", r->arena_bytes,
            r->lower_bound, r->pinned_bytes, overhead_of(s));
+    printf(", \"precision\": \"%s\", \"job_total\": %zu", hr_precision_name(c.precision), r->device_total);
     printf(", \"at_peak\": {");
     for (int k = 0; k < HR_CAT_COUNT; k++)
         printf("%s\"%s\": %zu", k ? ", " : "", hr_category_name((hr_category)k), r->category_at_peak[k]);

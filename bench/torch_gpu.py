@@ -92,12 +92,28 @@ def cmd_step(a):
     x_host = torch.rand(shp) * 2 - 1
     y_host = torch.randint(0, 10, (a.batch,))
 
+    amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.amp)
+    scaler = torch.amp.GradScaler("cuda") if a.amp == "fp16" else None
+    if a.benchmark:
+        torch.backends.cudnn.benchmark = True
+
     def step(x, y):
         xb, yb = x.to(dev), y.to(dev)
         opt.zero_grad()
-        loss = lossf(model(xb), yb)
-        loss.backward()
-        opt.step()
+        if amp is None:
+            loss = lossf(model(xb), yb)
+            loss.backward()
+            opt.step()
+            return loss.item()
+        with torch.autocast(device_type="cuda", dtype=amp):
+            loss = lossf(model(xb), yb)
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
         return loss.item()
 
     def timed(x, y):
@@ -114,7 +130,8 @@ def cmd_step(a):
     torch.cuda.synchronize()
     used1, _ = device_used()
     out = {
-        "impl": "pytorch", "torch": torch.__version__, "device": torch.cuda.get_device_name(), "precision": prec,
+        "impl": "pytorch", "torch": torch.__version__, "device": torch.cuda.get_device_name(),
+        "precision": ("autocast " + a.amp) if a.amp else prec, "cudnn_benchmark": bool(a.benchmark),
         "model": a.model, "batch": a.batch, "steps": a.steps, "warmup": a.warmup,
         "median_ms": round(statistics.median(ts), 4), "mean_ms": round(statistics.mean(ts), 4),
         "min_ms": round(min(ts), 4), "max_ms": round(max(ts), 4),
@@ -337,6 +354,8 @@ def main():
     s.add_argument("--steps", type=int, default=20)
     s.add_argument("--warmup", type=int, default=5)
     s.add_argument("--no-extra", action="store_true", help="skip the informational variants")
+    s.add_argument("--amp", choices=["bf16", "fp16"], help="torch.autocast in this type (fp16: with GradScaler)")
+    s.add_argument("--benchmark", action="store_true", help="cudnn.benchmark = True (speed runs)")
     g = sub.add_parser("largest")
     g.add_argument("--model", choices=["mlp", "simple_cnn", "deep_cnn"], required=True)
     g.add_argument("--batch", type=int, required=True)

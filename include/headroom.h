@@ -245,7 +245,7 @@ int64_t hr_step_count(const hr_session_t *s);
  * (hr_step_count counts only the steps taken). Any pointer may be NULL;
  * the scale is 1 without fp16. Set: a checkpoint's values on resume. */
 hr_status hr_loss_scale(const hr_session_t *s, float *scale, int64_t *growth, int64_t *skipped);
-hr_status hr_set_loss_scale(hr_session_t *s, float scale, int64_t growth);
+hr_status hr_set_loss_scale(hr_session_t *s, float scale, int64_t growth, int64_t skipped);
 hr_status hr_set_step_count(hr_session_t *s, int64_t t);
 
 /* Named state: parameters ("0.weight"), buffers ("1.running_mean"),

@@ -3,7 +3,10 @@
 #ifndef HR_GPUS_H
 #define HR_GPUS_H
 
+#include <stdbool.h>
 #include <stddef.h>
+
+#include "graph/op_list.h"
 
 typedef struct {
     const char *key;        /* what --gpu takes: "h100" */
@@ -17,5 +20,10 @@ typedef struct {
 const hr_gpu_info *hr_gpu_find(const char *key);
 /* The keys, ", "-separated, for messages. */
 const char *hr_gpu_keys(void);
+/* The ops the CUDA backend runs in BF16/F16 itself (its takes_half), known
+ * without a GPU so that a plan for one made on the CPU has the GPU's bytes:
+ * everything autocast leaves in the half type; not the fp32 ones (LayerNorm,
+ * softmax, losses, the update). */
+bool hr_gpu_takes_half(hr_op op, hr_dtype dt);
 
 #endif

@@ -28,8 +28,10 @@ int hr_cmd_plan(const hr_cli_opts *o) {
     hr_session_t *s = hr_compile(m, &cfg);
     if (!s && want_cuda) {
         fprintf(stderr, "headroom plan: %s; planning with the CPU backend's workspace sizes instead\n", hr_last_error());
+        /* a CPU backend made for the CUDA config: it plans the GPU's half kernels */
+        hr_backend *be = hr_backend_cpu_new(&cfg);
         cfg.device = HR_DEVICE_CPU;
-        s = hr_compile(m, &cfg);
+        if (be && !(s = hr_compile_on(m, &cfg, be))) be->free(be);
     }
     if (!s) {
         int rc = hr_cli_fail(HR_ERR_INVALID_ARG);

@@ -50,16 +50,24 @@ bool hr_parse_bytes(const char *s, size_t *out) {
 void hr_report_print(const hr_session_t *s, FILE *f) {
     const hr_report_t *r = &s->plan.report;
     const hr_config_t *c = &s->prog.cfg;
-    char a[32], b[32];
-    fprintf(f, "plan: %s, batch %lld, %s, %s on %s — %d tensors, %d steps\n", s->model_name, (long long)c->batch,
-            c->mode == HR_MODE_TRAIN ? "train" : "inference",
+    char a[32], b[32], micro[96] = "";
+    int K = c->accumulate > 1 ? c->accumulate : 1;
+    if (K > 1) snprintf(micro, sizeof micro, " (%d micro-batches of %lld)", K, (long long)(c->batch / K));
+    fprintf(f, "plan: %s, batch %lld%s, %s, %s, %s on %s — %d tensors, %d steps\n", s->model_name, (long long)c->batch,
+            micro, c->mode == HR_MODE_TRAIN ? "train" : "inference",
             c->mode == HR_MODE_TRAIN ? (c->optim.kind == HR_OPTIM_SGD ? "SGD" : c->optim.kind == HR_OPTIM_ADAM ? "Adam" : "AdamW")
                                      : "no optimizer",
-            s->be->name, r->n_tensors, r->n_steps);
+            hr_precision_name(c->precision), s->be->name, r->n_tensors, r->n_steps);
     fprintf(f, "  %-18s %12s %14s\n", "category", "total", "live at peak");
-    for (int k = 0; k < HR_CAT_COUNT; k++)
-        fprintf(f, "  %-18s %12s %14s\n", hr_category_name((hr_category)k), hr_format_bytes(r->category_bytes[k], a, sizeof a),
+    for (int k = 0; k < HR_CAT_COUNT; k++) {
+        if (k == HR_CAT_WCOPY && c->precision == HR_PREC_FP32) continue;
+        fprintf(f, "  %-18s %12s %14s", hr_category_name((hr_category)k), hr_format_bytes(r->category_bytes[k], a, sizeof a),
                 hr_format_bytes(r->category_at_peak[k], b, sizeof b));
+        if (k == HR_CAT_GRADS && K > 1) fprintf(f, "   (summed over the %d micro-batches: held the whole step)", K);
+        if (k == HR_CAT_WCOPY) fprintf(f, "   (%s copies of the weights, kept from forward to backward)",
+                                       hr_precision_name(c->precision));
+        fputc('\n', f);
+    }
     fprintf(f, "  %-18s %12s   (lower bound %s, %.3fx)\n", "arena (peak)", hr_format_bytes(r->arena_bytes, a, sizeof a),
             hr_format_bytes(r->lower_bound, b, sizeof b), r->lower_bound ? (double)r->arena_bytes / (double)r->lower_bound : 1.0);
     if (r->pinned_bytes) fprintf(f, "  %-18s %12s   (pinned host memory: two batch slots for the copies)\n", "pinned staging",
@@ -79,6 +87,14 @@ void hr_report_print(const hr_session_t *s, FILE *f) {
     if (s->be->arena_kind == HR_MEM_DEVICE)
         fprintf(f, "  %-18s %12s   (arena in 2 MiB pages + overhead: what nvidia-smi shows for this process)\n",
                 "device total", hr_format_bytes(r->device_total, a, sizeof a));
+    if (K > 1)
+        for (int k = 0; k < s->prog.n_fwd; k++)
+            if (s->prog.g.n[k].op == HR_OP_BATCHNORM) {
+                fprintf(f, "  note: BatchNorm normalises each micro-batch of %lld samples (as PyTorch does with "
+                           "accumulation), so its statistics differ from batch %lld's\n",
+                        (long long)(c->batch / K), (long long)c->batch);
+                break;
+            }
     fprintf(f, "  peak at step %d of %d: %s\n", r->peak_step, r->n_steps, r->peak_op);
     for (int i = 0; i < r->n_top; i++)
         fprintf(f, "    %-32s %-24s %12s\n", r->top[i].name, r->top[i].layer, hr_format_bytes(r->top[i].bytes, a, sizeof a));
@@ -98,8 +114,11 @@ void hr_report_json(const hr_session_t *s, FILE *f) {
     const hr_report_t *r = &s->plan.report;
     fprintf(f, "{\"model\": ");
     json_str(f, s->model_name);
-    fprintf(f, ", \"batch\": %lld, \"mode\": \"%s\", \"device\": \"%s\", \"categories\": {", (long long)s->prog.cfg.batch,
-            s->prog.cfg.mode == HR_MODE_TRAIN ? "train" : "infer", s->be->name);
+    const hr_config_t *c = &s->prog.cfg;
+    fprintf(f, ", \"batch\": %lld, \"micro_batch\": %lld, \"accumulate\": %d, \"precision\": \"%s\", \"mode\": \"%s\", "
+               "\"device\": \"%s\", \"categories\": {",
+            (long long)c->batch, (long long)hr_micro_batch(c), c->accumulate > 1 ? c->accumulate : 1,
+            hr_precision_name(c->precision), c->mode == HR_MODE_TRAIN ? "train" : "infer", s->be->name);
     for (int k = 0; k < HR_CAT_COUNT; k++)
         fprintf(f, "%s\"%s\": %zu", k ? ", " : "", hr_category_name((hr_category)k), r->category_bytes[k]);
     fprintf(f, "}, \"at_peak\": {");
@@ -136,7 +155,7 @@ static size_t job_total(const hr_backend *be, size_t arena, size_t overhead) {
 static int plan_fits(const hr_model_t *m, const hr_config_t *cfg, int64_t batch, size_t budget, size_t overhead,
                      hr_backend *be) {
     hr_config_t c = *cfg;
-    c.batch = batch;
+    c.batch = batch * (cfg->accumulate > 1 ? cfg->accumulate : 1); /* batch: the micro-batch */
     hr_program p;
     if (hr_program_build(m, &c, hr_exec_workspace, be, &p) != HR_OK) return -1;
     hr_plan pl;
@@ -152,14 +171,17 @@ static int plan_fits(const hr_model_t *m, const hr_config_t *cfg, int64_t batch,
     return fits;
 }
 
+/* With accumulation the search is over micro-batches, and the answer is K
+ * times the largest (the batches that K divides). */
 int64_t hr_largest_batch_on(const hr_model_t *m, const hr_config_t *cfg, size_t budget, size_t overhead, int64_t hi,
                             hr_backend *be) {
-    int64_t lo = 0;
+    int64_t lo = 0, K = cfg->accumulate > 1 ? cfg->accumulate : 1;
+    hi /= K;
     if (hi < 1) return 0;
     int f = plan_fits(m, cfg, hi, budget, overhead, be);
     if (f < 0 && hr_last_status() == HR_ERR_OOM) return -1;
     if (f < 0 && hi > 1) f = 0; /* too large to even plan: search below */
-    if (f == 1) return hi;
+    if (f == 1) return hi * K;
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
         int r = plan_fits(m, cfg, mid, budget, overhead, be);
@@ -169,7 +191,7 @@ int64_t hr_largest_batch_on(const hr_model_t *m, const hr_config_t *cfg, size_t 
         else
             hi = mid;
     }
-    return lo;
+    return lo * K;
 }
 
 int64_t hr_largest_batch(const hr_model_t *m, const hr_config_t *cfg, size_t budget, size_t overhead, int64_t hi) {

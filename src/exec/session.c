@@ -429,13 +429,15 @@ hr_status hr_loss_scale(const hr_session_t *s, float *scale, int64_t *growth, in
     return HR_OK;
 }
 
-hr_status hr_set_loss_scale(hr_session_t *s, float scale, int64_t growth) {
+hr_status hr_set_loss_scale(hr_session_t *s, float scale, int64_t growth, int64_t skipped) {
     if (!s) return hr_error_set(HR_ERR_INVALID_ARG, "set_loss_scale: the session is NULL");
-    if (!(scale > 0) || !isfinite(scale) || growth < 0)
-        return hr_error_set(HR_ERR_INVALID_ARG, "loss scale %g with growth tracker %lld: the scale must be finite and "
-                            "positive, the tracker >= 0", scale, (long long)growth);
+    if (!(scale > 0) || !isfinite(scale) || growth < 0 || skipped < 0)
+        return hr_error_set(HR_ERR_INVALID_ARG, "loss scale %g with growth tracker %lld and %lld skipped steps: the "
+                            "scale must be finite and positive, the counts >= 0", scale, (long long)growth,
+                            (long long)skipped);
     s->scale = scale;
     s->growth = growth;
+    s->skipped = skipped;
     return HR_OK;
 }
 

@@ -2,6 +2,8 @@
  * plain copies, and the kernel table that HR_OP_LIST fills. */
 #include "backend/cpu/cpu.h"
 
+#include "backend/gpus.h"
+
 #include <cblas.h>
 #include <string.h>
 #ifdef _OPENMP
@@ -43,6 +45,14 @@ static hr_status cpu_run(hr_backend *be, const hr_kargs *a) {
     return be->kernels[a->op](be->ctx, a);
 }
 
+/* A CPU backend made for a CUDA config only plans for a GPU where there is
+ * none (plan --gpu, hr_largest_batch): it counts the bytes of the GPU's half
+ * kernels, never runs them. */
+static bool plans_gpu_half(hr_backend *be, hr_op op, hr_dtype dt) {
+    (void)be;
+    return hr_gpu_takes_half(op, dt);
+}
+
 static hr_status cpu_sync(hr_backend *be) {
     (void)be;
     return HR_OK;
@@ -55,7 +65,6 @@ static void cpu_free(hr_backend *be) {
 }
 
 hr_backend *hr_backend_cpu_new(const hr_config_t *cfg) {
-    (void)cfg;
     hr_backend *be = hr_calloc(1, sizeof *be);
     hr_cpu *c = hr_calloc(1, sizeof *c);
     if (!be || !c) {
@@ -76,7 +85,7 @@ hr_backend *hr_backend_cpu_new(const hr_config_t *cfg) {
         /* .ctx            = */ c,
         /* .kernels        = */ cpu_kernels,
         /* .supports       = */ NULL,
-        /* .takes_half     = */ NULL,
+        /* .takes_half     = */ cfg && cfg->device == HR_DEVICE_CUDA ? plans_gpu_half : NULL,
         /* .set_batch      = */ NULL,
         /* .workspace_size = */ cpu_workspace,
         /* .arena_alloc    = */ cpu_arena_alloc,
