@@ -68,9 +68,10 @@ $(BUILD)/tests/test_ops: tests/test_ops.c $(OPS_TEST_SRC) tests/ops/harness.h $(
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -Itests -o $@ tests/test_ops.c $(OPS_TEST_SRC) $(BUILD)/libheadroom.a $(LDLIBS)
 
+# (-MMD: a test rebuilds when a header it includes changes, plan_check.h too)
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libheadroom.a tests/check.h $(FLAGS_STAMP)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(BUILD)/libheadroom.a $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests -MMD -MP -MT $@ -MF $@.d -o $@ $< $(BUILD)/libheadroom.a $(LDLIBS)
 
 # The layout's promises (layers, files per op, file sizes), checked as a test.
 $(BUILD)/tests/test_layout: tests/test_layout.sh
@@ -87,7 +88,7 @@ $(BUILD)/%.o: %.c $(FLAGS_STAMP)
 
 $(BUILD)/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(@D)
-	$(NVCC) $(NVFLAGS) -MMD -MP -c -o $@ $<
+	$(NVCC) $(NVFLAGS) -MMD -MP -MT $@ -c -o $@ $<
 
 test: all
 	bash tests/run.sh $(BUILD)
@@ -96,4 +97,4 @@ clean:
 	rm -rf $(BUILD)
 
 .PHONY: all test clean
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(wildcard $(BUILD)/tests/*.d $(BUILD)/tests/gpu/*.d)

@@ -70,3 +70,26 @@ for m, b in seen:
             h.get("job_total", 0) / MiB, (tm or {}).get("max_reserved", 0) / MiB,
             (tm or {}).get("device_used_end", 0) / MiB))
 PYEOF
+# the main job in bf16: examples/fashion.model, 10 epochs, batch 64, against
+# PyTorch autocast bf16 (cudnn.benchmark on) on the same data; wall time and
+# final test accuracy (PARTS=none skips it)
+if [ "${FASHION:-1}" = 1 ]; then
+    DATA=${DATA:-/usr/share/datasets/fashion-mnist}
+    [ -f "$DATA/train-images-idx3-ubyte.gz" ] || DATA=.data
+    if [ -f "$DATA/train-images-idx3-ubyte.gz" ]; then
+        t0=$(date +%s.%N)
+        timeout 400 "$BUILD/headroom" train examples/fashion.model --data "$DATA" --epochs 10 --batch 64 \
+            --device cuda --precision bf16 -q >"$RES/fashion_bf16_headroom.log" 2>&1
+        t1=$(date +%s.%N)
+        echo "headroom bf16 fashion: $($PY -c "print(round($t1 - $t0, 1))") s wall, $(grep -c '^epoch' "$RES/fashion_bf16_headroom.log") epochs"
+        tail -2 "$RES/fashion_bf16_headroom.log"
+        t0=$(date +%s.%N)
+        timeout 600 $PY bench/torch_fashion.py --device cuda --epochs 10 --batch 64 --data "$DATA" --amp bf16 \
+            --benchmark >"$RES/fashion_bf16_torch.json" 2>"$RES/fashion_bf16_torch.log"
+        t1=$(date +%s.%N)
+        echo "pytorch bf16 fashion: $($PY -c "print(round($t1 - $t0, 1))") s wall"
+        $PY -c "import json,sys; d=json.load(open(sys.argv[1])); print('pytorch train_s', d['train_s'], 'final acc', d['final_test_acc'])" "$RES/fashion_bf16_torch.json"
+    else
+        echo "fashion: no Fashion-MNIST files in $DATA"
+    fi
+fi

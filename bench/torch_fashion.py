@@ -74,7 +74,12 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--amp", choices=["bf16", "fp16"], help="torch.autocast in this type (fp16: with GradScaler)")
+    ap.add_argument("--benchmark", action="store_true", help="cudnn.benchmark = True")
     args = ap.parse_args()
+    if args.benchmark:
+        torch.backends.cudnn.benchmark = True
+    amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.amp)
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -93,11 +98,12 @@ def main():
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     lossf = nn.CrossEntropyLoss()
     gen = torch.Generator().manual_seed(args.seed)
+    scaler = torch.amp.GradScaler(dev.type) if args.amp == "fp16" else None
 
     def evaluate():
         model.eval()
         correct = 0
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(dev.type, dtype=amp or torch.bfloat16, enabled=amp is not None):
             for i in range(0, xte.shape[0], 1000):
                 correct += (model(xte[i:i + 1000]).argmax(1) == yte[i:i + 1000]).sum().item()
         return correct / xte.shape[0]
@@ -113,10 +119,21 @@ def main():
         for bi, i in enumerate(range(0, n, args.batch)):
             idx = perm[i:i + args.batch]
             opt.zero_grad()
-            loss = lossf(model(xtr[idx]), ytr[idx])
-            loss.backward()
-            opt.step()
-            tot += loss.detach()
+            if amp is None:
+                loss = lossf(model(xtr[idx]), ytr[idx])
+                loss.backward()
+                opt.step()
+            else:
+                with torch.autocast(dev.type, dtype=amp):
+                    loss = lossf(model(xtr[idx]), ytr[idx])
+                if scaler:
+                    scaler.scale(loss).backward()
+                    scaler.step(opt)
+                    scaler.update()
+                else:
+                    loss.backward()
+                    opt.step()
+            tot += loss.detach().float()
             nb += 1
             if bi % 200 == 0:
                 log("epoch %d  batch %d/%d  loss %.4f  %.1f s"
@@ -140,6 +157,8 @@ def main():
         "epochs_run": args.epochs,
         "lr": args.lr,
         "seed": args.seed,
+        "amp": args.amp or "fp32",
+        "cudnn_benchmark": bool(args.benchmark),
         "params": sum(p.numel() for p in model.parameters()),
         "load_s": round(load_s, 3),
         "train_s": round(sum(e["wall_s"] for e in epochs), 3),

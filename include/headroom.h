@@ -145,7 +145,8 @@ typedef struct {
     size_t device_budget; /* > 0: plan must fit this many bytes, whatever the device has */
     /* Training: also plan an evaluation pass (the forward pass in inference
      * mode) of this many samples, in the same arena: hr_eval_forward. 0: none;
-     * -1: as many as the batch (it follows the batch in a largest-batch search). */
+     * -1: as many as a pass of the step (the batch, or the micro-batch with
+     * accumulation; it follows the batch in a largest-batch search). */
     int64_t eval_batch;
     hr_precision precision;
     /* > 1: each optimizer step sums the gradients of `accumulate` micro-batches

@@ -56,6 +56,9 @@ static bool inplace_ok(const hr_node *n, int in_idx, int out_idx) {
     /* not elementwise, but documented: the kernels finish reading x (for dW)
      * before they write dx; the separate-buffers run below checks the numbers */
     case HR_OP_LINEAR_BWD: return in_idx == 0;
+    /* the same for Conv2d.backward: a sample's x is read (dW) before its dx
+     * is written (cpu_gemm.c: per sample; conv2d.c: every dW call first) */
+    case HR_OP_CONV2D_BWD: return in_idx == 0;
     /* dx over dy: each dx element reads its own dy element after the
      * per-channel sums (cpu_norm.c, norm.cu) */
     case HR_OP_BATCHNORM_BWD: return in_idx == 4;

@@ -7,7 +7,7 @@
  * One binary, build/tests/test_ops, from this file (main, op_tests[], Linear,
  * Conv2d, ReLU, Add, Reshape, Dropout, pools, Concat, Softmax, losses) and
  * the files under tests/ops/: the shared harness and references, activations,
- * norms, optimizers, end to end (tests/ops/harness.h lists them).
+ * norms, optimizers, end to end, mixed precision (tests/ops/harness.h lists them).
  *
  * Bounds: an op's result r (float32) against the float64 reference f passes
  * when max|r - f| <= tol * max(1, max|f|); tol is stated per op below and
@@ -550,6 +550,8 @@ static const char *const op_tests[HR_OP_COUNT] = {
     [HR_OP_CROSS_ENTROPY_BWD] = "test_loss: CrossEntropyLoss's gradient check",
     [HR_OP_MSE] = "test_loss: mean loss",
     [HR_OP_MSE_BWD] = "test_loss: MSELoss's gradient check",
+    [HR_OP_CAST] = "test_precision: F32<->BF16/F16 both ways, acc, gradient; bf16/f16 rounding vs references",
+    [HR_OP_UNSCALE] = "test_precision: GradScaler.unscale: scaling, found_inf by inf/NaN, acc semantics",
     [HR_OP_GRAD_SQNORM] = "test_optim (clipping): sum of squares, overwritten and accumulated",
     [HR_OP_SGD] = "test_optim: SGD, weight decay, momentum, dampening, nesterov, clipping",
     [HR_OP_ADAM] = "test_optim: Adam, AdamW, weight decay, clipping",
@@ -603,13 +605,14 @@ int main(void) {
     test_loss(false);
     test_optimizers(); /* tests/ops/optim.c */
     test_e2e(); /* tests/ops/e2e.c */
+    test_precision(); /* tests/ops/precision.c */
     check_coverage();
 
     report_worst();
 
     /* the other files' checks, so that the one RESULT line counts them all */
     void (*const tallies[])(int *, int *) = {ops_tally_harness, ops_tally_norms, ops_tally_activations,
-                                             ops_tally_optim, ops_tally_e2e};
+                                             ops_tally_optim, ops_tally_e2e, ops_tally_precision};
     for (size_t i = 0; i < sizeof tallies / sizeof tallies[0]; i++) tallies[i](&check_pass, &check_fail);
     TEST_END();
 }

@@ -22,18 +22,5 @@ const hr_gpu_info *hr_gpu_find(const char *key) {
 const char *hr_gpu_keys(void) { return "h100, h200"; }
 
 bool hr_gpu_takes_half(hr_op op, hr_dtype dt) {
-    if (dt != HR_BF16 && dt != HR_F16) return false;
-    switch (op) {
-    case HR_OP_LINEAR: case HR_OP_LINEAR_BWD: case HR_OP_CONV2D: case HR_OP_CONV2D_BWD:
-    case HR_OP_RELU: case HR_OP_RELU_BWD: case HR_OP_LEAKY_RELU: case HR_OP_LEAKY_RELU_BWD:
-    case HR_OP_GELU: case HR_OP_GELU_BWD: case HR_OP_SILU: case HR_OP_SILU_BWD:
-    case HR_OP_SIGMOID: case HR_OP_SIGMOID_BWD: case HR_OP_TANH: case HR_OP_TANH_BWD:
-    case HR_OP_MAXPOOL: case HR_OP_MAXPOOL_BWD: case HR_OP_AVGPOOL: case HR_OP_AVGPOOL_BWD:
-    case HR_OP_BATCHNORM: case HR_OP_BATCHNORM_BWD: case HR_OP_DROPOUT: case HR_OP_DROPOUT_BWD:
-    case HR_OP_RESHAPE: case HR_OP_COPY: case HR_OP_ADD: case HR_OP_CONCAT: case HR_OP_CONCAT_BWD:
-    case HR_OP_CAST:
-        return true;
-    default:
-        return false;
-    }
+    return (dt == HR_BF16 || dt == HR_F16) && (unsigned)op < HR_OP_COUNT && hr_op_descs[op]->autocast != HR_AC_FP32;
 }

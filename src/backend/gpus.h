@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "graph/op_list.h"
+#include "ops/ops.h"
 
 typedef struct {
     const char *key;        /* what --gpu takes: "h100" */
@@ -22,8 +22,7 @@ const hr_gpu_info *hr_gpu_find(const char *key);
 const char *hr_gpu_keys(void);
 /* The ops the CUDA backend runs in BF16/F16 itself (its takes_half), known
  * without a GPU so that a plan for one made on the CPU has the GPU's bytes:
- * everything autocast leaves in the half type; not the fp32 ones (LayerNorm,
- * softmax, losses, the update). */
+ * every op that autocast may hand a half type (its rule is not HR_AC_FP32). */
 bool hr_gpu_takes_half(hr_op op, hr_dtype dt);
 
 #endif

@@ -157,6 +157,29 @@ static hr_status save(hr_session_t *s, const hr_cli_opts *o, const char *model_n
     return hr_checkpoint_save(s, o->save, &meta);
 }
 
+/* A resumed run trains as the checkpoint's did: the same precision (it never
+ * changes silently) and batch (the epoch's position counts its batches).
+ * The accumulation may change (the update is the whole batch's either way):
+ * the caller notes it. Plain weights files (no headroom metadata) pass. */
+static int check_resume(const hr_cli_opts *o, const hr_config_t *cfg, const hr_ckpt_meta *meta) {
+    if (!meta->fingerprint[0]) return HR_EXIT_OK;
+    if (meta->precision != cfg->precision) {
+        fprintf(stderr, "headroom train: %s was written by a --precision %s run, and this run has --precision %s; "
+                        "resume it with --precision %s (a resumed run keeps its precision; to change it, train afresh)\n",
+                o->resume, hr_precision_name(meta->precision), hr_precision_name(cfg->precision),
+                hr_precision_name(meta->precision));
+        return HR_EXIT_ERROR;
+    }
+    if (meta->batch_size && meta->batch_size != cfg->batch) {
+        fprintf(stderr, "headroom train: %s was written with --batch %lld; resume it with --batch %lld (this run has "
+                        "--batch %lld, and the checkpoint's place in the epoch counts batches of %lld)\n", o->resume,
+                (long long)meta->batch_size, (long long)meta->batch_size, (long long)cfg->batch,
+                (long long)meta->batch_size);
+        return HR_EXIT_USAGE;
+    }
+    return HR_EXIT_OK;
+}
+
 int hr_cmd_train(const hr_cli_opts *o) {
     int rc = HR_EXIT_OK;
     hr_dataset train = {0}, test = {0};
@@ -236,10 +259,21 @@ int hr_cmd_train(const hr_cli_opts *o) {
             rc = HR_EXIT_USAGE;
             goto done;
         }
+        if ((rc = check_resume(o, &cfg, &meta)) != HR_EXIT_OK) goto done;
         epoch0 = meta.epoch;
         batch0 = meta.batch;
-        printf("resumed from %s: epoch %lld, batch %lld, step %lld\n", o->resume, (long long)epoch0, (long long)batch0,
-               (long long)hr_step_count(s));
+        char scaler[96] = "";
+        float sc;
+        int64_t skipped;
+        hr_loss_scale(s, &sc, NULL, &skipped);
+        if (cfg.precision == HR_PREC_FP16)
+            snprintf(scaler, sizeof scaler, ", loss scale %.9g (%lld steps skipped so far)", (double)sc, (long long)skipped);
+        printf("resumed from %s: epoch %lld, batch %lld, step %lld, %s%s\n", o->resume, (long long)epoch0,
+               (long long)batch0, (long long)hr_step_count(s), hr_precision_name(cfg.precision), scaler);
+        int K = cfg.accumulate > 1 ? cfg.accumulate : 1;
+        if (meta.fingerprint[0] && meta.accumulate != K)
+            printf("note: accumulation %lld → %d micro-batches, batch %lld unchanged\n", (long long)meta.accumulate, K,
+                   (long long)cfg.batch);
     }
     if (!(ld = hr_loader_new(&train, cfg.batch, true, true, o->seed))) {
         rc = hr_cli_fail(HR_ERR_INVALID_ARG);
@@ -254,7 +288,8 @@ int hr_cmd_train(const hr_cli_opts *o) {
             goto done;
         }
         double t0 = now(), sum = 0, last_draw = 0;
-        int64_t b = e == epoch0 ? batch0 : 0, seen = 0;
+        int64_t b = e == epoch0 ? batch0 : 0, seen = 0, skipped0 = 0;
+        hr_loss_scale(s, NULL, NULL, &skipped0);
         for (;;) {
             const float *x;
             const int32_t *y;
@@ -308,10 +343,16 @@ int hr_cmd_train(const hr_cli_opts *o) {
             goto done;
         }
         int64_t steps = b - (e == epoch0 ? batch0 : 0);
-        char accs[32] = "not evaluated (--eval-batch 0)";
+        char accs[32] = "not evaluated (--eval-batch 0)", skips[160] = "";
         if (eval_batch) snprintf(accs, sizeof accs, "%.2f%%", 100 * acc);
-        printf("epoch %lld/%lld  train loss %.4f  test accuracy %s  %.0f samples/s  %.1f s\n", (long long)e + 1,
-               (long long)o->epochs, steps ? sum / (double)steps : 0.0, accs, (double)seen / secs, secs);
+        float sc;
+        int64_t skipped;
+        hr_loss_scale(s, &sc, NULL, &skipped);
+        if (skipped > skipped0) /* fp16: steps whose gradients overflowed (GradScaler skips them) */
+            snprintf(skips, sizeof skips, "  %lld of %lld steps skipped (inf/NaN gradients; loss scale now %.9g)",
+                     (long long)(skipped - skipped0), (long long)steps, (double)sc);
+        printf("epoch %lld/%lld  train loss %.4f  test accuracy %s  %.0f samples/s  %.1f s%s\n", (long long)e + 1,
+               (long long)o->epochs, steps ? sum / (double)steps : 0.0, accs, (double)seen / secs, secs, skips);
         fflush(stdout);
         if ((st = save(s, o, o->model, e + 1, 0)) != HR_OK) {
             rc = hr_cli_fail(st);

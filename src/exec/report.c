@@ -89,10 +89,12 @@ void hr_report_print(const hr_session_t *s, FILE *f) {
                 "device total", hr_format_bytes(r->device_total, a, sizeof a));
     if (K > 1)
         for (int k = 0; k < s->prog.n_fwd; k++)
-            if (s->prog.g.n[k].op == HR_OP_BATCHNORM) {
-                fprintf(f, "  note: BatchNorm normalises each micro-batch of %lld samples (as PyTorch does with "
+            if (hr_op_descs[s->prog.g.n[k].op]->batch_stats) {
+                const hr_graph *g = &s->prog.g;
+                fprintf(f, "  note: %s (layer %s) normalises each micro-batch of %lld samples (as PyTorch does with "
                            "accumulation), so its statistics differ from batch %lld's\n",
-                        (long long)(c->batch / K), (long long)c->batch);
+                        g->l[g->n[k].layer].type, g->l[g->n[k].layer].name, (long long)(c->batch / K),
+                        (long long)c->batch);
                 break;
             }
     fprintf(f, "  peak at step %d of %d: %s\n", r->peak_step, r->n_steps, r->peak_op);

@@ -364,7 +364,7 @@ static void scaler_update(hr_session_t *s, bool found_inf) {
         s->scale *= 0.5f;
         s->growth = 0;
         s->skipped++;
-    } else if (++s->growth == interval) {
+    } else if (++s->growth >= interval) {
         s->scale *= 2.0f;
         s->growth = 0;
     }
@@ -391,7 +391,9 @@ hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, flo
         si.sample0 = k * micro;
         grads_accumulate(s, k > 0);
         st = upload_batch(s, x + (size_t)k * xs, (const char *)labels + (size_t)k * ls);
-        if (!st) st = run_range(s, 0, p->n_bwd_end, &si);
+        /* the whole step in one run when nothing happens between the passes */
+        int end = K == 1 && p->found_inf < 0 ? p->n_step : p->n_bwd_end;
+        if (!st) st = run_range(s, 0, end, &si);
         if (!st && loss && K > 1) {
             float l = 0;
             st = s->be->download(s->be, &l, s->ptr[p->loss], sizeof(float));
@@ -408,7 +410,7 @@ hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, flo
         if (!st) st = s->be->sync(s->be);
         found_inf = f != 0.0f;
     }
-    if (!st && !found_inf) st = run_range(s, p->n_unscale_end, p->n_step, &si);
+    if (!st && !found_inf && (K > 1 || p->found_inf >= 0)) st = run_range(s, p->n_unscale_end, p->n_step, &si);
     if (st) return finish_batch(s, st);
     if (fp16) scaler_update(s, found_inf);
     if (!found_inf) s->t++;

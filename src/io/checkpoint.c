@@ -3,8 +3,11 @@
 #include "io/io.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "exec/internal.h"
 
 #define OPTIM_PREFIX "optim."
 #define NBT_SUFFIX ".num_batches_tracked"
@@ -100,17 +103,32 @@ hr_status hr_checkpoint_save(hr_session_t *s, const char *path, const hr_ckpt_me
         t[m] = (hr_st_entry){names[m], "I64", 0, NULL, &step};
         m++;
     }
-    char fp[96], epoch[24], batch[24], steps[24], seed[24];
+    char fp[96], epoch[24], batch[24], steps[24], seed[24], accum[24], bsize[24], scale[48], growth[24], skipped[24];
     hr_checkpoint_fingerprint(s, fp, sizeof fp);
     snprintf(epoch, sizeof epoch, "%lld", (long long)(meta ? meta->epoch : 0));
     snprintf(batch, sizeof batch, "%lld", (long long)(meta ? meta->batch : 0));
     snprintf(steps, sizeof steps, "%lld", (long long)step);
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)(meta ? meta->seed : 0));
+    /* how the run trains: precision never changes silently on resume, and
+     * fp16's loss scaler continues where it was ("%a": the float exactly) */
+    const hr_config_t *cfg = &hr_session_program(s)->cfg;
+    float sc;
+    int64_t gr, sk;
+    hr_loss_scale(s, &sc, &gr, &sk);
+    snprintf(accum, sizeof accum, "%d", cfg->accumulate > 1 ? cfg->accumulate : 1);
+    snprintf(bsize, sizeof bsize, "%lld", (long long)(cfg->mode == HR_MODE_TRAIN ? cfg->batch : 0));
+    snprintf(scale, sizeof scale, "%a", (double)sc);
+    snprintf(growth, sizeof growth, "%lld", (long long)gr);
+    snprintf(skipped, sizeof skipped, "%lld", (long long)sk);
     const char *keys[] = {"format", "headroom.model", "headroom.epoch", "headroom.batch",
-                          "headroom.step", "headroom.seed", "headroom.fingerprint"};
-    const char *values[] = {"pt", meta ? meta->model : "", epoch, batch, steps, seed, fp};
+                          "headroom.step", "headroom.seed", "headroom.fingerprint", "headroom.precision",
+                          "headroom.accumulate", "headroom.batch_size", "headroom.loss_scale",
+                          "headroom.scale_growth", "headroom.steps_skipped"};
+    const char *values[] = {"pt", meta ? meta->model : "", epoch, batch, steps, seed, fp,
+                            hr_precision_name(cfg->precision), accum, bsize, scale, growth, skipped};
+    int n_meta = cfg->precision == HR_PREC_FP16 ? 13 : 10;
     save_ctx ctx = {s, n};
-    st = hr_safetensors_write(path, t, m, keys, values, 7, fill_state, &ctx);
+    st = hr_safetensors_write(path, t, m, keys, values, n_meta, fill_state, &ctx);
     if (st != HR_OK) hr_error_prefix("saving checkpoint %s", path);
 done:
     if (names)
@@ -235,6 +253,45 @@ static hr_status check_file(hr_session_t *s, hr_safetensors_t *f, const hr_st_te
     return HR_OK;
 }
 
+/* How the run trained: absent from files written before mixed precision,
+ * which trained in fp32 without accumulation. */
+static hr_status read_training(hr_safetensors_t *f, hr_ckpt_meta *m) {
+    const char *path = hr_safetensors_path(f), *v;
+    hr_status st;
+    m->precision = HR_PREC_FP32;
+    m->accumulate = 1;
+    if ((v = hr_safetensors_meta(f, "headroom.precision"))) {
+        hr_precision p = HR_PREC_FP32;
+        while (p <= HR_PREC_FP16 && strcmp(v, hr_precision_name(p))) p++;
+        if (p > HR_PREC_FP16)
+            return hr_error_set(HR_ERR_FORMAT, "checkpoint %s: metadata headroom.precision = '%s' is not fp32, bf16 "
+                                "or fp16; it is damaged", path, v);
+        m->precision = p;
+    }
+    if (hr_safetensors_meta(f, "headroom.accumulate")) {
+        if ((st = meta_int(f, "headroom.accumulate", &m->accumulate)) != HR_OK) return st;
+        if (m->accumulate < 1)
+            return hr_error_set(HR_ERR_FORMAT, "checkpoint %s: metadata headroom.accumulate = 0; it is damaged", path);
+    }
+    if (hr_safetensors_meta(f, "headroom.batch_size") && (st = meta_int(f, "headroom.batch_size", &m->batch_size)))
+        return st;
+    if (m->precision != HR_PREC_FP16) return HR_OK;
+    /* fp16: the scaler's state is part of the run */
+    if ((st = meta_int(f, "headroom.scale_growth", &m->scale_growth)) != HR_OK) return st;
+    if ((st = meta_int(f, "headroom.steps_skipped", &m->steps_skipped)) != HR_OK) return st;
+    if (!(v = hr_safetensors_meta(f, "headroom.loss_scale")))
+        return hr_error_set(HR_ERR_FORMAT, "checkpoint %s of an fp16 run has no metadata 'headroom.loss_scale'; it is "
+                            "damaged", path);
+    char *end;
+    double d = strtod(v, &end);
+    float sc = (float)d;
+    if (!*v || *end || !(sc > 0) || !isfinite(sc) || (double)sc != d)
+        return hr_error_set(HR_ERR_FORMAT, "checkpoint %s: metadata headroom.loss_scale = '%s' is not a finite "
+                            "positive float (written as C's %%a); it is damaged", path, v);
+    m->loss_scale = sc;
+    return HR_OK;
+}
+
 static hr_status read_meta(hr_safetensors_t *f, hr_ckpt_meta *out) {
     hr_ckpt_meta m = {0};
     const char *v;
@@ -242,6 +299,7 @@ static hr_status read_meta(hr_safetensors_t *f, hr_ckpt_meta *out) {
     if ((st = meta_int(f, "headroom.epoch", &m.epoch)) != HR_OK) return st;
     if ((st = meta_int(f, "headroom.batch", &m.batch)) != HR_OK) return st;
     if ((st = meta_int(f, "headroom.step", &m.step)) != HR_OK) return st;
+    if ((st = read_training(f, &m)) != HR_OK) return st;
     if ((v = hr_safetensors_meta(f, "headroom.seed"))) m.seed = strtoull(v, NULL, 10);
     if ((v = hr_safetensors_meta(f, "headroom.model"))) snprintf(m.model, sizeof m.model, "%s", v);
     if ((v = hr_safetensors_meta(f, "headroom.fingerprint"))) snprintf(m.fingerprint, sizeof m.fingerprint, "%s", v);
@@ -254,7 +312,7 @@ hr_status hr_checkpoint_load(hr_session_t *s, const char *path, hr_ckpt_meta *me
     snprintf(model, sizeof model, "%s", meta && meta->model[0] ? meta->model : "(this session)");
     hr_safetensors_t *f = hr_safetensors_open(path);
     if (!f) return hr_error_prefix("loading checkpoint");
-    hr_ckpt_meta got = {0};
+    hr_ckpt_meta got = {.precision = HR_PREC_FP32, .accumulate = 1}; /* a plain weights file says nothing */
     float *buf = NULL;
     const hr_st_tensor **found = NULL;
     hr_status st = HR_OK;
@@ -286,6 +344,8 @@ hr_status hr_checkpoint_load(hr_session_t *s, const char *path, hr_ckpt_meta *me
                             "load again before training", path, hr_state_name(s, i));
     }
     if (st == HR_OK && ours) st = hr_set_step_count(s, got.step);
+    if (st == HR_OK && ours && got.precision == HR_PREC_FP16 && hr_session_program(s)->cfg.precision == HR_PREC_FP16)
+        st = hr_set_loss_scale(s, got.loss_scale, got.scale_growth, got.steps_skipped);
     if (st == HR_OK && meta) *meta = got;
 done:
     hr_free(found);

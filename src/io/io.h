@@ -121,6 +121,16 @@ typedef struct {
     int64_t step;          /* optimizer steps taken (hr_step_count) */
     uint64_t seed;
     char fingerprint[96];  /* names and shapes of the parameters and buffers, hashed */
+    /* How the run trained (the session's own on save; on load what the file
+     * says, or fp32, 1 and 0 for files written before these keys). */
+    hr_precision precision; /* headroom.precision: fp32, bf16, fp16 */
+    int64_t accumulate;     /* headroom.accumulate: micro-batches a step */
+    int64_t batch_size;     /* headroom.batch_size: samples a step (0: not a training run's, or not said) */
+    /* fp16's loss scaler (GradScaler), restored on load into an fp16 session:
+     * headroom.loss_scale (the float exactly, as C's "%a"), headroom.scale_growth
+     * (good steps since it last changed), headroom.steps_skipped. */
+    float loss_scale;
+    int64_t scale_growth, steps_skipped;
 } hr_ckpt_meta;
 
 /* The session's fingerprint, "N tensors, M values, fnv1a64 " and the 64-bit
@@ -128,12 +138,15 @@ typedef struct {
  * buffers (not optimizer state). */
 void hr_checkpoint_fingerprint(const hr_session_t *s, char *buf, size_t n);
 /* Saves every state tensor atomically (see hr_safetensors_write). The
- * fingerprint and step stored are the session's own; meta->fingerprint and
- * meta->step are ignored. */
+ * fingerprint, step, precision, accumulation, batch size and loss scaler
+ * stored are the session's own: of meta, only model, epoch, batch and seed
+ * are written. */
 hr_status hr_checkpoint_save(hr_session_t *s, const char *path, const hr_ckpt_meta *meta);
 /* Checks the whole file against the session before changing anything: the
  * fingerprint, then every tensor's presence, dtype and shape; then writes the
- * state and restores the step count. meta (may be NULL) receives the file's
+ * state and restores the step count, and fp16's loss scaler when both the
+ * file and the session are fp16 (another precision loads the weights alone:
+ * whether to allow that is the caller's call, with meta->precision). meta (may be NULL) receives the file's
  * metadata; if meta->model is set on entry it names this session's model in
  * messages. Optimizer state loads when the file has the session's (all of
  * it, or it is an error); a session without any (inference, plain SGD) just

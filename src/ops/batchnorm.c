@@ -121,7 +121,8 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
 
 /* Gradients reach x, gamma and beta, never the running statistics. */
 const hr_op_desc hr_opdesc_batchnorm = {
-    .layers = layers, .backward = backward, .unpack = unpack, .init = init, .grad_inputs = 0x7, .train_outputs = true};
+    .layers = layers, .backward = backward, .unpack = unpack, .init = init, .grad_inputs = 0x7, .train_outputs = true,
+    .batch_stats = true};
 /* dx over dy: per channel, the kernels finish the sums over dy before they
  * write dx, and each element of dx reads only its own element of dy */
 const hr_op_desc hr_opdesc_batchnorm_bwd = {.unpack = unpack, .inplace = true, .inplace_last = true};

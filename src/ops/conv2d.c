@@ -115,4 +115,5 @@ static const hr_layer_sig layers[] = {
 
 const hr_op_desc hr_opdesc_conv2d = {
     .layers = layers, .backward = backward, .unpack = unpack, .init = init, .autocast = HR_AC_HALF};
-const hr_op_desc hr_opdesc_conv2d_bwd = {.unpack = unpack};
+/* dx over x: the kernels read a sample's x (for dW) before they write its dx */
+const hr_op_desc hr_opdesc_conv2d_bwd = {.unpack = unpack, .inplace = true};

@@ -117,4 +117,4 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
 const hr_op_desc hr_opdesc_layernorm = {
     .layers = layers, .backward = backward, .unpack = unpack, .init = init, .train_outputs = true,
     .autocast = HR_AC_FP32};
-const hr_op_desc hr_opdesc_layernorm_bwd = {.unpack = unpack};
+const hr_op_desc hr_opdesc_layernorm_bwd = {.unpack = unpack, .autocast = HR_AC_FP32};

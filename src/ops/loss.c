@@ -122,7 +122,7 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
 /* No gradient reaches the labels. */
 const hr_op_desc hr_opdesc_cross_entropy = {
     .layers = ce_layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1, .autocast = HR_AC_FP32};
-const hr_op_desc hr_opdesc_cross_entropy_bwd = {.unpack = unpack};
+const hr_op_desc hr_opdesc_cross_entropy_bwd = {.unpack = unpack, .autocast = HR_AC_FP32};
 const hr_op_desc hr_opdesc_mse = {
     .layers = mse_layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1, .autocast = HR_AC_FP32};
-const hr_op_desc hr_opdesc_mse_bwd = {.unpack = unpack};
+const hr_op_desc hr_opdesc_mse_bwd = {.unpack = unpack, .autocast = HR_AC_FP32};

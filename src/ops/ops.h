@@ -116,12 +116,13 @@ hr_status hr_ad_simple(hr_autodiff *ad, const hr_node *f, hr_op op, int saved0, 
 hr_status hr_ad_copy(hr_autodiff *ad, int layer, int dy, int x);
 
 /* ---- the descriptor ---------------------------------------------------------- */
-/* How mixed precision treats a forward op (torch.autocast's op lists). */
+/* How mixed precision treats an op (torch.autocast's op lists); a backward
+ * op has its forward op's rule, the update ops HR_AC_FP32. */
 typedef enum {
-    HR_AC_FOLLOW = 0, /* computes in its input's type (activations, pools, BatchNorm, Dropout, views) */
+    HR_AC_FOLLOW = 0, /* computes in its input's type (activations, pools, norms over the batch, masks, views) */
     HR_AC_HALF,       /* in the half type, weight included (matrix products, convolutions) */
-    HR_AC_FP32,       /* in F32 (LayerNorm, softmax, losses) */
-    HR_AC_PROMOTE,    /* in the widest type of its inputs (Add, Concat) */
+    HR_AC_FP32,       /* in F32 only (norms over features, softmax, losses, the update) */
+    HR_AC_PROMOTE,    /* in the widest type of its inputs (joins) */
 } hr_autocast_rule;
 
 typedef struct {
@@ -146,6 +147,9 @@ typedef struct {
      * mask); the node's a.train says which mode it runs in. */
     bool train_outputs;
     hr_autocast_rule autocast;
+    /* Normalises over the batch (batch statistics): a micro-batch changes
+     * what it computes, which the report says under accumulation. */
+    bool batch_stats;
 } hr_op_desc;
 
 #define HR_X_DECL(E, id, k, name) extern const hr_op_desc hr_opdesc_##id;

@@ -27,6 +27,6 @@ static void unpack_update(const hr_graph *g, const hr_node *n, void *const *ptr,
     }
 }
 
-const hr_op_desc hr_opdesc_grad_sqnorm = {.unpack = unpack_sqnorm};
-const hr_op_desc hr_opdesc_sgd = {.unpack = unpack_update};
-const hr_op_desc hr_opdesc_adam = {.unpack = unpack_update};
+const hr_op_desc hr_opdesc_grad_sqnorm = {.unpack = unpack_sqnorm, .autocast = HR_AC_FP32};
+const hr_op_desc hr_opdesc_sgd = {.unpack = unpack_update, .autocast = HR_AC_FP32};
+const hr_op_desc hr_opdesc_adam = {.unpack = unpack_update, .autocast = HR_AC_FP32};

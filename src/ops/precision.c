@@ -49,4 +49,4 @@ static void unscale_unpack(const hr_graph *g, const hr_node *n, void *const *ptr
 }
 
 const hr_op_desc hr_opdesc_cast = {.backward = cast_backward, .unpack = cast_unpack};
-const hr_op_desc hr_opdesc_unscale = {.unpack = unscale_unpack};
+const hr_op_desc hr_opdesc_unscale = {.unpack = unscale_unpack, .autocast = HR_AC_FP32};

@@ -51,7 +51,7 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
 }
 
 const hr_op_desc hr_opdesc_softmax = {.layers = sm_layers, .backward = backward, .unpack = unpack, .autocast = HR_AC_FP32};
-const hr_op_desc hr_opdesc_softmax_bwd = {.unpack = unpack};
+const hr_op_desc hr_opdesc_softmax_bwd = {.unpack = unpack, .autocast = HR_AC_FP32};
 const hr_op_desc hr_opdesc_logsoftmax = {
     .layers = lsm_layers, .backward = backward, .unpack = unpack, .autocast = HR_AC_FP32};
-const hr_op_desc hr_opdesc_logsoftmax_bwd = {.unpack = unpack};
+const hr_op_desc hr_opdesc_logsoftmax_bwd = {.unpack = unpack, .autocast = HR_AC_FP32};

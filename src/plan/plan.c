@@ -103,7 +103,6 @@ typedef struct {
     int id;
     int first, last;
     size_t bytes, offset;
-    bool at_peak; /* alive at the step where the live bytes are largest */
 } block;
 
 static int by_size_desc(const void *a, const void *b) {
@@ -124,14 +123,6 @@ static int by_area_desc(const void *a, const void *b) {
 static int by_first(const void *a, const void *b) {
     const block *x = a, *y = b;
     if (x->first != y->first) return x->first - y->first;
-    return by_size_desc(a, b);
-}
-
-/* The blocks of the peak step first, packed from the bottom (they alone make
- * the lower bound), then the others into the gaps, largest first. */
-static int by_peak_then_size(const void *a, const void *b) {
-    const block *x = a, *y = b;
-    if (x->at_peak != y->at_peak) return x->at_peak ? -1 : 1;
     return by_size_desc(a, b);
 }
 
@@ -395,22 +386,6 @@ static size_t overlapping_pairs(const block *b, int nb, int steps, int *count) {
 
 static hr_status build_report(hr_program *p, hr_plan *pl, const block *blocks, int nb);
 
-/* Marks the blocks alive at the step where their bytes add up the most. */
-static void mark_peak(block *b, int nb, int steps) {
-    size_t *d = hr_calloc((size_t)steps + 1, sizeof *d); /* live bytes: a difference array */
-    if (!d) return; /* the order is only a heuristic: without it, nothing is marked */
-    for (int i = 0; i < nb; i++) {
-        d[b[i].first] += b[i].bytes;
-        d[b[i].last + 1] -= b[i].bytes;
-    }
-    size_t live = 0, most = 0;
-    int peak = 0;
-    for (int s = 0; s < steps; s++)
-        if ((live += d[s]) > most) most = live, peak = s;
-    for (int i = 0; i < nb; i++) b[i].at_peak = b[i].first <= peak && peak <= b[i].last;
-    hr_free(d);
-}
-
 /* The orders other than the schedule's cost O(P log n) for P pairs of blocks
  * alive together, and P grows as n^2 with depth (a 1,000-layer chain has
  * 6 x 10^6 pairs, 20,000 layers 2.4 x 10^9): they run up to this many pairs
@@ -458,7 +433,7 @@ hr_status hr_plan_make(hr_program *p, hr_plan *pl) {
                 goto done;
             }
         } else {
-            b[nb++] = (block){i, t->first, t->last, held[i], 0, false};
+            b[nb++] = (block){i, t->first, t->last, held[i], 0};
         }
     }
     size_t persist = top;
@@ -467,9 +442,7 @@ hr_status hr_plan_make(hr_program *p, hr_plan *pl) {
      * blocks as the last better one left them, as it always has: qsort's order
      * among equal keys follows its input. The schedule's order is a sweep;
      * the others, only while few blocks live together (OFFLINE_PAIRS). */
-    static int (*const orders[])(const void *, const void *) = {by_size_desc, by_area_desc, by_first, by_life_desc,
-                                                                by_peak_then_size};
-    mark_peak(b, nb, g->nn);
+    static int (*const orders[])(const void *, const void *) = {by_size_desc, by_area_desc, by_first, by_life_desc};
     size_t pairs = overlapping_pairs(b, nb, g->nn, scratch);
     bool offline = pairs <= OFFLINE_PAIRS;
     size_t best = SIZE_MAX;

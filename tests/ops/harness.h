@@ -79,11 +79,13 @@ void test_norms(void);       /* norms.c: BatchNorm1d/2d, LayerNorm */
 void test_activations(void); /* activations.c: LeakyReLU, GELU, SiLU, Sigmoid, Tanh */
 void test_optimizers(void);  /* optim.c: SGD and Adam(W), with clipping (GradNorm) */
 void test_e2e(void);         /* e2e.c: autodiff end to end through the public API */
+void test_precision(void);   /* precision.c: bf16/f16 conversions, Cast, GradScaler.unscale */
 
 void ops_tally_harness(int *pass, int *fail);
 void ops_tally_norms(int *pass, int *fail);
 void ops_tally_activations(int *pass, int *fail);
 void ops_tally_optim(int *pass, int *fail);
 void ops_tally_e2e(int *pass, int *fail);
+void ops_tally_precision(int *pass, int *fail);
 
 #endif

@@ -181,7 +181,8 @@ hr_status hr_cpu_conv2d_bwd(void *ctx, const hr_kargs *a) {
     size_t col_n = (size_t)d.ckk * d.ohw, part_n = (size_t)d.K * d.ckk + d.K;
     float *parts = ws + (size_t)th * col_n;
     memset(parts, 0, sizeof(float) * part_n * (size_t)th);
-    if (dx && !cv->acc_dx) memset(dx, 0, sizeof(float) * (size_t)d.N * d.C * d.H * d.W);
+    /* dx may have x's bytes (the planner's in-place): sample i's dx is
+     * cleared and written only after sample i's x has been read */
 #pragma omp parallel for num_threads(th) schedule(static)
     for (int i = 0; i < d.N; i++) {
         int me = 0;
@@ -202,9 +203,11 @@ hr_status hr_cpu_conv2d_bwd(void *ctx, const hr_kargs *a) {
                 pw[(size_t)d.K * d.ckk + k] += s;
             }
         if (dx) {
+            float *dxi = dx + (size_t)i * d.C * d.H * d.W;
+            if (!cv->acc_dx) memset(dxi, 0, sizeof(float) * (size_t)d.C * d.H * d.W);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.ckk, d.ohw, d.K, 1.0f, Wt, d.ckk, dyi, d.ohw, 0.0f,
                         col, d.ohw);
-            col2im_add(&d, col, dx + (size_t)i * d.C * d.H * d.W);
+            col2im_add(&d, col, dxi);
         }
     }
     if (dW || db)

@@ -1,18 +1,20 @@
 /* activation.cu — the elementwise activations on the GPU (ReLU, LeakyReLU, GELU,
- * SiLU, Sigmoid, Tanh), forward and backward, as the CPU kernels compute them. */
+ * SiLU, Sigmoid, Tanh), forward and backward, as the CPU kernels compute them,
+ * on F32, BF16 or F16 activations (computed in float, stored rounded). */
 
 /* hr_cuda.h (through common.cuh) declares the entries (HR_OP_LIST's kernel
  * column), hr_cuda_fail and hr_cuda_stream, and brings op_list.h in with C
  * linkage. */
 #include "backend/cuda/common.cuh"
 
-/* Every kernel is bandwidth-bound: where all its float pointers are 16-byte
- * aligned (the arena aligns tensors to 256 bytes) a thread moves a float4 and
- * the grid's first n % 4 threads do the last values one by one; otherwise the
- * scalar kernel runs. Each value goes through the same expression either way,
- * so the path taken never changes a bit, and a thread reads all of a value's
- * inputs before writing it, so y or dx may alias an input (in-place). The
- * functions are functors, so one kernel body serves the whole family. */
+/* Every kernel is bandwidth-bound: where all its value pointers are 16-byte
+ * aligned (the arena aligns tensors to 256 bytes) a thread moves 16 bytes (4
+ * floats or 8 halves) and the grid's first threads do the last values one by
+ * one; otherwise the scalar kernel runs. Each value goes through the same
+ * expression either way, so the path taken never changes a bit, and a thread
+ * reads all of a value's inputs before writing it, so y or dx may alias an
+ * input (in-place). The functions are functors, so one kernel body serves the
+ * whole family, and the kernels are templates on the element type. */
 static inline bool act_al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 /* ---- forward values ---- */
@@ -96,20 +98,22 @@ struct BTanh { /* from y */
 /* dx = acc ? dx + v : v */
 __device__ __forceinline__ float act_put(float v, float d, bool acc) { return acc ? d + v : v; }
 
-/* ---- forward kernels ---- */
-template <class F> static __global__ void k_act(const float *x, float *y, int64_t n, F f) {
-    HR_GRID_STRIDE(i, n) y[i] = f(x[i]);
+/* ---- forward kernels: T the element type, V = hr_v16<T>::n values a vector ---- */
+template <typename T, class F> static __global__ void k_act(const T *x, T *y, int64_t n, F f) {
+    HR_GRID_STRIDE(i, n) y[i] = hr_to<T>(f(hr_f(x[i])));
 }
 
-template <class F> static __global__ void k_act4(const float *x, float *y, int64_t n, F f) {
-    const float4 *x4 = (const float4 *)x;
-    float4 *y4 = (float4 *)y;
-    HR_GRID_STRIDE(i, n / 4) {
-        float4 v = x4[i];
-        y4[i] = make_float4(f(v.x), f(v.y), f(v.z), f(v.w));
+template <typename T, class F> static __global__ void k_actv(const T *x, T *y, int64_t n, F f) {
+    constexpr int V = hr_v16<T>::n;
+    typedef hr_vec<T, V> vec;
+    HR_GRID_STRIDE(i, n / V) {
+        vec v = ((const vec *)x)[i], r;
+#pragma unroll
+        for (int k = 0; k < V; k++) r.v[k] = hr_to<T>(f(hr_f(v.v[k])));
+        ((vec *)y)[i] = r;
     }
-    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = (n & ~(int64_t)3) + t;
-    if (i < n) y[i] = f(x[i]);
+    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = n - n % V + t;
+    if (i < n) y[i] = hr_to<T>(f(hr_f(x[i])));
 }
 
 /* With a bit mask (training; ReLU and LeakyReLU): bit k of mask byte j is
@@ -118,47 +122,57 @@ template <class F> static __global__ void k_act4(const float *x, float *y, int64
  * the 32 bits of mask bytes base/8 .. base/8+3 (little-endian); lanes 0-3 each
  * write one of those bytes that exists. The loop runs over a warp-uniform base,
  * so the whole warp reaches the ballot. */
-template <class F> static __global__ void k_act_mask(const float *x, float *y, uint8_t *mask, int64_t n, F f) {
+template <typename T, class F>
+static __global__ void k_act_mask(const T *x, T *y, uint8_t *mask, int64_t n, F f) {
     int lane = threadIdx.x & 31;
     int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
     for (int64_t base = w * 32; base < n; base += nw * 32) {
         int64_t i = base + lane;
-        float v = i < n ? x[i] : 0.0f;
+        float v = i < n ? hr_f(x[i]) : 0.0f;
         unsigned bits = __ballot_sync(0xffffffffu, v > 0.0f);
-        if (i < n) y[i] = f(v);
+        if (i < n) y[i] = hr_to<T>(f(v));
         if (lane < 4 && base + 8 * lane < n) mask[base / 8 + lane] = (uint8_t)(bits >> (8 * lane));
     }
 }
 
 /* The same with x and y 16-byte aligned and the mask 4-byte aligned: a warp
- * takes 128 values, a float4 a lane; lanes 8q..8q+7 hold mask word q of the
- * chunk, a nibble each, which three shuffles OR together for lane 8q to store
- * (four lanes storing 16 consecutive bytes). A word the end of x cuts short is
- * stored byte by byte, only the bytes that exist; its bits past n are 0. */
-template <class F> static __global__ void k_act_mask4(const float *x, float *y, uint8_t *mask, int64_t n, F f) {
+ * takes 32 V values, a vector of V a lane (V = 4 floats or 8 halves), and so
+ * V mask bits a lane; the L = 32 / V lanes Lq..Lq+L-1 hold mask word q of the
+ * chunk, which shuffles OR together for lane Lq to store. A word the end of x
+ * cuts short is stored byte by byte, only the bytes that exist; its bits past
+ * n are 0. */
+template <typename T, class F>
+static __global__ void k_act_maskv(const T *x, T *y, uint8_t *mask, int64_t n, F f) {
+    constexpr int V = hr_v16<T>::n, L = 32 / V;
+    typedef hr_vec<T, V> vec;
     int lane = threadIdx.x & 31;
     int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5, nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
-    for (int64_t base = w * 128; base < n; base += nw * 128) {
-        int64_t i = base + 4 * lane;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (i + 4 <= n) v = *(const float4 *)(x + i);
-        else {
-            if (i < n) v.x = x[i];
-            if (i + 1 < n) v.y = x[i + 1];
-            if (i + 2 < n) v.z = x[i + 2];
+    for (int64_t base = w * 32 * V; base < n; base += nw * 32 * V) {
+        int64_t i = base + V * lane;
+        float v[V];
+        if (i + V <= n) {
+            vec a = *(const vec *)(x + i);
+#pragma unroll
+            for (int k = 0; k < V; k++) v[k] = hr_f(a.v[k]);
+        } else {
+#pragma unroll
+            for (int k = 0; k < V; k++) v[k] = i + k < n ? hr_f(x[i + k]) : 0.0f;
         }
-        unsigned bits = (unsigned)(v.x > 0.0f) | (unsigned)(v.y > 0.0f) << 1 | (unsigned)(v.z > 0.0f) << 2 |
-                        (unsigned)(v.w > 0.0f) << 3;
-        bits <<= 4 * (lane & 7);
-        for (int o = 1; o < 8; o <<= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, o);
-        float4 r = make_float4(f(v.x), f(v.y), f(v.z), f(v.w));
-        if (i + 4 <= n) *(float4 *)(y + i) = r;
-        else {
-            if (i < n) y[i] = r.x;
-            if (i + 1 < n) y[i + 1] = r.y;
-            if (i + 2 < n) y[i + 2] = r.z;
+        unsigned bits = 0;
+#pragma unroll
+        for (int k = 0; k < V; k++) bits |= (unsigned)(v[k] > 0.0f) << k;
+        bits <<= V * (lane % L);
+        for (int o = 1; o < L; o <<= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, o);
+        if (i + V <= n) {
+            vec r;
+#pragma unroll
+            for (int k = 0; k < V; k++) r.v[k] = hr_to<T>(f(v[k]));
+            *(vec *)(y + i) = r;
+        } else {
+            for (int k = 0; k < V; k++)
+                if (i + k < n) y[i + k] = hr_to<T>(f(v[k]));
         }
-        if ((lane & 7) == 0 && i < n) { /* lane 8q: i is the first value of word q */
+        if (lane % L == 0 && i < n) { /* lane Lq: i is the first value of word q */
             if (i + 32 <= n) *(uint32_t *)(mask + i / 8) = bits;
             else /* the last word: its bytes up to byte (n+7)/8 - 1 < i/8 + 4 */
                 for (int64_t j = i / 8; j < (n + 7) / 8; j++) mask[j] = (uint8_t)(bits >> (8 * (j - i / 8)));
@@ -167,85 +181,110 @@ template <class F> static __global__ void k_act_mask4(const float *x, float *y, 
 }
 
 /* ---- backward kernels ---- */
-/* from a float the forward kept (x or y) */
-template <class B>
-static __global__ void k_act_bwd(const float *s, const float *dy, float *dx, int64_t n, bool acc, B b) {
-    HR_GRID_STRIDE(i, n) dx[i] = act_put(b(s[i], dy[i]), acc ? dx[i] : 0.0f, acc);
+/* from a value the forward kept (x or y) */
+template <typename T, class B>
+static __global__ void k_act_bwd(const T *s, const T *dy, T *dx, int64_t n, bool acc, B b) {
+    HR_GRID_STRIDE(i, n) dx[i] = hr_to<T>(act_put(b(hr_f(s[i]), hr_f(dy[i])), acc ? hr_f(dx[i]) : 0.0f, acc));
 }
 
-template <class B>
-static __global__ void k_act_bwd4(const float *s, const float *dy, float *dx, int64_t n, bool acc, B b) {
-    const float4 *s4 = (const float4 *)s, *g4 = (const float4 *)dy;
-    float4 *d4 = (float4 *)dx;
-    HR_GRID_STRIDE(i, n / 4) {
-        float4 v = s4[i], g = g4[i], d = acc ? d4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        d4[i] = make_float4(act_put(b(v.x, g.x), d.x, acc), act_put(b(v.y, g.y), d.y, acc),
-                            act_put(b(v.z, g.z), d.z, acc), act_put(b(v.w, g.w), d.w, acc));
+template <typename T, class B>
+static __global__ void k_act_bwdv(const T *s, const T *dy, T *dx, int64_t n, bool acc, B b) {
+    constexpr int V = hr_v16<T>::n;
+    typedef hr_vec<T, V> vec;
+    HR_GRID_STRIDE(i, n / V) {
+        vec v = ((const vec *)s)[i], g = ((const vec *)dy)[i], d, r;
+        if (acc) d = ((const vec *)dx)[i];
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            r.v[k] = hr_to<T>(act_put(b(hr_f(v.v[k]), hr_f(g.v[k])), acc ? hr_f(d.v[k]) : 0.0f, acc));
+        ((vec *)dx)[i] = r;
     }
-    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = (n & ~(int64_t)3) + t;
-    if (i < n) dx[i] = act_put(b(s[i], dy[i]), acc ? dx[i] : 0.0f, acc);
+    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = n - n % V + t;
+    if (i < n) dx[i] = hr_to<T>(act_put(b(hr_f(s[i]), hr_f(dy[i])), acc ? hr_f(dx[i]) : 0.0f, acc));
 }
 
 /* from the bit mask */
-template <class B>
-static __global__ void k_act_bwd_mask(const uint8_t *mask, const float *dy, float *dx, int64_t n, bool acc, B b) {
-    HR_GRID_STRIDE(i, n) dx[i] = act_put(b((mask[i >> 3] >> (i & 7)) & 1, dy[i]), acc ? dx[i] : 0.0f, acc);
+template <typename T, class B>
+static __global__ void k_act_bwd_mask(const uint8_t *mask, const T *dy, T *dx, int64_t n, bool acc, B b) {
+    HR_GRID_STRIDE(i, n)
+    dx[i] = hr_to<T>(act_put(b((mask[i >> 3] >> (i & 7)) & 1, hr_f(dy[i])), acc ? hr_f(dx[i]) : 0.0f, acc));
 }
 
-/* A float4 of dy (16-byte aligned, as dx) takes its 4 bits from the mask byte
- * that holds them: lanes 2m and 2m+1 read the same byte, a warp 16 bytes. */
-template <class B>
-static __global__ void k_act_bwd_mask4(const uint8_t *mask, const float *dy, float *dx, int64_t n, bool acc, B b) {
-    const float4 *g4 = (const float4 *)dy;
-    float4 *d4 = (float4 *)dx;
-    HR_GRID_STRIDE(i, n / 4) {
-        unsigned m = (unsigned)mask[i >> 1] >> (4 * (i & 1));
-        float4 g = g4[i], d = acc ? d4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        d4[i] = make_float4(act_put(b(m & 1, g.x), d.x, acc), act_put(b(m & 2, g.y), d.y, acc),
-                            act_put(b(m & 4, g.z), d.z, acc), act_put(b(m & 8, g.w), d.w, acc));
+/* A vector of V values of dy (16-byte aligned, as dx) takes its V bits from
+ * the mask byte that holds them: 4 floats a nibble, 8 halves a byte. */
+template <typename T, class B>
+static __global__ void k_act_bwd_maskv(const uint8_t *mask, const T *dy, T *dx, int64_t n, bool acc, B b) {
+    constexpr int V = hr_v16<T>::n;
+    typedef hr_vec<T, V> vec;
+    HR_GRID_STRIDE(i, n / V) {
+        unsigned m = (unsigned)mask[(V * i) >> 3] >> ((V * i) & 7);
+        vec g = ((const vec *)dy)[i], d, r;
+        if (acc) d = ((const vec *)dx)[i];
+#pragma unroll
+        for (int k = 0; k < V; k++)
+            r.v[k] = hr_to<T>(act_put(b((m >> k) & 1, hr_f(g.v[k])), acc ? hr_f(d.v[k]) : 0.0f, acc));
+        ((vec *)dx)[i] = r;
     }
-    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = (n & ~(int64_t)3) + t;
-    if (i < n) dx[i] = act_put(b((mask[i >> 3] >> (i & 7)) & 1, dy[i]), acc ? dx[i] : 0.0f, acc);
+    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = n - n % V + t;
+    if (i < n) dx[i] = hr_to<T>(act_put(b((mask[i >> 3] >> (i & 7)) & 1, hr_f(dy[i])), acc ? hr_f(dx[i]) : 0.0f, acc));
 }
 
-/* ---- launchers: the float4 form where every pointer allows it ---- */
-template <class F> static cudaError_t act_fwd(cudaStream_t s, const float *x, float *y, int64_t n, F f) {
+/* ---- launchers: the vector form where every pointer allows it ---- */
+template <typename T, class F> static cudaError_t act_fwd(cudaStream_t s, const void *xv, void *yv, int64_t n, F f) {
+    const T *x = (const T *)xv;
+    T *y = (T *)yv;
     if (act_al16(x) && act_al16(y))
-        k_act4<F><<<hr_grid(n / 4), HR_THREADS, 0, s>>>(x, y, n, f);
+        k_actv<T, F><<<hr_grid(n / hr_v16<T>::n), HR_THREADS, 0, s>>>(x, y, n, f);
     else
-        k_act<F><<<hr_grid(n), HR_THREADS, 0, s>>>(x, y, n, f);
+        k_act<T, F><<<hr_grid(n), HR_THREADS, 0, s>>>(x, y, n, f);
     return cudaGetLastError();
 }
 
-template <class F>
-static cudaError_t act_fwd_mask(cudaStream_t s, const float *x, float *y, uint8_t *mask, int64_t n, F f) {
+template <typename T, class F>
+static cudaError_t act_fwd_mask(cudaStream_t s, const void *xv, void *yv, uint8_t *mask, int64_t n, F f) {
+    const T *x = (const T *)xv;
+    T *y = (T *)yv;
+    constexpr int V = hr_v16<T>::n;
     if (act_al16(x) && act_al16(y) && ((uintptr_t)mask & 3) == 0)
-        k_act_mask4<F><<<hr_grid((n + 127) / 128 * 32), HR_THREADS, 0, s>>>(x, y, mask, n, f);
+        k_act_maskv<T, F><<<hr_grid((n + 32 * V - 1) / (32 * V) * 32), HR_THREADS, 0, s>>>(x, y, mask, n, f);
     else
-        k_act_mask<F><<<hr_grid(n), HR_THREADS, 0, s>>>(x, y, mask, n, f);
+        k_act_mask<T, F><<<hr_grid(n), HR_THREADS, 0, s>>>(x, y, mask, n, f);
     return cudaGetLastError();
 }
 
-template <class B>
-static cudaError_t act_bwd(cudaStream_t s, const float *sv, const float *dy, float *dx, int64_t n, bool acc, B b) {
-    if (act_al16(sv) && act_al16(dy) && act_al16(dx))
-        k_act_bwd4<B><<<hr_grid(n / 4), HR_THREADS, 0, s>>>(sv, dy, dx, n, acc, b);
+template <typename T, class B>
+static cudaError_t act_bwd(cudaStream_t s, const void *sv, const void *dyv, void *dxv, int64_t n, bool acc, B b) {
+    const T *sp = (const T *)sv, *dy = (const T *)dyv;
+    T *dx = (T *)dxv;
+    if (act_al16(sp) && act_al16(dy) && act_al16(dx))
+        k_act_bwdv<T, B><<<hr_grid(n / hr_v16<T>::n), HR_THREADS, 0, s>>>(sp, dy, dx, n, acc, b);
     else
-        k_act_bwd<B><<<hr_grid(n), HR_THREADS, 0, s>>>(sv, dy, dx, n, acc, b);
+        k_act_bwd<T, B><<<hr_grid(n), HR_THREADS, 0, s>>>(sp, dy, dx, n, acc, b);
     return cudaGetLastError();
 }
 
-template <class B>
-static cudaError_t act_bwd_mask(cudaStream_t s, const uint8_t *mask, const float *dy, float *dx, int64_t n, bool acc,
+template <typename T, class B>
+static cudaError_t act_bwd_mask(cudaStream_t s, const uint8_t *mask, const void *dyv, void *dxv, int64_t n, bool acc,
                                 B b) {
+    const T *dy = (const T *)dyv;
+    T *dx = (T *)dxv;
     if (act_al16(dy) && act_al16(dx))
-        k_act_bwd_mask4<B><<<hr_grid(n / 4), HR_THREADS, 0, s>>>(mask, dy, dx, n, acc, b);
+        k_act_bwd_maskv<T, B><<<hr_grid(n / hr_v16<T>::n), HR_THREADS, 0, s>>>(mask, dy, dx, n, acc, b);
     else
-        k_act_bwd_mask<B><<<hr_grid(n), HR_THREADS, 0, s>>>(mask, dy, dx, n, acc, b);
+        k_act_bwd_mask<T, B><<<hr_grid(n), HR_THREADS, 0, s>>>(mask, dy, dx, n, acc, b);
     return cudaGetLastError();
 }
+
+/* The launchers for the node's element type. */
+#define FWD(f) HR_DT_CALL(a->dt, act_fwd, s, p->x, p->out, n, f)
+#define FWD_MASK(f) HR_DT_CALL(a->dt, act_fwd_mask, s, p->x, p->out, p->mask_out, n, f)
+#define BWD(sv, b) HR_DT_CALL(a->dt, act_bwd, s, sv, p->dy, p->out, n, acc, b)
+#define BWD_MASK(b) HR_DT_CALL(a->dt, act_bwd_mask, s, p->mask, p->dy, p->out, n, acc, b)
 
 extern "C" {
+
+HR_CUDA_TAKES_HALF(act)
+HR_CUDA_TAKES_HALF(act_bwd)
 
 /* Forward, every op of the family: out = f(x); ReLU and LeakyReLU also write
  * the bit mask when mask_out is given. */
@@ -260,28 +299,27 @@ hr_status hr_cuda_act(void *ctx, const hr_kargs *a) {
     switch (a->op) {
     case HR_OP_RELU:
         what = "ReLU kernel";
-        e = p->mask_out ? act_fwd_mask(s, p->x, p->out, p->mask_out, n, FRelu()) : act_fwd(s, p->x, p->out, n, FRelu());
+        e = p->mask_out ? FWD_MASK(FRelu()) : FWD(FRelu());
         break;
     case HR_OP_LEAKY_RELU:
         what = "LeakyReLU kernel";
-        e = p->mask_out ? act_fwd_mask(s, p->x, p->out, p->mask_out, n, FLeaky{p->alpha})
-                        : act_fwd(s, p->x, p->out, n, FLeaky{p->alpha});
+        e = p->mask_out ? FWD_MASK(FLeaky{p->alpha}) : FWD(FLeaky{p->alpha});
         break;
     case HR_OP_GELU:
         what = "GELU kernel";
-        e = p->tanh_approx ? act_fwd(s, p->x, p->out, n, FGeluTanh()) : act_fwd(s, p->x, p->out, n, FGelu());
+        e = p->tanh_approx ? FWD(FGeluTanh()) : FWD(FGelu());
         break;
     case HR_OP_SILU:
         what = "SiLU kernel";
-        e = act_fwd(s, p->x, p->out, n, FSilu());
+        e = FWD(FSilu());
         break;
     case HR_OP_SIGMOID:
         what = "Sigmoid kernel";
-        e = act_fwd(s, p->x, p->out, n, FSigmoid());
+        e = FWD(FSigmoid());
         break;
     case HR_OP_TANH:
         what = "Tanh kernel";
-        e = act_fwd(s, p->x, p->out, n, FTanh());
+        e = FWD(FTanh());
         break;
     default: return HR_ERR_INTERNAL; /* the kernel table sent another op here */
     }
@@ -305,37 +343,36 @@ hr_status hr_cuda_act_bwd(void *ctx, const hr_kargs *a) {
     case HR_OP_RELU_BWD: {
         what = "ReLU.backward kernel";
         const float *sv = p->y ? p->y : p->x;
-        if (p->mask) e = act_bwd_mask(s, p->mask, p->dy, p->out, n, acc, BReluMask());
-        else if (sv) e = act_bwd(s, sv, p->dy, p->out, n, acc, BRelu());
+        if (p->mask) e = BWD_MASK(BReluMask());
+        else if (sv) e = BWD(sv, BRelu());
         else return HR_ERR_INVALID_ARG;
         break;
     }
     case HR_OP_LEAKY_RELU_BWD:
         what = "LeakyReLU.backward kernel";
-        if (p->mask) e = act_bwd_mask(s, p->mask, p->dy, p->out, n, acc, BLeakyMask{p->alpha});
-        else if (p->x) e = act_bwd(s, p->x, p->dy, p->out, n, acc, BLeaky{p->alpha});
+        if (p->mask) e = BWD_MASK(BLeakyMask{p->alpha});
+        else if (p->x) e = BWD(p->x, BLeaky{p->alpha});
         else return HR_ERR_INVALID_ARG;
         break;
     case HR_OP_GELU_BWD:
         what = "GELU.backward kernel";
         if (!p->x) return HR_ERR_INVALID_ARG;
-        e = p->tanh_approx ? act_bwd(s, p->x, p->dy, p->out, n, acc, BGeluTanh())
-                           : act_bwd(s, p->x, p->dy, p->out, n, acc, BGelu());
+        e = p->tanh_approx ? BWD(p->x, BGeluTanh()) : BWD(p->x, BGelu());
         break;
     case HR_OP_SILU_BWD:
         what = "SiLU.backward kernel";
         if (!p->x) return HR_ERR_INVALID_ARG;
-        e = act_bwd(s, p->x, p->dy, p->out, n, acc, BSilu());
+        e = BWD(p->x, BSilu());
         break;
     case HR_OP_SIGMOID_BWD:
         what = "Sigmoid.backward kernel";
         if (!p->y) return HR_ERR_INVALID_ARG;
-        e = act_bwd(s, p->y, p->dy, p->out, n, acc, BSigmoid());
+        e = BWD(p->y, BSigmoid());
         break;
     case HR_OP_TANH_BWD:
         what = "Tanh.backward kernel";
         if (!p->y) return HR_ERR_INVALID_ARG;
-        e = act_bwd(s, p->y, p->dy, p->out, n, acc, BTanh());
+        e = BWD(p->y, BTanh());
         break;
     default: return HR_ERR_INTERNAL;
     }

@@ -1,8 +1,11 @@
 /* common.cuh — what every kernel file shares: grid sizes, warp and block
- * reductions in a fixed order (same bits on a rerun), op_list.h's generator. */
+ * reductions in a fixed order (same bits on a rerun), op_list.h's generator,
+ * the activations' element types. */
 #ifndef HR_CUDA_COMMON_CUH
 #define HR_CUDA_COMMON_CUH
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -20,6 +23,36 @@ static inline unsigned hr_grid(int64_t n, int threads = HR_THREADS) {
 
 #define HR_GRID_STRIDE(i, n) \
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (int64_t)gridDim.x * blockDim.x)
+
+/* ---- element types: activations are float, __nv_bfloat16 or __half (hr_kargs.dt).
+ * A kernel templated on T loads a value to float (hr_f: exact), computes in
+ * float and stores it rounded to nearest even (hr_to); for float both are the
+ * identity, so the F32 instantiation computes what the F32 kernel always did. */
+__device__ __forceinline__ float hr_f(float v) { return v; }
+__device__ __forceinline__ float hr_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float hr_f(__half v) { return __half2float(v); }
+
+template <typename T> __device__ __forceinline__ T hr_to(float v);
+template <> __device__ __forceinline__ float hr_to<float>(float v) { return v; }
+template <> __device__ __forceinline__ __nv_bfloat16 hr_to<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half hr_to<__half>(float v) { return __float2half_rn(v); }
+
+/* V elements moved as one load or store (V * sizeof(T) bytes, aligned so). */
+template <typename T, int V> struct alignas(sizeof(T) * V) hr_vec {
+    T v[V];
+};
+/* Elements of a 16-byte vector: 4 floats, 8 halves. */
+template <typename T> struct hr_v16 {
+    static constexpr int n = 16 / (int)sizeof(T);
+};
+
+static inline bool hr_al(const void *p, size_t bytes) { return ((uintptr_t)p & (bytes - 1)) == 0; }
+
+/* Calls f<T>(args...) for dt's element type (F32, BF16, F16). */
+#define HR_DT_CALL(dt, f, ...)                                                                  \
+    ((dt) == HR_BF16 ? f<__nv_bfloat16>(__VA_ARGS__)                                          \
+     : (dt) == HR_F16 ? f<__half>(__VA_ARGS__)                                                 \
+                      : f<float>(__VA_ARGS__))
 
 /* Index of the m-th element of channel c in an (N, C, HW) tensor, m in [0, N*HW). */
 __device__ __forceinline__ int64_t ch_index(int64_t m, int64_t c, int64_t C, int64_t HW) {

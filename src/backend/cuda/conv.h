@@ -1,5 +1,6 @@
 /* conv.h — what the convolution's two files share: a plan for one shape
- * (conv2d.c makes them) and the algorithm policy that fills it (conv_algo.c). */
+ * and element type (conv2d.c makes them) and the algorithm policy that
+ * fills it (conv_algo.c). */
 #ifndef HR_CUDA_CONV_H
 #define HR_CUDA_CONV_H
 
@@ -9,8 +10,9 @@
  * tensors of fewer than 2^31 elements) and the algorithms chosen for it. */
 struct hr_cuda_conv {
     int N, C, H, W, K, kh, kw, sh, sw, ph, pw, OH, OW;
-    int align; /* bytes every call's x and y pointers keep: 16, or 4 where chunks start off a 16-byte line */
+    int align; /* bytes every call's x and y pointers keep: 16, or one element where chunks start off a 16-byte line */
     bool tf32;
+    hr_dtype dt; /* x, W and y (dy, dx, and the dW cuDNN writes): F32, BF16 or F16; FP32 arithmetic always */
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
     cudnnConvolutionDescriptor_t cd;
@@ -33,6 +35,14 @@ struct hr_cuda_conv {
 
 /* Which convolution of a plan: cudnn_graph.h's numbering. */
 enum { FWD = HR_CONV_FWD, BWD_DATA = HR_CONV_BWD_DATA, BWD_FILTER = HR_CONV_BWD_FILTER };
+
+/* cuDNN's name for the plan's element type. */
+static inline int hr_conv_dnn_type(hr_dtype dt) {
+    return dt == HR_BF16 ? HR_CUDNN_DATA_BFLOAT16 : dt == HR_F16 ? HR_CUDNN_DATA_HALF : HR_CUDNN_DATA_FLOAT;
+}
+/* Tensor cores: with TF32 allowed, and always for half data, which they take
+ * as it is (FP32 accumulation: no engine that reduces in lower precision). */
+static inline bool hr_conv_tensor_ok(const hr_cuda_conv *p) { return p->tf32 || p->dt != HR_F32; }
 
 /* ---- conv_algo.c ---- */
 /* The graph-API op for this convolution and beta (add: 1, else 0), made at

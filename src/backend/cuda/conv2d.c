@@ -3,7 +3,13 @@
 
 /* Each convolution (forward, backward data, backward filter) of each shape
  * gets one plan; conv_algo.c chooses the graph API's engine or the legacy
- * API's algorithm that runs it; cudnn_load.c found the library. */
+ * API's algorithm that runs it; cudnn_load.c found the library.
+ *
+ * Mixed precision: x, W (the weight's half copy), y, dy, dx in the node's dt
+ * (BF16, F16), FP32 arithmetic. cuDNN writes dW in the type of x and dy, so a
+ * half node's dW goes to the head of its workspace in dt and is added into
+ * the F32 gradient (hrk_cast) after each call; the bias is filled into y in
+ * dt and the convolution added to it (beta 1). */
 #include "backend/cuda/conv.h"
 
 #include <limits.h>
@@ -13,9 +19,23 @@ typedef struct {
     int64_t N, C, H, W, K, OH, OW;
     int kh, kw, sh, sw, ph, pw;
     int64_t chunk; /* samples per cuDNN call */
+    hr_dtype dt;
 } conv_shape;
 
-static bool shape_of(const hr_cuda *c, const hr_conv_args *v, conv_shape *s) {
+/* p + k elements of type t */
+static const void *at(const void *p, int64_t k, hr_dtype t) {
+    return (const char *)p + k * (int64_t)hr_dtype_size(t);
+}
+
+/* A half node's dW in dt at the head of the workspace, cuDNN's scratch after
+ * it (256-byte aligned); F32: none. */
+static size_t dw_half_bytes(const hr_conv_args *v, hr_dtype dt) {
+    if (dt == HR_F32 || !v->dw) return 0;
+    return hr_align_up((size_t)(v->K * v->C * v->kh * v->kw) * hr_dtype_size(dt), HR_ALIGN);
+}
+
+static bool shape_of(const hr_cuda *c, const hr_conv_args *v, hr_dtype dt, conv_shape *s) {
+    s->dt = dt;
     s->N = v->N, s->C = v->C, s->H = v->H, s->W = v->W, s->K = v->K, s->OH = v->OH, s->OW = v->OW;
     s->kh = v->kh, s->kw = v->kw, s->sh = v->sh, s->sw = v->sw, s->ph = v->ph, s->pw = v->pw;
     int64_t per = s->C * s->H * s->W, out = s->K * s->OH * s->OW;
@@ -26,15 +46,18 @@ static bool shape_of(const hr_cuda *c, const hr_conv_args *v, conv_shape *s) {
     return s->chunk >= 1;
 }
 
+/* Chunks start a whole number of samples in: on a 16-byte line when a
+ * sample of x and of y fill whole lines, else only on an element. */
 static int align_of(const conv_shape *s) {
     bool whole = s->chunk >= s->N; /* one call: the planned tensors start on HR_ALIGN */
-    return whole || ((s->C * s->H * s->W) % 4 == 0 && (s->K * s->OH * s->OW) % 4 == 0) ? 16 : 4;
+    int64_t e = (int64_t)hr_dtype_size(s->dt);
+    return whole || ((s->C * s->H * s->W * e) % 16 == 0 && (s->K * s->OH * s->OW * e) % 16 == 0) ? 16 : (int)e;
 }
 
 static bool same(const hr_cuda_conv *p, const conv_shape *s, int64_t N, bool tf32) {
     return p->N == N && p->align == align_of(s) && p->C == s->C && p->H == s->H && p->W == s->W && p->K == s->K &&
            p->kh == s->kh && p->kw == s->kw && p->sh == s->sh && p->sw == s->sw && p->ph == s->ph && p->pw == s->pw &&
-           p->tf32 == tf32;
+           p->tf32 == tf32 && p->dt == s->dt;
 }
 
 static hr_status conv_new(hr_cuda *c, const conv_shape *s, int64_t N, hr_cuda_conv **out) {
@@ -55,16 +78,18 @@ static hr_status conv_new(hr_cuda *c, const conv_shape *s, int64_t N, hr_cuda_co
     p->OH = (int)s->OH, p->OW = (int)s->OW;
     p->align = align_of(s);
     p->tf32 = c->allow_tf32;
+    p->dt = s->dt;
     for (int i = 0; i < 3; i++) p->algo[i] = -1;
     c->conv[c->nconv++] = p; /* owned by the cache from here on, even if the descriptors fail */
     *out = p;
+    int ty = hr_conv_dnn_type(p->dt); /* the tensors' type; the arithmetic stays FP32 */
     DNN(d, d->CreateTensorDescriptor(&p->xd));
     DNN(d, d->CreateTensorDescriptor(&p->yd));
     DNN(d, d->CreateFilterDescriptor(&p->wd));
     DNN(d, d->CreateConvolutionDescriptor(&p->cd));
-    DNN(d, d->SetTensor4dDescriptor(p->xd, HR_CUDNN_TENSOR_NCHW, HR_CUDNN_DATA_FLOAT, p->N, p->C, p->H, p->W));
-    DNN(d, d->SetTensor4dDescriptor(p->yd, HR_CUDNN_TENSOR_NCHW, HR_CUDNN_DATA_FLOAT, p->N, p->K, p->OH, p->OW));
-    DNN(d, d->SetFilter4dDescriptor(p->wd, HR_CUDNN_DATA_FLOAT, HR_CUDNN_TENSOR_NCHW, p->K, p->C, p->kh, p->kw));
+    DNN(d, d->SetTensor4dDescriptor(p->xd, HR_CUDNN_TENSOR_NCHW, ty, p->N, p->C, p->H, p->W));
+    DNN(d, d->SetTensor4dDescriptor(p->yd, HR_CUDNN_TENSOR_NCHW, ty, p->N, p->K, p->OH, p->OW));
+    DNN(d, d->SetFilter4dDescriptor(p->wd, ty, HR_CUDNN_TENSOR_NCHW, p->K, p->C, p->kh, p->kw));
     DNN(d, d->SetConvolution2dDescriptor(p->cd, p->ph, p->pw, p->sh, p->sw, 1, 1, HR_CUDNN_CROSS_CORRELATION,
                                          HR_CUDNN_DATA_FLOAT));
     return HR_OK;
@@ -102,7 +127,7 @@ static hr_status plans_for(hr_cuda *c, const conv_shape *s, hr_cuda_conv **full,
  * samples, and the last piece when shorter. False: no pieces here. */
 static bool piece_plans(hr_cuda *c, const conv_shape *s, hr_cuda_conv **pf, hr_cuda_conv **pt, int64_t *q) {
     *pf = *pt = NULL;
-    *q = hr_cuda_piece_samples(c, s->N, s->C * s->H * s->W * (int64_t)sizeof(float));
+    *q = hr_cuda_piece_samples(c, s->N, s->C * s->H * s->W * (int64_t)hr_dtype_size(s->dt));
     if (!*q || s->chunk < s->N) return false;
     conv_shape ps = *s;
     ps.chunk = *q;
@@ -123,7 +148,8 @@ static size_t fwd_ws(hr_cuda *c, hr_cuda_conv *p, bool bias) { return hr_conv_al
 static size_t conv_workspace(hr_cuda *c, const hr_kargs *a) {
     const hr_conv_args *v = &a->conv;
     conv_shape s;
-    if (!c->dnn || !shape_of(c, v, &s)) return 0; /* run() will say why */
+    if (!c->dnn || !shape_of(c, v, a->dt, &s)) return 0; /* run() will say why */
+    size_t dwh = dw_half_bytes(v, a->dt);
     hr_cuda_conv *full, *tail;
     if (plans_for(c, &s, &full, &tail) != HR_OK) {
         hr_error_clear();
@@ -138,7 +164,9 @@ static size_t conv_workspace(hr_cuda *c, const hr_kargs *a) {
             w[0] = ps[i] ? fwd_ws(c, ps[i], v->b != NULL) : 0;
         } else {
             if (v->dx) w[1] = hr_conv_algo_workspace(c, ps[i], BWD_DATA, v->acc_dx);
-            if (v->dw) {
+            if (v->dw && dwh) { /* each call writes the half dW (beta 0) behind which cuDNN works */
+                w[2] = ps[i] ? dwh + hr_conv_algo_workspace(c, ps[i], BWD_FILTER, false) : 0;
+            } else if (v->dw) {
                 w[2] = hr_conv_algo_workspace(c, ps[i], BWD_FILTER, v->acc_dw || i == 1);
                 if (i == 0 && s.chunk < s.N) w[3] = hr_conv_algo_workspace(c, ps[i], BWD_FILTER, true);
             }
@@ -161,13 +189,22 @@ static size_t conv_workspace(hr_cuda *c, const hr_kargs *a) {
     return ws;
 }
 
+HR_CUDA_TAKES_HALF(conv2d)
+/* The legacy API's half weight gradients were measured at several times the
+ * rounding of fp32 sums (H100, cuDNN 9.19: tests/gpu/test_cuda_half.c): with
+ * it (HR_CUDNN_API=legacy, or no graph API) the backward runs on F32 copies. */
+bool hr_cuda_conv2d_bwd_takes_half(const hr_cuda *c) { return !c->opt.cudnn_legacy && (!c->dnn || c->dnn->G); }
+
 size_t hr_cuda_conv2d_workspace(hr_cuda *c, const hr_kargs *a) { return conv_workspace(c, a); }
 size_t hr_cuda_conv2d_bwd_workspace(hr_cuda *c, const hr_kargs *a) { return conv_workspace(c, a); }
 
 /* ---- running --------------------------------------------------------------- */
-static hr_status ready(hr_cuda *c, const hr_conv_args *v, conv_shape *s, hr_cuda_conv **full, hr_cuda_conv **tail) {
+static hr_status ready(hr_cuda *c, const hr_kargs *a, conv_shape *s, hr_cuda_conv **full, hr_cuda_conv **tail) {
+    const hr_conv_args *v = &a->conv;
     if (!c->dnn) return hr_error_set(HR_ERR_UNSUPPORTED, "Conv2d on the GPU needs cuDNN: %s", c->dnn_why);
-    if (!shape_of(c, v, s))
+    if (a->dt != HR_F32 && !hr_dtype_is_half(a->dt))
+        return hr_error_set(HR_ERR_UNSUPPORTED, "Conv2d on the GPU: activations of type %s", hr_dtype_name(a->dt));
+    if (!shape_of(c, v, a->dt, s))
         return hr_error_set(HR_ERR_UNSUPPORTED,
                             "Conv2d: one sample of its input (%lld x %lld x %lld) or of its output (%lld x %lld x "
                             "%lld) has more elements than one cuDNN call takes (%lld)",
@@ -182,29 +219,31 @@ hr_status hr_cuda_conv2d(void *ctx, const hr_kargs *a) {
     const hr_conv_args *v = &a->conv;
     conv_shape s;
     hr_cuda_conv *full, *tail;
-    hr_status st = ready(c, v, &s, &full, &tail);
+    hr_status st = ready(c, a, &s, &full, &tail);
     if (st) return st;
     hr_cuda_dnn *d = c->dnn;
-    const float *x = v->x, *w = v->w, *b = v->b;
-    float *y = v->y;
+    hr_dtype dt = s.dt;
+    const void *x = v->x, *w = v->w;
+    const float *b = v->b;
+    void *y = v->y;
     void *ws = a->ws;
     size_t wsz = a->ws_bytes;
     float one = 1.0f, beta = b ? 1.0f : 0.0f;
     hr_cudnn_op *gop = hr_conv_algo_graph_op(c, full, FWD, b != NULL);
     if (gop && !hr_cudnn_op_tuned(gop) && (st = hr_conv_algo_tune_op(c, gop, x, w, y, ws, wsz)) != HR_OK) return st;
     if (!gop && !full->tuned[FWD] && (st = hr_conv_algo_tune(c, full, FWD, x, w, y, ws, wsz)) != HR_OK) return st;
-    if (b) HR_CU(hrk_bias_fill(c->stream, b, y, s.N, s.K, s.OH * s.OW));
+    if (b) HR_CU(hrk_bias_fill(c->stream, dt, b, y, s.N, s.K, s.OH * s.OW));
     for (int64_t n0 = 0; n0 < s.N; n0 += s.chunk) {
         hr_cuda_conv *p = s.N - n0 >= s.chunk ? full : tail;
         hr_cudnn_op *op = hr_conv_algo_graph_op(c, p, FWD, b != NULL);
+        const void *xc = at(x, n0 * s.C * s.H * s.W, dt);
+        void *yc = (void *)at(y, n0 * s.K * s.OH * s.OW, dt);
         if (op) {
-            st = hr_cudnn_op_run(d->G, op, x + n0 * s.C * s.H * s.W, w, y + n0 * s.K * s.OH * s.OW, ws, wsz);
-            if (st) return st;
+            if ((st = hr_cudnn_op_run(d->G, op, xc, w, yc, ws, wsz)) != HR_OK) return st;
             continue;
         }
         if ((st = hr_conv_algo_ready(c, p, FWD, wsz)) != HR_OK) return st;
-        DNN(d, d->Forward(d->h, &one, p->xd, x + n0 * s.C * s.H * s.W, p->wd, w, p->cd, p->algo[FWD], ws, wsz, &beta,
-                          p->yd, y + n0 * s.K * s.OH * s.OW));
+        DNN(d, d->Forward(d->h, &one, p->xd, xc, p->wd, w, p->cd, p->algo[FWD], ws, wsz, &beta, p->yd, yc));
     }
     return HR_OK;
 }
@@ -218,7 +257,7 @@ hr_status hr_cuda_conv2d_pieces(hr_cuda *c, const hr_kargs *a) {
     conv_shape s;
     hr_cuda_conv *full, *tail, *pf, *pt;
     int64_t q;
-    hr_status st = ready(c, v, &s, &full, &tail);
+    hr_status st = ready(c, a, &s, &full, &tail);
     if (st) return st;
     bool bias = v->b != NULL;
     hr_cudnn_op *of = NULL, *ot = NULL;
@@ -232,8 +271,9 @@ hr_status hr_cuda_conv2d_pieces(hr_cuda *c, const hr_kargs *a) {
         return hr_cuda_conv2d(c, a);
     }
     hr_cuda_dnn *d = c->dnn;
-    const float *x = v->x, *w = v->w;
-    float *y = v->y;
+    hr_dtype dt = s.dt;
+    const void *x = v->x, *w = v->w;
+    void *y = v->y;
     void *ws = a->ws;
     size_t wsz = a->ws_bytes;
     int64_t xs = s.C * s.H * s.W, ys = s.K * s.OH * s.OW;
@@ -243,73 +283,99 @@ hr_status hr_cuda_conv2d_pieces(hr_cuda *c, const hr_kargs *a) {
         waiting = false;
         if (!hr_cudnn_op_tuned(of) && (st = hr_conv_algo_tune_op(c, of, x, w, y, ws, wsz)) != HR_OK) return st;
         if (ot && !hr_cudnn_op_tuned(ot) &&
-            (st = hr_conv_algo_tune_op(c, ot, x + (s.N - pt->N) * xs, w, y + (s.N - pt->N) * ys, ws, wsz)) != HR_OK)
+            (st = hr_conv_algo_tune_op(c, ot, at(x, (s.N - pt->N) * xs, dt), w, (void *)at(y, (s.N - pt->N) * ys, dt),
+                                       ws, wsz)) != HR_OK)
             return st;
     }
-    if (bias) HR_CU(hrk_bias_fill(c->stream, v->b, y, s.N, s.K, s.OH * s.OW));
+    if (bias) HR_CU(hrk_bias_fill(c->stream, dt, v->b, y, s.N, s.K, s.OH * s.OW));
     for (int k = 0; k < np; k++) {
         int64_t n0 = k * q, cnt = c->piece_upto[k] - n0;
         if (waiting) {
             if ((st = hr_cuda_stage_upto(c, k)) != HR_OK) return st;
             HR_CU(cudaStreamWaitEvent(c->stream, c->piece_ev[k], 0));
         }
-        st = hr_cudnn_op_run(d->G, cnt == q ? of : ot, x + n0 * xs, w, y + n0 * ys, ws, wsz);
+        st = hr_cudnn_op_run(d->G, cnt == q ? of : ot, at(x, n0 * xs, dt), w, (void *)at(y, n0 * ys, dt), ws, wsz);
         if (st) return st;
     }
     return hr_cuda_settle(c);
 }
 
-/* dx, dW, db from x, W, dy, each when wanted */
+/* dx, dW, db from x, W, dy, each when wanted. A half node's dW: each call
+ * writes the chunk's dW in dt to the workspace's head (beta 0; cuDNN's own
+ * scratch behind it), then it is added into the F32 gradient. */
 hr_status hr_cuda_conv2d_bwd(void *ctx, const hr_kargs *a) {
     hr_cuda *c = ctx;
     const hr_conv_args *v = &a->conv;
     conv_shape s;
     hr_cuda_conv *full, *tail;
-    hr_status st = ready(c, v, &s, &full, &tail);
+    hr_status st = ready(c, a, &s, &full, &tail);
     if (st) return st;
     hr_cuda_dnn *d = c->dnn;
-    const float *x = v->x, *w = v->w, *dy = v->dy;
-    float *dx = v->dx, *dw = v->dw, *db = v->db;
+    hr_dtype dt = s.dt;
+    const void *x = v->x, *w = v->w, *dy = v->dy;
+    void *dx = v->dx;
+    float *dw = v->dw, *db = v->db;
     void *ws = a->ws;
     size_t wsz = a->ws_bytes;
     float one = 1.0f, zero = 0.0f;
-    /* timing overwrites the output: only where the node does not add into it */
+    /* the filter convolution's output and scratch: dW itself, or the half dW and what follows it */
+    size_t dwh = dw_half_bytes(v, dt);
+    void *dwo = dw, *fws = ws;
+    size_t fwsz = wsz;
+    if (dwh) {
+        if (!ws || wsz < dwh)
+            return hr_error_set(HR_ERR_INTERNAL,
+                                "Conv2d.backward: the plan gave %zu bytes of workspace, the %s weight gradient needs %zu",
+                                ws ? wsz : 0, hr_dtype_name(dt), dwh);
+        dwo = ws, fws = (char *)ws + dwh, fwsz = wsz - dwh;
+    }
+    bool half_dw = dwh > 0;
+    /* timing overwrites the output: only where the node does not add into it (a half dW never does) */
     hr_cudnn_op *gd = dx ? hr_conv_algo_graph_op(c, full, BWD_DATA, v->acc_dx) : NULL;
-    hr_cudnn_op *gf = dw ? hr_conv_algo_graph_op(c, full, BWD_FILTER, v->acc_dw) : NULL;
-    if (gd && !v->acc_dx && !hr_cudnn_op_tuned(gd) && (st = hr_conv_algo_tune_op(c, gd, w, dy, dx, ws, wsz)) != HR_OK)
+    hr_cudnn_op *gf = dw ? hr_conv_algo_graph_op(c, full, BWD_FILTER, !half_dw && v->acc_dw) : NULL;
+    bool tune_dw = half_dw || !v->acc_dw;
+    /* dx may have x's bytes (the planner's in-place, never with acc_dx): the
+     * weight gradient reads all of x first, then dx is timed and written */
+    if (gf && tune_dw && !hr_cudnn_op_tuned(gf) && (st = hr_conv_algo_tune_op(c, gf, x, dy, dwo, fws, fwsz)) != HR_OK)
         return st;
-    if (gf && !v->acc_dw && !hr_cudnn_op_tuned(gf) && (st = hr_conv_algo_tune_op(c, gf, x, dy, dw, ws, wsz)) != HR_OK)
+    if (dw && !gf && tune_dw && !full->tuned[BWD_FILTER] &&
+        (st = hr_conv_algo_tune(c, full, BWD_FILTER, x, dy, dwo, fws, fwsz)) != HR_OK)
+        return st;
+    for (int64_t n0 = 0; dw && n0 < s.N; n0 += s.chunk) {
+        hr_cuda_conv *p = s.N - n0 >= s.chunk ? full : tail;
+        const void *dyc = at(dy, n0 * s.K * s.OH * s.OW, dt), *xc = at(x, n0 * s.C * s.H * s.W, dt);
+        bool add = n0 > 0 || v->acc_dw; /* into the F32 dW */
+        hr_cudnn_op *of = hr_conv_algo_graph_op(c, p, BWD_FILTER, !half_dw && add);
+        if (of) {
+            if ((st = hr_cudnn_op_run(d->G, of, xc, dyc, dwo, fws, fwsz)) != HR_OK) return st;
+        } else if (dw) {
+            if ((st = hr_conv_algo_ready(c, p, BWD_FILTER, fwsz)) != HR_OK) return st;
+            DNN(d, d->BackwardFilter(d->h, &one, p->xd, xc, p->yd, dyc, p->cd, p->algo[BWD_FILTER], fws, fwsz,
+                                     !half_dw && add ? &one : &zero, p->wd, dwo));
+        }
+        if (half_dw) HR_CU(hrk_cast(c->stream, dwo, dt, dw, HR_F32, s.K * s.C * s.kh * s.kw, add));
+    }
+    if (gd && !v->acc_dx && !hr_cudnn_op_tuned(gd) && (st = hr_conv_algo_tune_op(c, gd, w, dy, dx, ws, wsz)) != HR_OK)
         return st;
     if (dx && !gd && !v->acc_dx && !full->tuned[BWD_DATA] &&
         (st = hr_conv_algo_tune(c, full, BWD_DATA, w, dy, dx, ws, wsz)) != HR_OK)
         return st;
-    if (dw && !gf && !v->acc_dw && !full->tuned[BWD_FILTER] &&
-        (st = hr_conv_algo_tune(c, full, BWD_FILTER, x, dy, dw, ws, wsz)) != HR_OK)
-        return st;
-    for (int64_t n0 = 0; n0 < s.N; n0 += s.chunk) {
+    for (int64_t n0 = 0; dx && n0 < s.N; n0 += s.chunk) {
         hr_cuda_conv *p = s.N - n0 >= s.chunk ? full : tail;
-        const float *dyc = dy + n0 * s.K * s.OH * s.OW;
-        hr_cudnn_op *od = dx ? hr_conv_algo_graph_op(c, p, BWD_DATA, v->acc_dx) : NULL;
-        hr_cudnn_op *of = dw ? hr_conv_algo_graph_op(c, p, BWD_FILTER, n0 > 0 || v->acc_dw) : NULL;
+        const void *dyc = at(dy, n0 * s.K * s.OH * s.OW, dt);
+        void *dxc = (void *)at(dx, n0 * s.C * s.H * s.W, dt);
+        hr_cudnn_op *od = hr_conv_algo_graph_op(c, p, BWD_DATA, v->acc_dx);
         if (od) {
-            if ((st = hr_cudnn_op_run(d->G, od, w, dyc, dx + n0 * s.C * s.H * s.W, ws, wsz)) != HR_OK) return st;
-        } else if (dx) {
+            if ((st = hr_cudnn_op_run(d->G, od, w, dyc, dxc, ws, wsz)) != HR_OK) return st;
+        } else {
             if ((st = hr_conv_algo_ready(c, p, BWD_DATA, wsz)) != HR_OK) return st;
             DNN(d, d->BackwardData(d->h, &one, p->wd, w, p->yd, dyc, p->cd, p->algo[BWD_DATA], ws, wsz,
-                                   v->acc_dx ? &one : &zero, p->xd, dx + n0 * s.C * s.H * s.W));
-        }
-        if (of) {
-            if ((st = hr_cudnn_op_run(d->G, of, x + n0 * s.C * s.H * s.W, dyc, dw, ws, wsz)) != HR_OK) return st;
-        } else if (dw) {
-            if ((st = hr_conv_algo_ready(c, p, BWD_FILTER, wsz)) != HR_OK) return st;
-            bool add = n0 > 0 || v->acc_dw;
-            DNN(d, d->BackwardFilter(d->h, &one, p->xd, x + n0 * s.C * s.H * s.W, p->yd, dyc, p->cd,
-                                     p->algo[BWD_FILTER], ws, wsz, add ? &one : &zero, p->wd, dw));
+                                   v->acc_dx ? &one : &zero, p->xd, dxc));
         }
     }
     if (db) {
         bool fits = ws && wsz >= hr_chan_sum_ws(s.N, s.K, s.OH * s.OW);
-        HR_CU(hrk_channel_sum_ws(c->stream, dy, db, s.N, s.K, s.OH * s.OW, v->acc_db, fits ? ws : NULL));
+        HR_CU(hrk_channel_sum_ws(c->stream, dt, dy, db, s.N, s.K, s.OH * s.OW, v->acc_db, fits ? ws : NULL));
     }
     return HR_OK;
 }

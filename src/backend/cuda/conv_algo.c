@@ -37,7 +37,8 @@ static bool autotune(const hr_cuda *c) { return pick_mode(c) == HR_ALGO_PRECISE 
  * precise: no FFT or Winograd, the candidates timed (autotune) or cuDNN's
  * first; deterministic: also no non-deterministic engine, cuDNN's first
  * (timing could pick another engine in another run); heuristic: cuDNN's
- * first, whatever it is. TF32 engines only when allowed. */
+ * first, whatever it is. TF32 engines only when allowed; half data takes
+ * tensor-core engines, none that reduces in lower precision. */
 hr_cudnn_op *hr_conv_algo_graph_op(hr_cuda *c, hr_cuda_conv *p, int which, bool add) {
     hr_cuda_dnn *d = c->dnn;
     if (!d->G) return NULL;
@@ -45,13 +46,13 @@ hr_cudnn_op *hr_conv_algo_graph_op(hr_cuda *c, hr_cuda_conv *p, int which, bool 
     if (p->gtried[which][b]) return p->gop[which][b];
     p->gtried[which][b] = true;
     int mode = pick_mode(c);
-    unsigned flags = p->tf32 ? HR_ENGINE_ALLOW_TF32 : 0;
+    unsigned flags = p->dt != HR_F32 ? HR_ENGINE_TENSOR_CORE : p->tf32 ? HR_ENGINE_ALLOW_TF32 : 0;
     if (mode != HR_ALGO_HEURISTIC) flags |= HR_ENGINE_PRECISE;
     if (mode == HR_ALGO_DETERMINISTIC) flags |= HR_ENGINE_DETERMINISTIC;
     if (!autotune(c)) flags |= HR_ENGINE_FIRST_ONLY;
     hr_conv_dims dims = {.n = p->N, .c = p->C, .h = p->H, .w = p->W, .k = p->K, .r = p->kh, .s = p->kw,
                          .oh = p->OH, .ow = p->OW, .pad = {p->ph, p->pw}, .stride = {p->sh, p->sw},
-                         .align = p->align};
+                         .align = p->align, .dtype = hr_conv_dnn_type(p->dt)};
     size_t cap = autotune(c) ? HR_CUDA_CONV_TUNE_WS : HR_CUDA_CONV_WS_CAP;
     p->gop[which][b] = hr_cudnn_op_new(d->G, &dims, which, add ? 1.0f : 0.0f, flags, cap, 16, p->gwhy[which][b],
                                        sizeof p->gwhy[which][b]);
@@ -62,8 +63,8 @@ hr_cudnn_op *hr_conv_algo_graph_op(hr_cuda *c, hr_cuda_conv *p, int which, bool 
             hr_cudnn_op_describe(p->gop[which][b], desc, sizeof desc);
         else
             snprintf(desc, sizeof desc, "none (%s): legacy algorithms", p->gwhy[which][b]);
-        fprintf(stderr, "cuda: conv N=%d C=%d %dx%d K=%d k=%dx%d s=%d p=%d: %s beta %d: %s\n", p->N, p->C, p->H, p->W,
-                p->K, p->kh, p->kw, p->sh, p->ph, what[which], b, desc);
+        fprintf(stderr, "cuda: conv %s N=%d C=%d %dx%d K=%d k=%dx%d s=%d p=%d: %s beta %d: %s\n", hr_dtype_name(p->dt),
+                p->N, p->C, p->H, p->W, p->K, p->kh, p->kw, p->sh, p->ph, what[which], b, desc);
     }
     return p->gop[which][b];
 }
@@ -76,15 +77,17 @@ static hr_cudnn_status ws_size(hr_cuda_dnn *d, hr_cuda_conv *p, int which, int a
 }
 
 /* The first algorithm of cuDNN's heuristic ranking that succeeds, keeps to
- * FP32 arithmetic unless TF32 is allowed, and whose workspace fits the cap,
- * in the preference order of pick_mode(). */
+ * FP32 arithmetic unless TF32 is allowed (half data: tensor cores, FP32
+ * accumulation), and whose workspace fits the cap, in the preference order
+ * of pick_mode(). */
 static hr_status choose(hr_cuda *c, hr_cuda_conv *p, int which) {
     hr_cuda_dnn *d = c->dnn;
     if (p->algo[which] >= 0 || p->err[which]) return HR_OK;
     hr_cudnn_perf perf[8];
     int got = 0;
     memset(perf, 0, sizeof perf);
-    DNN(d, d->SetConvolutionMathType(p->cd, p->tf32 ? HR_CUDNN_DEFAULT_MATH : HR_CUDNN_FMA_MATH));
+    int ask = p->dt != HR_F32 ? HR_CUDNN_TENSOR_OP_MATH : p->tf32 ? HR_CUDNN_DEFAULT_MATH : HR_CUDNN_FMA_MATH;
+    DNN(d, d->SetConvolutionMathType(p->cd, ask));
     hr_cudnn_status st;
     if (which == FWD)
         st = d->GetFwdAlgo(d->h, p->xd, p->wd, p->cd, p->yd, HR_CUDNN_FWD_ALGO_COUNT, &got, perf);
@@ -97,17 +100,18 @@ static hr_status choose(hr_cuda *c, hr_cuda_conv *p, int which) {
         return HR_OK;
     }
     int mode = pick_mode(c);
+    bool tc = hr_conv_tensor_ok(p); /* tensor-core math: TF32 allowed, or half data */
     for (int pass = 0; pass < 3 && p->algo[which] < 0; pass++)
         for (int i = 0; i < got; i++) {
             const hr_cudnn_perf *r = &perf[i];
-            bool math_ok = p->tf32 || r->mathType == HR_CUDNN_FMA_MATH || r->mathType == HR_CUDNN_DEFAULT_MATH;
+            bool math_ok = tc || r->mathType == HR_CUDNN_FMA_MATH || r->mathType == HR_CUDNN_DEFAULT_MATH;
             if (r->status != 0 || !math_ok || r->memory > HR_CUDA_CONV_WS_CAP) continue;
             bool want_det = mode == HR_ALGO_DETERMINISTIC && pass < 2;
             bool want_precise = mode != HR_ALGO_HEURISTIC && pass < 1;
             if (want_det && r->determinism != HR_CUDNN_DETERMINISTIC) continue;
             if (want_precise && !precise(which, r->algo)) continue;
             size_t ws = 0;
-            int math = p->tf32 ? r->mathType : HR_CUDNN_FMA_MATH;
+            int math = tc ? r->mathType : HR_CUDNN_FMA_MATH;
             DNN(d, d->SetConvolutionMathType(p->cd, math));
             st = ws_size(d, p, which, r->algo, &ws);
             if (st != 0 || ws > HR_CUDA_CONV_WS_CAP) continue;
@@ -120,9 +124,9 @@ static hr_status choose(hr_cuda *c, hr_cuda_conv *p, int which) {
     if (p->algo[which] >= 0 && autotune(c)) {
         for (int i = 0; i < got && p->ncand[which] < 8; i++) {
             const hr_cudnn_perf *r = &perf[i];
-            bool math_ok = p->tf32 || r->mathType == HR_CUDNN_FMA_MATH || r->mathType == HR_CUDNN_DEFAULT_MATH;
+            bool math_ok = tc || r->mathType == HR_CUDNN_FMA_MATH || r->mathType == HR_CUDNN_DEFAULT_MATH;
             if (r->status != 0 || !math_ok || !precise(which, r->algo)) continue;
-            int math = p->tf32 ? r->mathType : HR_CUDNN_FMA_MATH;
+            int math = tc ? r->mathType : HR_CUDNN_FMA_MATH;
             bool dup = false;
             for (int k = 0; k < p->ncand[which]; k++)
                 dup |= p->cand[which][k].algo == r->algo && p->cand[which][k].math == math;

@@ -42,6 +42,24 @@ static size_t cuda_workspace(hr_backend *be, const hr_kargs *a) {
     return f ? f(ctx_of(be), a) : 0;
 }
 
+/* Which kernels run BF16 and F16 activations themselves: those whose file
+ * says so with HR_CUDA_TAKES_HALF (hr_cuda.h), found as the workspaces are. */
+#define HR_X_CUDA_HALF_DECL(E, id, k, name) bool hr_cuda_##k##_takes_half(const hr_cuda *c) __attribute__((weak));
+HR_OP_LIST(HR_X_CUDA_HALF_DECL)
+#undef HR_X_CUDA_HALF_DECL
+static const hr_cuda_half_fn cuda_halves[HR_OP_COUNT] = {
+#define HR_X_CUDA_HALF(E, id, k, name) [HR_OP_##E] = hr_cuda_##k##_takes_half,
+    HR_OP_LIST(HR_X_CUDA_HALF)
+#undef HR_X_CUDA_HALF
+};
+
+/* BF16 and F16 (hr_gpu_takes_half says the same without a GPU); F32 is not
+ * asked (every kernel runs it). */
+static bool cuda_takes_half(hr_backend *be, hr_op op, hr_dtype dt) {
+    hr_cuda_half_fn f = (unsigned)op < HR_OP_COUNT ? cuda_halves[op] : NULL;
+    return hr_dtype_is_half(dt) && f && f(ctx_of(be));
+}
+
 /* ---- the arena ------------------------------------------------------------------- */
 static hr_status cuda_arena_alloc(hr_backend *be, size_t bytes, void **base) {
     hr_cuda *c = ctx_of(be);
@@ -202,6 +220,7 @@ hr_backend *hr_backend_cuda_new(const hr_config_t *cfg) {
         /* .ctx            = */ c,
         /* .kernels        = */ cuda_kernels,
         /* .supports       = */ NULL,
+        /* .takes_half     = */ cuda_takes_half,
         /* .set_batch      = */ cuda_set_batch,
         /* .workspace_size = */ cuda_workspace,
         /* .arena_alloc    = */ cuda_arena_alloc,

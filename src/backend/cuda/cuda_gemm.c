@@ -1,22 +1,47 @@
 /* cuda_gemm.c — Linear on the GPU: cuBLAS products in FP32 (TF32 only when
- * allowed), bias through small kernels, long-k products cut along k (split-K). */
+ * allowed) or, under mixed precision, on BF16/F16 inputs with FP32
+ * accumulation (tensor cores); bias through small kernels, long-k products
+ * cut along k (split-K). */
 
 /* cuBLAS sees row-major (N, F) matrices as column-major (F, N) ones, so every
- * product below is written transposed. */
+ * product below is written transposed.
+ *
+ * Element types: x, W (the weight's half copy), y, dy, dx are the node's dt;
+ * dW is always F32 (cuBLAS writes the half product's FP32 sums), db too (a
+ * sum of dy in double). A half y with a bias: the bias is filled into y
+ * (rounded to dt, as autocast's cast of it) and the product added with beta
+ * 1, so the sum is formed in FP32 and rounded once; split-K's reduction adds
+ * the FP32 bias itself. */
 #include "backend/cuda/hr_cuda.h"
 
 #include <cublas_v2.h>
 #include <limits.h>
 
-static cublasComputeType_t compute_type(const hr_cuda *c) {
+/* Operand types of a product: its inputs' (ab) and its output's (ct). */
+typedef struct {
+    hr_dtype ab, ct;
+} gemm_types;
+
+static cudaDataType_t cuda_type(hr_dtype t) {
+    return t == HR_BF16 ? CUDA_R_16BF : t == HR_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+/* Half inputs: FP32 accumulation (tensor cores take them as they are). */
+static cublasComputeType_t compute_type(const hr_cuda *c, hr_dtype ab) {
+    if (ab != HR_F32) return CUBLAS_COMPUTE_32F;
     return c->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
-static hr_status gemm(hr_cuda *c, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float *A,
-                      int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+/* p + k elements of type t */
+static const void *at(const void *p, int64_t k, hr_dtype t) {
+    return (const char *)p + k * (int64_t)hr_dtype_size(t);
+}
+
+static hr_status gemm(hr_cuda *c, gemm_types ty, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                      const void *A, int lda, const void *B, int ldb, float beta, void *C, int ldc) {
     float alpha = 1.0f;
-    HR_CUBLAS(cublasGemmEx(c->blas, ta, tb, m, n, k, &alpha, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
-                           CUDA_R_32F, ldc, compute_type(c), CUBLAS_GEMM_DEFAULT));
+    HR_CUBLAS(cublasGemmEx(c->blas, ta, tb, m, n, k, &alpha, A, cuda_type(ty.ab), lda, B, cuda_type(ty.ab), ldb, &beta,
+                           C, cuda_type(ty.ct), ldc, compute_type(c, ty.ab), CUBLAS_GEMM_DEFAULT));
     return HR_OK;
 }
 
@@ -81,27 +106,29 @@ static splitk_plan splitk_plan_for(const hr_cuda *c, int64_t m, int64_t n, int64
     return p;
 }
 
-/* The partials go to `part`, then one kernel writes C. Chunk s of k starts at
- * row s*chunk of op(A)'s columns / op(B)'s rows: an offset of s*chunk elements
- * along the stored matrix's contiguous side when that side is k (A transposed,
- * B not), else s*chunk leading dimensions. */
-static hr_status gemm_split(hr_cuda *c, const splitk_plan *p, float *part, cublasOperation_t ta, cublasOperation_t tb,
-                            int m, int n, int k, const float *A, int lda, const float *B, int ldb, const float *bias,
-                            float beta, float *C, int ldc) {
+/* The partials (F32 whatever the inputs) go to `part`, then one kernel
+ * writes C in its type. Chunk s of k starts at row s*chunk of op(A)'s columns
+ * / op(B)'s rows: an offset of s*chunk elements along the stored matrix's
+ * contiguous side when that side is k (A transposed, B not), else s*chunk
+ * leading dimensions. */
+static hr_status gemm_split(hr_cuda *c, gemm_types ty, const splitk_plan *p, float *part, cublasOperation_t ta,
+                            cublasOperation_t tb, int m, int n, int k, const void *A, int lda, const void *B, int ldb,
+                            const float *bias, float beta, void *C, int ldc) {
     float one = 1.0f, zero = 0.0f;
+    cudaDataType_t ab = cuda_type(ty.ab);
+    cublasComputeType_t ct = compute_type(c, ty.ab);
     long long sa = ta == CUBLAS_OP_N ? (long long)p->chunk * lda : p->chunk;
     long long sb = tb == CUBLAS_OP_N ? p->chunk : (long long)p->chunk * ldb;
     long long sc = (long long)m * n;
-    HR_CUBLAS(cublasGemmStridedBatchedEx(c->blas, ta, tb, m, n, p->chunk, &one, A, CUDA_R_32F, lda, sa, B, CUDA_R_32F,
-                                         ldb, sb, &zero, part, CUDA_R_32F, m, sc, p->full, compute_type(c),
-                                         CUBLAS_GEMM_DEFAULT));
+    HR_CUBLAS(cublasGemmStridedBatchedEx(c->blas, ta, tb, m, n, p->chunk, &one, A, ab, lda, sa, B, ab, ldb, sb, &zero,
+                                         part, CUDA_R_32F, m, sc, p->full, ct, CUBLAS_GEMM_DEFAULT));
     if (p->parts > p->full) { /* the shorter last chunk, into the last partial */
         int rest = k - p->full * p->chunk;
-        HR_CUBLAS(cublasGemmEx(c->blas, ta, tb, m, n, rest, &one, A + p->full * sa, CUDA_R_32F, lda, B + p->full * sb,
-                               CUDA_R_32F, ldb, &zero, part + p->full * sc, CUDA_R_32F, m, compute_type(c),
+        HR_CUBLAS(cublasGemmEx(c->blas, ta, tb, m, n, rest, &one, at(A, p->full * sa, ty.ab), ab, lda,
+                               at(B, p->full * sb, ty.ab), ab, ldb, &zero, part + p->full * sc, CUDA_R_32F, m, ct,
                                CUBLAS_GEMM_DEFAULT));
     }
-    HR_CU(hrk_splitk_reduce(c->stream, part, p->parts, m, n, bias, beta, C, ldc));
+    HR_CU(hrk_splitk_reduce(c->stream, part, p->parts, m, n, bias, beta, ty.ct, C, ldc));
     return HR_OK;
 }
 
@@ -168,17 +195,17 @@ static hr_status use_workspace(hr_cuda *c, const hr_kargs *a, node_scratch *s) {
 /* C = op(A) op(B) + (bias on each row of C's (m, n), or beta C): split-K when
  * the plan says so and the partials were reserved, else one plain product
  * (the bias first filled into C, which is then C's old value). */
-static hr_status product(hr_cuda *c, const node_scratch *s, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                         int k, const float *A, int lda, const float *B, int ldb, const float *bias, float beta,
-                         float *C, int ldc) {
+static hr_status product(hr_cuda *c, const node_scratch *s, gemm_types ty, cublasOperation_t ta, cublasOperation_t tb,
+                         int m, int n, int k, const void *A, int lda, const void *B, int ldb, const float *bias,
+                         float beta, void *C, int ldc) {
     splitk_plan p = splitk_plan_for(c, m, n, k);
     if (p.parts > 0 && p.bytes <= s->part_bytes)
-        return gemm_split(c, &p, s->part, ta, tb, m, n, k, A, lda, B, ldb, bias, beta, C, ldc);
+        return gemm_split(c, ty, &p, s->part, ta, tb, m, n, k, A, lda, B, ldb, bias, beta, C, ldc);
     if (bias) { /* C (m, n) with ldc == m: rows of the row-major (n, m) */
-        HR_CU(hrk_bias_fill(c->stream, bias, C, n, m, 1));
+        HR_CU(hrk_bias_fill(c->stream, ty.ct, bias, C, n, m, 1));
         beta = 1.0f;
     }
-    return gemm(c, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc);
+    return gemm(c, ty, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* y (N,out) = x (N,in) W^T + b: y^T = W x^T, plus b. */
@@ -187,8 +214,9 @@ static hr_status product(hr_cuda *c, const node_scratch *s, cublasOperation_t ta
 static hr_status linear_rows(hr_cuda *c, const hr_kargs *a, bool pieces) {
     const hr_linear_args *l = &a->linear;
     int64_t N = l->N, in = l->in, out = l->out;
-    const float *x = l->x, *W = l->w, *b = l->b;
-    float *y = l->y;
+    const float *b = l->b;
+    hr_dtype dt = a->dt;
+    gemm_types ty = {dt, dt};
     if (in > INT_MAX || out > INT_MAX) return hr_error_set(HR_ERR_UNSUPPORTED, "Linear: more than 2^31 features");
     node_scratch s;
     hr_status st = use_workspace(c, a, &s);
@@ -203,14 +231,17 @@ static hr_status linear_rows(hr_cuda *c, const hr_kargs *a, bool pieces) {
         }
         for (int64_t r = r0; r < r1; r += step) {
             int rows = (int)(r1 - r < step ? r1 - r : step);
-            if ((st = product(c, &s, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, rows, (int)in, W, (int)in, x + r * in, (int)in,
-                              b, 0.0f, y + r * out, (int)out)))
+            if ((st = product(c, &s, ty, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, rows, (int)in, l->w, (int)in,
+                              at(l->x, r * in, dt), (int)in, b, 0.0f, (void *)at(l->y, r * out, dt), (int)out)))
                 return st;
         }
         r0 = r1;
     }
     return HR_OK;
 }
+
+HR_CUDA_TAKES_HALF(linear)
+HR_CUDA_TAKES_HALF(linear_bwd)
 
 hr_status hr_cuda_linear(void *ctx, const hr_kargs *a) { return linear_rows(ctx, a, false); }
 
@@ -230,24 +261,26 @@ hr_status hr_cuda_linear_bwd(void *ctx, const hr_kargs *a) {
     hr_cuda *c = ctx;
     const hr_linear_args *l = &a->linear;
     int64_t N = l->N, in = l->in, out = l->out;
-    const float *x = l->x, *W = l->w, *dy = l->dy;
+    hr_dtype dt = a->dt;
+    gemm_types tw = {dt, HR_F32}, tx = {dt, dt}; /* dW in F32, dx in dt */
     if (in > INT_MAX || out > INT_MAX) return hr_error_set(HR_ERR_UNSUPPORTED, "Linear: more than 2^31 features");
     node_scratch s;
     hr_status st = use_workspace(c, a, &s);
     if (st) return st;
     int64_t step = rows_per_call(c, in, out);
-    if (l->db) HR_CU(hrk_channel_sum(c->stream, dy, l->db, N, out, 1, l->acc_db));
+    if (l->db) HR_CU(hrk_channel_sum(c->stream, dt, l->dy, l->db, N, out, 1, l->acc_db));
     for (int64_t r = 0; r < N; r += step) {
         int rows = (int)(N - r < step ? N - r : step);
+        const void *dyr = at(l->dy, r * out, dt);
         if (l->dw) { /* dW^T (in, out) = x^T (in, rows) . dy (rows, out) */
             bool add = r > 0 || l->acc_dw;
-            if ((st = product(c, &s, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, rows, x + r * in, (int)in,
-                              dy + r * out, (int)out, NULL, add ? 1.0f : 0.0f, l->dw, (int)in)))
+            if ((st = product(c, &s, tw, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, rows, at(l->x, r * in, dt),
+                              (int)in, dyr, (int)out, NULL, add ? 1.0f : 0.0f, l->dw, (int)in)))
                 return st;
         }
         if (l->dx) { /* dx^T (in, rows) = W^T-as-stored (in, out) . dy^T (out, rows) */
-            if ((st = product(c, &s, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, rows, (int)out, W, (int)in, dy + r * out,
-                              (int)out, NULL, l->acc_dx ? 1.0f : 0.0f, l->dx + r * in, (int)in)))
+            if ((st = product(c, &s, tx, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, rows, (int)out, l->w, (int)in, dyr,
+                              (int)out, NULL, l->acc_dx ? 1.0f : 0.0f, (void *)at(l->dx, r * in, dt), (int)in)))
                 return st;
         }
     }

@@ -15,7 +15,7 @@ typedef struct cudnnConvolutionStruct *cudnnConvolutionDescriptor_t;
 
 typedef int hr_cudnn_status; /* cudnnStatus_t: CUDNN_STATUS_SUCCESS = 0 */
 
-enum { HR_CUDNN_DATA_FLOAT = 0 };
+enum { HR_CUDNN_DATA_FLOAT = 0, HR_CUDNN_DATA_HALF = 2, HR_CUDNN_DATA_BFLOAT16 = 9 };
 enum { HR_CUDNN_TENSOR_NCHW = 0 };
 enum { HR_CUDNN_CROSS_CORRELATION = 1 };
 enum { HR_CUDNN_DEFAULT_MATH = 0, HR_CUDNN_TENSOR_OP_MATH = 1, HR_CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION = 2,

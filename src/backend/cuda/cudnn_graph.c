@@ -109,9 +109,8 @@ static void scope_end(scope *s) {
     s->n = 0;
 }
 
-static hr_cudnn_desc tensor(scope *s, int64_t uid, const int64_t dim[4], int64_t align) {
+static hr_cudnn_desc tensor(scope *s, int64_t uid, const int64_t dim[4], int64_t align, int dt) {
     int64_t st[4] = {dim[1] * dim[2] * dim[3], dim[2] * dim[3], dim[3], 1};
-    int dt = HR_CUDNN_DATA_FLOAT;
     hr_cudnn_desc t = make(s, HR_CUDNN_BK_TENSOR);
     set(s, t, HR_CUDNN_ATTR_TENSOR_DATA_TYPE, HR_CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor data type");
     set(s, t, HR_CUDNN_ATTR_TENSOR_DIMENSIONS, HR_CUDNN_TYPE_INT64, 4, dim, "tensor dimensions");
@@ -127,8 +126,8 @@ enum { UID_X = 'x', UID_W = 'w', UID_Y = 'y' };
 
 static hr_cudnn_desc op_graph(scope *s, const hr_conv_dims *d, int which, float alpha, float beta) {
     int64_t xd[4] = {d->n, d->c, d->h, d->w}, wd[4] = {d->k, d->c, d->r, d->s}, yd[4] = {d->n, d->k, d->oh, d->ow};
-    hr_cudnn_desc x = tensor(s, UID_X, xd, d->align), w = tensor(s, UID_W, wd, d->align),
-                  y = tensor(s, UID_Y, yd, d->align);
+    hr_cudnn_desc x = tensor(s, UID_X, xd, d->align, d->dtype), w = tensor(s, UID_W, wd, d->align, d->dtype),
+                  y = tensor(s, UID_Y, yd, d->align, d->dtype);
     int64_t two = 2, one[2] = {1, 1};
     int comp = HR_CUDNN_DATA_FLOAT, mode = HR_CUDNN_CROSS_CORRELATION;
     hr_cudnn_desc conv = make(s, HR_CUDNN_BK_CONVOLUTION);
@@ -184,6 +183,7 @@ static bool acceptable(unsigned notes, unsigned behavior, unsigned flags) {
     unsigned transform = 1u << HR_CUDNN_NOTE_FFT | 1u << HR_CUDNN_NOTE_WINOGRAD |
                          1u << HR_CUDNN_NOTE_WINOGRAD_TILE_4x4 | 1u << HR_CUDNN_NOTE_WINOGRAD_TILE_6x6 |
                          1u << HR_CUDNN_NOTE_WINOGRAD_TILE_13x13;
+    if (flags & HR_ENGINE_TENSOR_CORE) tf32 &= ~(1u << HR_CUDNN_NOTE_TENSOR_CORE); /* half data: tensor cores only */
     if (!(flags & HR_ENGINE_ALLOW_TF32) && (notes & tf32)) return false;
     if ((flags & HR_ENGINE_PRECISE) && (notes & transform)) return false;
     if ((flags & HR_ENGINE_DETERMINISTIC) && (notes & 1u << HR_CUDNN_NOTE_NONDETERMINISTIC)) return false;

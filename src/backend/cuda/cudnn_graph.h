@@ -26,7 +26,9 @@ enum {
     HR_ENGINE_ALLOW_TF32 = 1,     /* tensor-core engines (TF32 inputs) */
     HR_ENGINE_PRECISE = 2,        /* no FFT or Winograd engines */
     HR_ENGINE_DETERMINISTIC = 4, /* no engine that may give other bits on a rerun */
-    HR_ENGINE_FIRST_ONLY = 8      /* the heuristics' first acceptable engine, not timed */
+    HR_ENGINE_FIRST_ONLY = 8,     /* the heuristics' first acceptable engine, not timed */
+    HR_ENGINE_TENSOR_CORE = 16    /* tensor-core engines, but none that converts inputs down or reduces
+                                     in lower precision (half data with FP32 accumulation) */
 };
 
 typedef struct {
@@ -34,7 +36,8 @@ typedef struct {
     int64_t k, r, s;       /* W: K x C x R x S */
     int64_t oh, ow;        /* y: N x K x OH x OW */
     int64_t pad[2], stride[2];
-    int64_t align;         /* byte alignment every call's pointers keep (4 or 16) */
+    int64_t align;         /* byte alignment every call's pointers keep (an element's size, or 16) */
+    int dtype;             /* x, W and y: HR_CUDNN_DATA_FLOAT, _HALF or _BFLOAT16 (compute: FLOAT) */
 } hr_conv_dims;
 
 /* NULL when the library lacks the graph API. */

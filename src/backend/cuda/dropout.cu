@@ -1,46 +1,64 @@
 /* dropout.cu — Dropout on the GPU, forward and backward, kernels and
- * entries, with the CPU's masks bit for bit (common.cuh's generator). */
+ * entries, with the CPU's masks bit for bit (common.cuh's generator), on
+ * F32, BF16 or F16 activations (scaled in float, stored rounded). */
 #include "backend/cuda/common.cuh"
 
-/* The keep decision is hr_rng_uniform(seed, stream, i) >= p, as on the CPU. */
-__global__ void k_dropout(const float *x, float *y, uint8_t *mask, int64_t n, float p, float scale, uint64_t seed,
-                          uint64_t stream) {
+/* The keep decision is hr_rng_uniform(seed, stream, first + i) >= p, as on the CPU. */
+template <typename T>
+__global__ void k_dropout(const T *x, T *y, uint8_t *mask, int64_t n, float p, float scale, uint64_t seed,
+                          uint64_t stream, uint64_t first) {
     HR_GRID_STRIDE(i, n) {
-        uint8_t keep = hr_dev_uniform(seed, stream, (uint64_t)i) >= p;
+        uint8_t keep = hr_dev_uniform(seed, stream, first + (uint64_t)i) >= p;
         mask[i] = keep;
-        y[i] = keep ? x[i] * scale : 0.0f;
+        y[i] = hr_to<T>(keep ? hr_f(x[i]) * scale : 0.0f);
     }
 }
 
-__global__ void k_dropout_bwd(const uint8_t *mask, const float *dy, float *dx, int64_t n, float scale, bool acc) {
+template <typename T>
+__global__ void k_dropout_bwd(const uint8_t *mask, const T *dy, T *dx, int64_t n, float scale, bool acc) {
     HR_GRID_STRIDE(i, n) {
-        float v = mask[i] ? dy[i] * scale : 0.0f;
-        dx[i] = acc ? dx[i] + v : v;
+        float v = mask[i] ? hr_f(dy[i]) * scale : 0.0f;
+        dx[i] = hr_to<T>(acc ? hr_f(dx[i]) + v : v);
     }
+}
+
+template <typename T> static cudaError_t dropout(cudaStream_t s, const hr_dropout_args *p) {
+    k_dropout<T><<<hr_grid(p->n), HR_THREADS, 0, s>>>((const T *)p->x, (T *)p->y, p->mask_out, p->n, p->p, p->scale,
+                                                       p->seed, p->stream, p->first);
+    return cudaGetLastError();
+}
+
+template <typename T> static cudaError_t dropout_bwd(cudaStream_t s, const hr_dropout_args *p) {
+    k_dropout_bwd<T><<<hr_grid(p->n), HR_THREADS, 0, s>>>(p->mask, (const T *)p->dy, (T *)p->dx, p->n, p->scale,
+                                                           p->acc);
+    return cudaGetLastError();
 }
 
 extern "C" {
+
+HR_CUDA_TAKES_HALF(dropout)
+HR_CUDA_TAKES_HALF(dropout_bwd)
 
 /* In training with p > 0: y and the mask. Otherwise y = x and the mask (if
  * the node has one) all ones, as the CPU leaves it. */
 hr_status hr_cuda_dropout(void *ctx, const hr_kargs *a) {
     const hr_dropout_args *p = &a->drop;
     cudaStream_t s = ((hr_cuda *)ctx)->stream;
+    if (p->n <= 0) return HR_OK;
     if (!p->train || p->p == 0.0f) {
-        if (p->y != p->x) HR_CU(cudaMemcpyAsync(p->y, p->x, sizeof(float) * (size_t)p->n, cudaMemcpyDeviceToDevice, s));
+        if (p->y != p->x)
+            HR_CU(cudaMemcpyAsync(p->y, p->x, hr_dtype_size(a->dt) * (size_t)p->n, cudaMemcpyDeviceToDevice, s));
         if (p->mask_out) HR_CU(cudaMemsetAsync(p->mask_out, 1, (size_t)p->n, s));
         return HR_OK;
     }
-    k_dropout<<<hr_grid(p->n), HR_THREADS, 0, s>>>(p->x, p->y, p->mask_out, p->n, p->p, p->scale, p->seed, p->stream);
-    HR_CU(cudaGetLastError());
+    HR_CU(HR_DT_CALL(a->dt, dropout, s, p));
     return HR_OK;
 }
 
 hr_status hr_cuda_dropout_bwd(void *ctx, const hr_kargs *a) {
     const hr_dropout_args *p = &a->drop;
-    k_dropout_bwd<<<hr_grid(p->n), HR_THREADS, 0, ((hr_cuda *)ctx)->stream>>>(p->mask, p->dy, p->dx, p->n, p->scale,
-                                                                                p->acc);
-    HR_CU(cudaGetLastError());
+    if (p->n <= 0) return HR_OK;
+    HR_CU(HR_DT_CALL(a->dt, dropout_bwd, ((hr_cuda *)ctx)->stream, p));
     return HR_OK;
 }
 

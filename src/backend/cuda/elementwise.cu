@@ -1,34 +1,60 @@
 /* elementwise.cu — Copy (a gradient passed on or added in), Reshape's copy
- * where it is no view, and Add on the GPU, kernels and entries. */
+ * where it is no view, and Add on the GPU, kernels and entries, on F32, BF16
+ * or F16 activations (sums in float, stored rounded). */
 #include "backend/cuda/common.cuh"
 
-__global__ void k_add(const float *a, const float *b, float *y, int64_t n) {
-    HR_GRID_STRIDE(i, n) y[i] = a[i] + b[i];
+/* y = a + b, or y += x (b == y): 16 bytes a thread where every pointer is
+ * 16-byte aligned (the grid's first threads do the last values), else one
+ * value a thread; the same sum either way. */
+template <typename T> __global__ void k_add(const T *a, const T *b, T *y, int64_t n) {
+    HR_GRID_STRIDE(i, n) y[i] = hr_to<T>(hr_f(a[i]) + hr_f(b[i]));
 }
 
-__global__ void k_acc(const float *x, float *y, int64_t n) {
-    HR_GRID_STRIDE(i, n) y[i] += x[i];
+template <typename T> __global__ void k_addv(const T *a, const T *b, T *y, int64_t n) {
+    constexpr int V = hr_v16<T>::n;
+    typedef hr_vec<T, V> vec;
+    HR_GRID_STRIDE(i, n / V) {
+        vec u = ((const vec *)a)[i], v = ((const vec *)b)[i], r;
+#pragma unroll
+        for (int k = 0; k < V; k++) r.v[k] = hr_to<T>(hr_f(u.v[k]) + hr_f(v.v[k]));
+        ((vec *)y)[i] = r;
+    }
+    int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, i = n - n % V + t;
+    if (i < n) y[i] = hr_to<T>(hr_f(a[i]) + hr_f(b[i]));
+}
+
+template <typename T> static cudaError_t add(cudaStream_t s, const void *av, const void *bv, void *yv, int64_t n) {
+    const T *a = (const T *)av, *b = (const T *)bv;
+    T *y = (T *)yv;
+    if (hr_al(a, 16) && hr_al(b, 16) && hr_al(y, 16))
+        k_addv<T><<<hr_grid(n / hr_v16<T>::n), HR_THREADS, 0, s>>>(a, b, y, n);
+    else
+        k_add<T><<<hr_grid(n), HR_THREADS, 0, s>>>(a, b, y, n);
+    return cudaGetLastError();
 }
 
 extern "C" {
 
-/* y = x, or y += x with acc; nothing when y is x (a view). */
+HR_CUDA_TAKES_HALF(copy)
+HR_CUDA_TAKES_HALF(add)
+
+/* y = x, or y += x with acc (y + x, as the CPU adds); nothing when y is x (a view). */
 hr_status hr_cuda_copy(void *ctx, const hr_kargs *a) {
     const hr_copy_args *p = &a->copy;
     cudaStream_t s = ((hr_cuda *)ctx)->stream;
+    if (p->n <= 0) return HR_OK;
     if (p->acc) {
-        k_acc<<<hr_grid(p->n), HR_THREADS, 0, s>>>(p->x, p->y, p->n);
-        HR_CU(cudaGetLastError());
+        HR_CU(HR_DT_CALL(a->dt, add, s, p->y, p->x, p->y, p->n));
     } else if (p->x != p->y) {
-        HR_CU(cudaMemcpyAsync(p->y, p->x, sizeof(float) * (size_t)p->n, cudaMemcpyDeviceToDevice, s));
+        HR_CU(cudaMemcpyAsync(p->y, p->x, hr_dtype_size(a->dt) * (size_t)p->n, cudaMemcpyDeviceToDevice, s));
     }
     return HR_OK;
 }
 
 hr_status hr_cuda_add(void *ctx, const hr_kargs *a) {
     const hr_add_args *p = &a->add;
-    k_add<<<hr_grid(p->n), HR_THREADS, 0, ((hr_cuda *)ctx)->stream>>>(p->a, p->b, p->y, p->n);
-    HR_CU(cudaGetLastError());
+    if (p->n <= 0) return HR_OK;
+    HR_CU(HR_DT_CALL(a->dt, add, ((hr_cuda *)ctx)->stream, p->a, p->b, p->y, p->n));
     return HR_OK;
 }
 

@@ -112,6 +112,14 @@ const char *hr_cublas_status_str(int st);
 HR_OP_LIST(HR_X_CUDA_KERNEL)
 #undef HR_X_CUDA_KERNEL
 
+/* ---- half activations: a kernel that runs BF16 and F16 activations itself
+ * (hr_kargs.dt) says so beside its entry with HR_CUDA_TAKES_HALF(kernel),
+ * which defines hr_cuda_<kernel>_takes_half; cuda_backend.c's takes_half
+ * finds it (none: the kernel runs F32 only, and exec hands it F32 copies). */
+#define HR_CUDA_TAKES_HALF(k) \
+    bool hr_cuda_##k##_takes_half(const hr_cuda *c) { (void)c; return true; }
+typedef bool (*hr_cuda_half_fn)(const struct hr_cuda *c);
+
 /* ---- context.c: the device, streams, handles; released in reverse ---- */
 hr_status hr_cuda_init(hr_cuda *c, const hr_config_t *cfg);
 void hr_cuda_fini(hr_cuda *c); /* everything but the arena; c itself stays */
@@ -160,9 +168,11 @@ double hr_cuda_mark_ms(hr_cuda *c, int a, int b);
 void hr_cuda_marks_free(hr_cuda *c);
 
 /* ---- launchers several families share; each returns cudaGetLastError() ---- */
-/* channel.cu: (N, C, HW) layouts (HW = 1: row-major (N, C)) */
-cudaError_t hrk_bias_fill(cudaStream_t s, const float *b, float *y, int64_t N, int64_t C, int64_t HW);
-cudaError_t hrk_channel_sum(cudaStream_t s, const float *dy, float *db, int64_t N, int64_t C, int64_t HW, bool acc);
+/* channel.cu: (N, C, HW) layouts (HW = 1: row-major (N, C)); y and dy hold
+ * dt values (F32, BF16, F16), the bias b and its gradient db are F32 */
+cudaError_t hrk_bias_fill(cudaStream_t s, hr_dtype dt, const float *b, void *y, int64_t N, int64_t C, int64_t HW);
+cudaError_t hrk_channel_sum(cudaStream_t s, hr_dtype dt, const void *dy, float *db, int64_t N, int64_t C, int64_t HW,
+                            bool acc);
 /* The same sum spread over many blocks: (N, C) is cut into hr_chan_splits
  * slices of samples per channel, whose partial sums (doubles, in `part`,
  * hr_chan_sum_ws bytes) are added in a fixed order. part NULL: one block a
@@ -176,15 +186,19 @@ static inline int64_t hr_chan_splits(int64_t N, int64_t C) {
 static inline size_t hr_chan_sum_ws(int64_t N, int64_t C, int64_t HW) {
     return HW > 1 && hr_chan_splits(N, C) > 1 ? (size_t)(C * hr_chan_splits(N, C)) * sizeof(double) : 0;
 }
-cudaError_t hrk_channel_sum_ws(cudaStream_t s, const float *dy, float *db, int64_t N, int64_t C, int64_t HW, bool acc,
-                               void *part);
+cudaError_t hrk_channel_sum_ws(cudaStream_t s, hr_dtype dt, const void *dy, float *db, int64_t N, int64_t C,
+                               int64_t HW, bool acc, void *part);
 /* loss.cu: out[0] = (acc ? out[0] : 0) + sum(part[0..n)) / div, in double */
 cudaError_t hr_finish_launch(cudaStream_t s, const double *part, int n, float *out, bool acc, double div);
-/* gemm_splitk.cu: C (m, n column-major, leading dimension ldc) = the sum of
- * the `parts` partials (each m*n, packed, one after the other) in the order
- * 0..parts-1, + bias[i] on row i when bias, + beta C when beta != 0. */
+/* gemm_splitk.cu: C (m, n column-major, leading dimension ldc, ct values:
+ * F32, BF16 or F16) = the sum of the `parts` F32 partials (each m*n, packed,
+ * one after the other) in the order 0..parts-1, + bias[i] on row i when bias,
+ * + beta C when beta != 0, in float, rounded once. */
 cudaError_t hrk_splitk_reduce(cudaStream_t s, const float *part, int parts, int64_t m, int64_t n, const float *bias,
-                              float beta, float *C, int64_t ldc);
+                              float beta, hr_dtype ct, void *C, int64_t ldc);
+/* precision.cu: y = x converted from `from` to `to` (F32, BF16, F16), or
+ * y += x with acc (the sum in float, rounded to `to`) */
+cudaError_t hrk_cast(cudaStream_t s, const void *x, hr_dtype from, void *y, hr_dtype to, int64_t n, bool acc);
 
 #ifdef __cplusplus
 }

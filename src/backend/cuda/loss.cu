@@ -35,10 +35,10 @@ __global__ void k_ce(const float *x, const int32_t *lab, int64_t N, int64_t C, d
     if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
 
-__global__ void k_ce_bwd(const float *x, const int32_t *lab, float *dx, int64_t N, int64_t C, bool accum) {
+__global__ void k_ce_bwd(const float *x, const int32_t *lab, float *dx, int64_t N, int64_t C, double scale, bool accum) {
     int lane = threadIdx.x & 31;
     int64_t wpb = blockDim.x >> 5;
-    double invn = 1.0 / (double)N;
+    double invn = scale / (double)N;
     for (int64_t r = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); r < N; r += (int64_t)gridDim.x * wpb) {
         const float *xi = x + r * C;
         float *di = dx + r * C;
@@ -125,9 +125,9 @@ hr_status hr_cuda_loss_bwd(void *ctx, const hr_kargs *a) {
     const hr_loss_args *p = &a->loss;
     cudaStream_t s = ((hr_cuda *)ctx)->stream;
     if (a->op == HR_OP_CROSS_ENTROPY_BWD)
-        k_ce_bwd<<<hr_grid(p->N, 8), HR_THREADS, 0, s>>>(p->x, p->labels, p->dx, p->N, p->C, p->acc);
+        k_ce_bwd<<<hr_grid(p->N, 8), HR_THREADS, 0, s>>>(p->x, p->labels, p->dx, p->N, p->C, (double)p->scale, p->acc);
     else
-        k_mse_bwd<<<hr_grid(p->n), HR_THREADS, 0, s>>>(p->x, p->target, p->dx, p->n, 2.0f / (float)p->n, p->acc);
+        k_mse_bwd<<<hr_grid(p->n), HR_THREADS, 0, s>>>(p->x, p->target, p->dx, p->n, 2.0f * p->scale / (float)p->n, p->acc);
     HR_CU(cudaGetLastError());
     return HR_OK;
 }
