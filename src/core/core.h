@@ -110,6 +110,9 @@ typedef struct {
     int cudnn_algo;         /* HR_CUDNN_ALGO: HR_ALGO_PRECISE (default), _DETERMINISTIC, _HEURISTIC */
     bool cudnn_autotune;    /* HR_CUDNN_AUTOTUNE (default on; 0 off) */
     bool cudnn_legacy;      /* HR_CUDNN_API=legacy */
+    bool cudnn_half_reduction; /* HR_CUDNN_HALF_REDUCTION: half convolutions may reduce in the half type */
+    bool cudnn_half_legacy; /* HR_CUDNN_HALF_LEGACY (default on; 0 off): half forward and backward-data
+                               convolutions on the legacy API's algorithms */
     int64_t splitk_min_k;   /* HR_CUDA_SPLITK: shortest k split (default HR_SPLITK_DEFAULT); 0 off */
     int64_t piece_min;      /* HR_CUDA_PIECE_MIN: smallest input sent in pieces, bytes (default 2 MiB); 0 never */
     int stage_threads;      /* HR_STAGE_THREADS: threads staging a batch (default 16) */

@@ -34,6 +34,8 @@ hr_options hr_options_read(void) {
     o.cudnn_autotune = flag("HR_CUDNN_AUTOTUNE", true);
     const char *api = env("HR_CUDNN_API");
     o.cudnn_legacy = api && !strcmp(api, "legacy");
+    o.cudnn_half_reduction = flag("HR_CUDNN_HALF_REDUCTION", false);
+    o.cudnn_half_legacy = flag("HR_CUDNN_HALF_LEGACY", true);
     /* 0 (or not a number) turns split-K off; N > 0 sets the shortest k */
     const char *sk = env("HR_CUDA_SPLITK");
     long long k = sk ? atoll(sk) : HR_SPLITK_DEFAULT;

@@ -45,8 +45,18 @@ hr_cudnn_op *hr_conv_algo_graph_op(hr_cuda *c, hr_cuda_conv *p, int which, bool 
     int b = add ? 1 : 0;
     if (p->gtried[which][b]) return p->gop[which][b];
     p->gtried[which][b] = true;
+    /* Half data: the graph engines that keep FP32 accumulation were slow for
+     * forward and backward-data on the H100 (cuDNN 9.19: deep_cnn at batch
+     * 2048 took 107 ms a step with them, 57 ms with the legacy algorithms,
+     * timed the same way); the weight gradient stays on the graph API (the
+     * legacy one's half weight gradients were not FP32-accurate). */
+    if (p->dt != HR_F32 && which != BWD_FILTER && c->opt.cudnn_half_legacy) {
+        snprintf(p->gwhy[which][b], sizeof p->gwhy[which][b], "half data");
+        return NULL;
+    }
     int mode = pick_mode(c);
     unsigned flags = p->dt != HR_F32 ? HR_ENGINE_TENSOR_CORE : p->tf32 ? HR_ENGINE_ALLOW_TF32 : 0;
+    if (p->dt != HR_F32 && c->opt.cudnn_half_reduction) flags |= HR_ENGINE_HALF_REDUCTION;
     if (mode != HR_ALGO_HEURISTIC) flags |= HR_ENGINE_PRECISE;
     if (mode == HR_ALGO_DETERMINISTIC) flags |= HR_ENGINE_DETERMINISTIC;
     if (!autotune(c)) flags |= HR_ENGINE_FIRST_ONLY;

@@ -184,6 +184,7 @@ static bool acceptable(unsigned notes, unsigned behavior, unsigned flags) {
                          1u << HR_CUDNN_NOTE_WINOGRAD_TILE_4x4 | 1u << HR_CUDNN_NOTE_WINOGRAD_TILE_6x6 |
                          1u << HR_CUDNN_NOTE_WINOGRAD_TILE_13x13;
     if (flags & HR_ENGINE_TENSOR_CORE) tf32 &= ~(1u << HR_CUDNN_NOTE_TENSOR_CORE); /* half data: tensor cores only */
+    if (flags & HR_ENGINE_HALF_REDUCTION) tf32 &= ~(1u << HR_CUDNN_NOTE_REDUCED_PRECISION_REDUCTION);
     if (!(flags & HR_ENGINE_ALLOW_TF32) && (notes & tf32)) return false;
     if ((flags & HR_ENGINE_PRECISE) && (notes & transform)) return false;
     if ((flags & HR_ENGINE_DETERMINISTIC) && (notes & 1u << HR_CUDNN_NOTE_NONDETERMINISTIC)) return false;

@@ -27,8 +27,10 @@ enum {
     HR_ENGINE_PRECISE = 2,        /* no FFT or Winograd engines */
     HR_ENGINE_DETERMINISTIC = 4, /* no engine that may give other bits on a rerun */
     HR_ENGINE_FIRST_ONLY = 8,     /* the heuristics' first acceptable engine, not timed */
-    HR_ENGINE_TENSOR_CORE = 16    /* tensor-core engines, but none that converts inputs down or reduces
+    HR_ENGINE_TENSOR_CORE = 16,   /* tensor-core engines, but none that converts inputs down or reduces
                                      in lower precision (half data with FP32 accumulation) */
+    HR_ENGINE_HALF_REDUCTION = 32 /* with HR_ENGINE_TENSOR_CORE: engines that reduce in the half type too
+                                     (HR_CUDNN_HALF_REDUCTION=1, as PyTorch allows them) */
 };
 
 typedef struct {
