@@ -84,6 +84,11 @@ static void test_model_files(void) {
 static void test_batches(void) {
     EXPECT(2, "--batch", HR " plan examples/mlp.model --batch 0");
     EXPECT(2, "--batch", HR " plan examples/mlp.model --batch -3");
+    EXPECT(2, "--batch", HR " plan examples/mlp.model --batch -1"); /* not the default's mark */
+    EXPECT(2, "--precision", HR " plan examples/mlp.model --precision fp8");
+    EXPECT(2, "--accumulate", HR " plan examples/mlp.model --accumulate 0");
+    EXPECT(1, "multiple of --accumulate", HR " plan examples/mlp.model --batch 100 --accumulate 3");
+    EXPECT(2, "--loss-scale", HR " train examples/mlp.model --precision fp16 --loss-scale inf");
     EXPECT(2, "not an integer", HR " plan examples/mlp.model --batch lots");
     /* a batch of 10^12 plans (petabytes) without allocating it */
     EXPECT(0, "PiB", HR " plan examples/mlp.model --batch 1000000000000");

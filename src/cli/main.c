@@ -102,7 +102,9 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
             o->model = a;
         } else if (!strcmp(a, "--batch")) {
             NEED();
+            /* -1 is the default's mark inside: given, it is refused like 0 */
             if (!parse_i64(v, &o->batch)) BAD("an integer");
+            if (o->batch < 1) BAD("a batch size of at least 1");
         } else if (!strcmp(a, "--eval-batch")) {
             NEED();
             if (!parse_i64(v, &o->eval_batch) || o->eval_batch < 0) BAD("an integer >= 0 (0: no evaluation)");
