@@ -182,6 +182,22 @@ def main():
                              "total": total2, "peak": peak2, "samples": n2, "err": err2,
                              "rel": err2 / total2 if ok2 else None})
 
+    # mixed precision and accumulation (issue 10): the same truth for bf16 and
+    # fp16 programs (half copies, casts, the loss scaler) and micro-batches
+    for name, b, prec, k in [("deep_cnn", 512, "bf16", 1), ("fashion", 256, "fp16", 1), ("resnet_tiny", 128, "bf16", 1),
+                             ("mlp", 1024, "fp16", 4), ("simple_cnn", 512, "bf16", 2)]:
+        path = "examples/%s.model" % name
+        cmd = [a.hr, "train", path, "--data", "synthetic", "--samples", str(3 * b), "--batch", str(b), "--epochs", "1",
+               "--device", "cuda", "--seed", "1", "--precision", prec, "--accumulate", str(k)]
+        rc, text, peak, n = run_sampled(nv, cmd)
+        total = printed_total(text)
+        ok = rc == 0 and total is not None and peak > 0
+        err = abs(peak - total) if ok else None
+        check(ok and err <= 0.01 * total + 2 * MIB, "%s batch %d %s accumulate %d: rc %d, total %s, peak %s\n%s" %
+              (path, b, prec, k, rc, total, peak, text[-600:]))
+        rows.append({"model": os.path.basename(path), "batch": b, "mode": "train %s K=%d" % (prec, k), "rc": rc,
+                     "total": total, "peak": peak, "samples": n, "err": err, "rel": err / total if ok else None})
+
     # the boundary, under budgets: the largest batch named trains, one more is refused
     bounds = []
     for path, budget in [("examples/simple_cnn.model", "2GiB"), ("examples/deep_cnn.model", "3GiB"),
