@@ -90,6 +90,9 @@ static void test_batches(void) {
     EXPECT(1, "multiple of --accumulate", HR " plan examples/mlp.model --batch 100 --accumulate 3");
     EXPECT(2, "--loss-scale", HR " train examples/mlp.model --precision fp16 --loss-scale inf");
     EXPECT(2, "not an integer", HR " plan examples/mlp.model --batch lots");
+    /* a --save that cannot be written is refused before any training */
+    EXPECT(1, "make the directory", HR " train examples/mlp.model --data synthetic --save /nonexistent_dir/x.ckpt");
+    EXPECT(1, "is a directory", HR " train examples/mlp.model --data synthetic --save /tmp");
     /* a batch of 10^12 plans (petabytes) without allocating it */
     EXPECT(0, "PiB", HR " plan examples/mlp.model --batch 1000000000000");
     EXPECT(3, "largest batch that fits", HR " plan examples/mlp.model --batch 1000000000000 --budget 8GiB");

@@ -4,6 +4,7 @@
 #include "check.h"
 #include "io/io.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -17,6 +18,18 @@ static const char *tmp_path(const char *name) {
     k = (k + 1) % 4;
     snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
     return buf[k];
+}
+
+/* Files in the test directory named `name` + "." + anything: the writes'
+ * temporary files that a finished write must not leave behind. */
+static int leftovers(const char *name) {
+    DIR *d = opendir(dir);
+    int k = 0;
+    size_t n = strlen(name);
+    for (struct dirent *e; d && (e = readdir(d));)
+        k += strncmp(e->d_name, name, n) == 0 && e->d_name[n] == '.';
+    if (d) closedir(d);
+    return k;
 }
 
 static void write_file(const char *path, const void *p, size_t n) {
@@ -166,7 +179,7 @@ static void test_round_trip(void) {
     CHECK(hl % 8 == 0 && bytes[8] == '{' && (bytes[8 + hl - 1] == ' ' || bytes[8 + hl - 1] == '}'),
           "header padded with spaces to a multiple of 8 (%llu)", (unsigned long long)hl);
     CHECK(n == 8 + hl + 24 + 16 + 24 + 0 + 4, "file size %zu", n);
-    CHECK(access(tmp_path("rt.safetensors.tmp"), F_OK) != 0, "no .tmp left behind");
+    CHECK(leftovers("rt.safetensors") == 0, "no temporary file left behind");
     hr_safetensors_t *f = hr_safetensors_open(path);
     CHECK(f != NULL, "open: %s", hr_last_error());
     if (f) check_sample(f), hr_safetensors_free(f);
@@ -394,7 +407,7 @@ static void test_atomic(void) {
           "failing fill reported: %s", hr_last_error());
     char *after = read_file(path, &n1);
     CHECK(after && n0 == n1 && !memcmp(before, after, n0), "previous file intact after a failed write");
-    CHECK(access(tmp_path("atomic.safetensors.tmp"), F_OK) != 0, "no .tmp left behind");
+    CHECK(leftovers("atomic.safetensors") == 0, "no temporary file left behind");
     free(after);
     /* Every allocation of the writer fails in turn: OOM, old file intact. */
     int k;
@@ -439,6 +452,40 @@ static void test_open_faults(void) {
 
 void test_checkpoints(void);
 
+/* ---- where a write goes -------------------------------------------------------- */
+/* A symlink is written through (its file replaced, the link kept); a
+ * directory, a missing directory or a dangling link is refused, by the
+ * pre-flight check and by the write alike, naming the path. */
+static void test_write_paths(void) {
+    const char *file = tmp_path("target.safetensors"), *link = tmp_path("link.safetensors");
+    CHECK(write_sample(file, -1) == HR_OK, "write: %s", hr_last_error());
+    CHECK(symlink(file, link) == 0, "symlink");
+    CHECK(hr_safetensors_check_writable(link) == HR_OK, "a link to a file is writable: %s", hr_last_error());
+    CHECK(write_sample(link, -1) == HR_OK, "write through a link: %s", hr_last_error());
+    struct stat ls;
+    CHECK(lstat(link, &ls) == 0 && S_ISLNK(ls.st_mode), "the link is still a link after the write");
+    hr_safetensors_t *f = hr_safetensors_open(link);
+    CHECK(f != NULL, "the file behind the link reads back: %s", hr_last_error());
+    hr_safetensors_free(f);
+    CHECK(leftovers("target.safetensors") == 0 && leftovers("link.safetensors") == 0, "no temporary file left");
+    const char *sub = tmp_path("a_dir");
+    CHECK(mkdir(sub, 0755) == 0, "mkdir");
+    hr_status st = hr_safetensors_check_writable(sub);
+    CHECK(st == HR_ERR_IO && strstr(hr_last_error(), "is a directory"), "a directory refused: %s", hr_last_error());
+    st = write_sample(sub, -1);
+    CHECK(st == HR_ERR_IO && strstr(hr_last_error(), "is a directory"), "writing a directory refused: %s",
+          hr_last_error());
+    const char *missing = tmp_path("no_such_dir/x.safetensors");
+    st = hr_safetensors_check_writable(missing);
+    CHECK(st == HR_ERR_IO && strstr(hr_last_error(), "no_such_dir") && strstr(hr_last_error(), "make the directory"),
+          "a missing directory named: %s", hr_last_error());
+    const char *dangling = tmp_path("dangling.safetensors");
+    CHECK(symlink(tmp_path("nowhere/x"), dangling) == 0, "symlink");
+    st = hr_safetensors_check_writable(dangling);
+    CHECK(st == HR_ERR_IO && strstr(hr_last_error(), "symbolic link"), "a dangling link refused: %s", hr_last_error());
+    CHECK(hr_safetensors_check_writable("") == HR_ERR_IO, "an empty path refused");
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/hr_test_io.XXXXXX");
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 2; }
@@ -449,6 +496,7 @@ int main(void) {
     test_python();
     test_corrupt();
     test_atomic();
+    test_write_paths();
     test_open_faults();
     test_checkpoints();
     char cmd[128];
@@ -698,6 +746,24 @@ void test_checkpoints(void) {
         CHECK(st == HR_ERR_OOM, "load alloc %d: %s", k, hr_last_error());
     }
     CHECK(k > 10 && k < 10000, "load fault loop ended at %d", k);
+    /* A NaN in a saved tensor (a diverged run): refused by name, nothing loaded. */
+    const char *bad = tmp_path("nan.safetensors");
+    int wi = hr_state_find(s, "4.bias");
+    float bias[3];
+    CHECK(wi >= 0 && hr_state_read(s, wi, bias) == HR_OK, "read 4.bias");
+    float keep = bias[1];
+    bias[1] = NAN;
+    CHECK(hr_state_write(s, wi, bias) == HR_OK && hr_checkpoint_save(s, bad, &meta) == HR_OK, "save with a NaN: %s",
+          hr_last_error());
+    bias[1] = keep;
+    hr_state_write(s, wi, bias);
+    snapshot mid;
+    snap(s3, &mid);
+    hr_status nst = hr_checkpoint_load(s3, bad, &got);
+    CHECK(nst == HR_ERR_FORMAT && strstr(hr_last_error(), "'4.bias'") && strstr(hr_last_error(), "NaN at element 1"),
+          "a NaN in the file refused, naming the tensor: %s", hr_last_error());
+    CHECK(same_state(s3, &mid, false), "the refused file left the session's state untouched");
+    snap_free(&mid);
     free(good);
     snap_free(&before);
     hr_session_free(s3);

@@ -199,6 +199,11 @@ int hr_cmd_train(const hr_cli_opts *o) {
         rc = hr_cli_fail(st);
         goto done;
     }
+    /* a checkpoint that could not be written is found now, not after an epoch */
+    if (o->save && (st = hr_safetensors_check_writable(o->save)) != HR_OK) {
+        rc = hr_cli_fail(st);
+        goto done;
+    }
     hr_config_t cfg = hr_cli_config(o);
     if (cfg.batch > hd.train_n) {
         fprintf(stderr, "headroom train: --batch %lld is larger than the training set (%lld samples); use at most %lld\n",

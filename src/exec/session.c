@@ -77,6 +77,8 @@ hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_back
         if (!(s->model = hr_calloc(1, sizeof *s->model))) goto fail;
         *s->model = *m;
         memset(&s->model->g, 0, sizeof s->model->g);
+        s->model->names = NULL; /* the copy only plans; it adds no layers */
+        s->model->names_cap = 0;
         s->model->name = s->model->src_file = NULL;
         if (hr_graph_copy(&s->model->g, &m->g) != HR_OK || !(s->model->name = hr_strdup(m->name))) goto fail;
         if (be->set_batch && m->input >= 0 && cfg && cfg->batch > 0 && cfg->batch <= (1LL << 40)) {

@@ -113,6 +113,7 @@ hr_model_t *hr_model_new(const char *name) {
 
 void hr_model_free(hr_model_t *m) {
     if (!m) return;
+    hr_free(m->names);
     hr_graph_free(&m->g);
     hr_free(m->name);
     hr_free(m->src_file);
@@ -128,6 +129,35 @@ void hr_model_set_source(hr_model_t *m, const char *file, int line) {
     m->src_line = line;
 }
 
+static uint64_t name_hash(const char *s) {
+    uint64_t h = 0xcbf29ce484222325ULL; /* FNV-1a, then mixed */
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001B3ULL;
+    return hr_mix64(h);
+}
+
+/* The slot of `name` in m->names: its layer's, or the empty one where it goes. */
+static int name_slot(const hr_model_t *m, const char *name) {
+    int mask = m->names_cap - 1, i = (int)(name_hash(name) & (uint64_t)mask);
+    while (m->names[i] >= 0 && strcmp(m->g.l[m->names[i]].name, name) != 0) i = (i + 1) & mask;
+    return i;
+}
+
+/* Room for one more layer name (rehashed at half full); false: out of memory. */
+static bool names_reserve(hr_model_t *m) {
+    if (2 * (m->g.nl + 1) <= m->names_cap) return true;
+    int cap = m->names_cap ? 2 * m->names_cap : 64;
+    int *old = m->names, n = m->g.nl;
+    if (!(m->names = hr_malloc(sizeof(int) * (size_t)cap))) {
+        m->names = old;
+        return false;
+    }
+    hr_free(old);
+    m->names_cap = cap;
+    for (int i = 0; i < cap; i++) m->names[i] = -1;
+    for (int k = 0; k < n; k++) m->names[name_slot(m, m->g.l[k].name)] = k;
+    return true;
+}
+
 int hr_model_begin_layer(hr_model_t *m, const char *name, const char *type) {
     hr_graph *g = &m->g;
     char buf[32];
@@ -135,14 +165,15 @@ int hr_model_begin_layer(hr_model_t *m, const char *name, const char *type) {
         snprintf(buf, sizeof buf, "%d", g->nl);
         name = buf;
     }
-    for (int i = 0; i < g->nl; i++)
-        if (strcmp(g->l[i].name, name) == 0) {
-            hr_error_set(HR_ERR_INVALID_ARG, "%s%s%d%slayer name '%s' is used twice; give each layer its own name",
-                         m->src_file ? m->src_file : "", m->src_file ? ":" : "", m->src_line, m->src_file ? ": " : "",
-                         name);
-            m->broken = true;
-            return -1;
-        }
+    if (!names_reserve(m)) return -1;
+    int slot = name_slot(m, name);
+    if (m->names[slot] >= 0) {
+        hr_error_set(HR_ERR_INVALID_ARG, "%s%s%d%slayer name '%s' is used twice; give each layer its own name",
+                     m->src_file ? m->src_file : "", m->src_file ? ":" : "", m->src_line, m->src_file ? ": " : "",
+                     name);
+        m->broken = true;
+        return -1;
+    }
     if (!grow((void **)&g->l, &g->capl, g->nl + 1, sizeof *g->l)) return -1;
     hr_layer *l = &g->l[g->nl];
     memset(l, 0, sizeof *l);
@@ -154,6 +185,7 @@ int hr_model_begin_layer(hr_model_t *m, const char *name, const char *type) {
         hr_free(l->name);
         return -1;
     }
+    m->names[slot] = g->nl;
     return g->nl++;
 }
 

@@ -100,6 +100,10 @@ struct hr_model {
     int nparams;    /* layers with parameters get them in this order (state_dict order) */
     bool broken;    /* a builder failed: compile refuses */
     bool oom;       /* ... because host memory ran out */
+    /* The layers by name (open addressing: layer index or -1), so that a
+     * name used twice is found in O(1), whatever the depth. Not copied. */
+    int *names;
+    int names_cap;  /* a power of two, at least twice the layers; 0: none yet */
 };
 
 /* Helpers for the builders in src/ops/. */

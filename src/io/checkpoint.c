@@ -334,6 +334,21 @@ hr_status hr_checkpoint_load(hr_session_t *s, const char *path, hr_ckpt_meta *me
     if (!(found = hr_calloc((size_t)hr_state_count(s) + 1, sizeof *found))) { st = HR_ERR_OOM; goto done; }
     if ((st = check_file(s, f, found, &biggest, model)) != HR_OK) goto done;
     if (!(buf = hr_malloc((size_t)biggest * sizeof(float)))) { st = HR_ERR_OOM; goto done; }
+    /* Every value must be finite: a NaN or inf saved by a diverged run would
+     * only come back as a NaN loss steps later. Read once to check, before
+     * anything is written, so a refused file leaves the session as it was. */
+    for (int i = 0; i < hr_state_count(s) && st == HR_OK; i++) {
+        if (!found[i]) continue;
+        if ((st = hr_safetensors_read_f32(f, found[i], buf)) != HR_OK) break;
+        for (int64_t k = 0; k < found[i]->numel; k++)
+            if (!isfinite(buf[k])) {
+                st = hr_error_set(HR_ERR_FORMAT, "checkpoint %s: tensor '%s' holds %s at element %lld; it was saved "
+                                  "from a run that diverged (or is damaged): resume from an earlier checkpoint",
+                                  path, hr_state_name(s, i), isnan(buf[k]) ? "NaN" : "an infinity", (long long)k);
+                break;
+            }
+    }
+    if (st != HR_OK) goto done;
     /* Everything was checked and allocated: only I/O or the device can fail now. */
     for (int i = 0; i < hr_state_count(s) && st == HR_OK; i++) {
         if (!found[i]) continue;

@@ -98,8 +98,9 @@ typedef struct {
 } hr_st_entry;
 typedef hr_status (*hr_st_fill_fn)(void *ctx, int index, void *dst);
 
-/* Writes PATH.tmp, flushes and fsyncs it, renames it to PATH and fsyncs the
- * directory: a crash or a failure midway leaves the previous PATH as it was.
+/* Writes a temporary file of its own beside PATH (PATH.XXXXXX), flushes and
+ * fsyncs it, renames it to PATH (a symlink's file, the link kept) and fsyncs
+ * the directory: a crash or a failure midway leaves the previous PATH as it was.
  * meta: n_meta key/value pairs (keys[i], values[i]), written as __metadata__.
  * As the reference implementation does, the header is padded with spaces to a
  * multiple of 8 bytes and the data is laid out by element size, largest first,
@@ -107,6 +108,12 @@ typedef hr_status (*hr_st_fill_fn)(void *ctx, int index, void *dst);
  * with safetensors 0.8.0: safetensors.torch.load_file reads these files. */
 hr_status hr_safetensors_write(const char *path, const hr_st_entry *t, int n, const char *const *keys,
                                const char *const *values, int n_meta, hr_st_fill_fn fill, void *ctx);
+/* Whether hr_safetensors_write could write PATH, asked before any work that
+ * would be lost (train --save): PATH is a regular file or absent, a symlink
+ * is followed to its file (which the write replaces, the link stays), and its
+ * directory exists and takes a new file (one is made and removed). The
+ * error says what and where. */
+hr_status hr_safetensors_check_writable(const char *path);
 
 /* ---- checkpoints (checkpoint.c) ------------------------------------------- */
 /* A checkpoint is a safetensors file: parameters and buffers under their names

@@ -1,5 +1,5 @@
 /* safetensors.c — reads and validates safetensors files (header in memory,
- * data on demand) and writes them atomically (PATH.tmp, fsync, rename). */
+ * data on demand) and writes them atomically (a unique PATH.XXXXXX, fsync, rename). */
 #include "io/io.h"
 
 #include <errno.h>
@@ -560,17 +560,78 @@ static hr_status sync_dir(const char *path) {
     return HR_OK;
 }
 
+/* The file a write of `path` replaces: path itself, or the file a symlink
+ * leads to (so the link survives the rename); into out (PATH_MAX). Refuses a
+ * directory or another kind of file, and a link that leads nowhere. */
+static hr_status write_target(const char *path, char *out, size_t n) {
+    struct stat ls, fs;
+    if (!path[0]) return hr_error_set(HR_ERR_IO, "cannot write a checkpoint to an empty path");
+    snprintf(out, n, "%s", path);
+    if (lstat(path, &ls) != 0) {
+        if (errno == ENOENT) return HR_OK; /* a new file; its directory is checked by the caller */
+        return hr_error_set(HR_ERR_IO, "cannot write %s: %s", path, strerror(errno));
+    }
+    if (S_ISLNK(ls.st_mode)) {
+        char *real = realpath(path, NULL);
+        if (!real)
+            return hr_error_set(HR_ERR_IO, "cannot write %s: it is a symbolic link to a file that cannot be reached "
+                                "(%s); point it at a file, or remove it", path, strerror(errno));
+        snprintf(out, n, "%s", real);
+        free(real);
+        if (stat(out, &fs) != 0) return hr_error_set(HR_ERR_IO, "cannot write %s (%s): %s", path, out, strerror(errno));
+        ls = fs;
+    }
+    if (S_ISDIR(ls.st_mode))
+        return hr_error_set(HR_ERR_IO, "cannot write %s: it is a directory; give a file name, e.g. %s/model.ckpt", path,
+                            path);
+    if (!S_ISREG(ls.st_mode))
+        return hr_error_set(HR_ERR_IO, "cannot write %s: it is not a regular file (a device, pipe or socket); a "
+                            "checkpoint is written to a temporary file and renamed over it", path);
+    return HR_OK;
+}
+
+/* A temporary file beside `target`, unique to this write: target.XXXXXX. */
+static int make_temp(const char *target, char *tmp, size_t n) {
+    snprintf(tmp, n, "%s.XXXXXX", target);
+    int fd = mkstemp(tmp);
+    if (fd >= 0) {
+        mode_t um = umask(0);
+        umask(um);
+        fchmod(fd, 0666 & ~um); /* mkstemp makes 0600; a checkpoint gets a plain file's mode */
+    }
+    return fd;
+}
+
+hr_status hr_safetensors_check_writable(const char *path) {
+    char target[4096], tmp[4200];
+    if (strlen(path) >= sizeof target - 8) return hr_error_set(HR_ERR_IO, "cannot write %s: the path is too long", path);
+    hr_status st = write_target(path, target, sizeof target);
+    if (st) return st;
+    int fd = make_temp(target, tmp, sizeof tmp);
+    if (fd < 0) {
+        char dir[4096];
+        const char *slash = strrchr(target, '/');
+        snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash == target ? 1 : slash - target) : 1, slash ? target : ".");
+        return hr_error_set(HR_ERR_IO, "cannot write %s: cannot create a file in %s: %s%s", path, dir, strerror(errno),
+                            errno == ENOENT ? " (make the directory first)" : "");
+    }
+    close(fd);
+    unlink(tmp);
+    return HR_OK;
+}
+
 hr_status hr_safetensors_write(const char *path, const hr_st_entry *t, int n, const char *const *keys,
                                const char *const *values, int n_meta, hr_st_fill_fn fill, void *ctx) {
     strbuf h = {0};
     uint64_t *sizes = hr_calloc((size_t)(n > 0 ? 2 * n : 1), sizeof *sizes);
     int *order = hr_calloc((size_t)(n > 0 ? n : 1), sizeof *order);
-    char *tmp = hr_malloc(strlen(path) + 5);
+    char *target = hr_malloc(4096), *tmp = hr_malloc(4200);
     void *scratch = NULL;
     int fd = -1;
     hr_status st = HR_OK;
-    if (!sizes || !order || !tmp) { st = HR_ERR_OOM; goto done; }
-    sprintf(tmp, "%s.tmp", path);
+    if (!sizes || !order || !tmp || !target) { st = HR_ERR_OOM; goto done; }
+    if (strlen(path) >= 4096 - 8) { st = hr_error_set(HR_ERR_IO, "cannot write %s: the path is too long", path); goto done; }
+    if ((st = write_target(path, target, 4096)) != HR_OK) goto done;
     st = build_header(path, t, n, keys, values, n_meta, &h, sizes, order);
     if (st != HR_OK) goto done;
     /* Everything that can run out of memory happens before the file is touched. */
@@ -584,7 +645,7 @@ hr_status hr_safetensors_write(const char *path, const hr_st_entry *t, int n, co
             goto done;
         }
     if (biggest && !(scratch = hr_malloc((size_t)biggest))) { st = HR_ERR_OOM; goto done; }
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    fd = make_temp(target, tmp, 4200);
     if (fd < 0) {
         st = hr_error_set(HR_ERR_IO, "cannot create %s (to write %s): %s", tmp, path, strerror(errno));
         goto done;
@@ -606,17 +667,21 @@ hr_status hr_safetensors_write(const char *path, const hr_st_entry *t, int n, co
     if (st == HR_OK && fsync(fd) != 0) st = hr_error_set(HR_ERR_IO, "syncing %s: %s", tmp, strerror(errno));
     if (close(fd) != 0 && st == HR_OK) st = hr_error_set(HR_ERR_IO, "closing %s: %s", tmp, strerror(errno));
     fd = -1;
-    if (st == HR_OK && rename(tmp, path) != 0)
-        st = hr_error_set(HR_ERR_IO, "renaming %s to %s: %s", tmp, path, strerror(errno));
+    if (st == HR_OK && rename(tmp, target) != 0)
+        st = hr_error_set(HR_ERR_IO, "renaming %s to %s: %s", tmp, target, strerror(errno));
     if (st != HR_OK) {
         unlink(tmp); /* the previous PATH, if any, is untouched */
         goto done;
     }
-    st = sync_dir(path);
+    st = sync_dir(target);
 done:
-    if (fd >= 0) close(fd);
+    if (fd >= 0) {
+        close(fd);
+        unlink(tmp);
+    }
     hr_free(scratch);
     hr_free(tmp);
+    hr_free(target);
     hr_free(order);
     hr_free(sizes);
     hr_free(h.s);
