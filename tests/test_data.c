@@ -130,6 +130,28 @@ static void test_idx_bad_files(void) {
     expect_fail(hr_idx_load(p, tpath("lab"), 10, 0.5f, 0.25f, &d), HR_ERR_FORMAT, p, "expected", "truncated gz");
     CHECK(d.images == NULL && d.n == 0, "a failed load leaves a zeroed dataset");
 
+    /* the same file whole but for its 8-byte gzip trailer; and with its
+     * checksum wrong: the data all arrives, only the trailer tells */
+    gz = read_all(tpath("img.gz"), &gzn);
+    write_raw(p = tpath("notrailer.gz"), gz, gzn - 8);
+    expect_fail(hr_idx_load(p, tpath("lab"), 10, 0.5f, 0.25f, &d), HR_ERR_FORMAT, p, "trailer", "gzip trailer cut off");
+    gz[gzn - 8] ^= 0x5a; /* the CRC-32's first byte */
+    write_raw(p = tpath("badcrc.gz"), gz, gzn);
+    expect_fail(hr_idx_load(p, tpath("lab"), 10, 0.5f, 0.25f, &d), HR_ERR_FORMAT, p, "incorrect data check", "gzip CRC wrong");
+    /* cut inside the gzip header: not "empty" */
+    write_raw(p = tpath("gzhead.gz"), gz, 5);
+    free(gz);
+    hr_status gst = hr_idx_load(p, tpath("lab"), 10, 0.5f, 0.25f, &d);
+    CHECK(gst == HR_ERR_FORMAT && !strstr(hr_last_error(), "empty"), "a gzip header cut off is not called empty: %s",
+          hr_last_error());
+    /* more data than the header says */
+    unsigned char *longer = malloc(FIMG + 3);
+    memcpy(longer, fimg, FIMG);
+    memset(longer + FIMG, 7, 3);
+    write_gz(p = tpath("longer.gz"), longer, FIMG + 3);
+    free(longer);
+    expect_fail(hr_idx_load(p, tpath("lab"), 10, 0.5f, 0.25f, &d), HR_ERR_FORMAT, p, "goes on past", "data past the end");
+
     /* a raw file cut after 1000 pixel bytes */
     write_raw(p = tpath("cut"), fimg, 16 + 1000);
     expect_fail(hr_idx_load(p, tpath("lab"), 10, 0.5f, 0.25f, &d), HR_ERR_FORMAT, p, "expected 2000", "truncated raw");

@@ -76,11 +76,32 @@ static hr_status short_read(idx_file *f, const char *what, int64_t offset, int64
                         f->path, kind, (long long)want, what, (long long)offset, (long long)got);
 }
 
+/* After the last byte the header promised (at `end`): the data must stop
+ * there, and a gzip'd file's trailer (CRC-32 and length), which zlib checks
+ * only when asked for more, must be whole and agree. */
+static hr_status read_end(idx_file *f, int64_t end) {
+    unsigned char extra;
+    int r = gzread(f->gz, &extra, 1), zerr = Z_OK;
+    const char *zmsg = gzerror(f->gz, &zerr);
+    if (zerr == Z_BUF_ERROR)
+        return hr_error_set(HR_ERR_FORMAT, "%s: truncated gzip'd file: all %lld bytes of data are there, but the "
+                            "gzip trailer (its checksum) is cut off; the file is incomplete: download or install it "
+                            "again", f->path, (long long)end);
+    if (r < 0 || zerr != Z_OK)
+        return hr_error_set(HR_ERR_FORMAT, "%s: corrupt gzip'd file: its data does not match its checksum (zlib: %s); "
+                            "the file is damaged: download or install it again", f->path, zmsg);
+    if (r > 0)
+        return hr_error_set(HR_ERR_FORMAT, "%s: the file goes on past byte %lld, where its header says the data ends; "
+                            "is this the right file?", f->path, (long long)end);
+    return HR_OK;
+}
+
 /* Reads the header: magic, then ndims big-endian 32-bit dimensions. */
 static hr_status read_header(idx_file *f, uint32_t magic, int ndims, int64_t *dims) {
     unsigned char h[16];
     int64_t want = 4 + 4 * (int64_t)ndims, got = read_some(f, h, want);
-    if (got == 0 && gzeof(f->gz))
+    int zerr = Z_OK;
+    if (got == 0 && gzeof(f->gz) && (gzerror(f->gz, &zerr), zerr == Z_OK))
         return hr_error_set(HR_ERR_FORMAT, "%s: the file is empty; expected an IDX %s file (%lld-byte header)",
                             f->path, ndims == 1 ? "labels" : "images", (long long)want);
     if (got >= 4 && be32(h) != magic)
@@ -197,6 +218,10 @@ static hr_status load(idx_file *fi, idx_file *fl, int nclasses, float mean, floa
 
     unsigned char *lab = NULL;
     if ((st = read_payload(fl, "labels", 8, n, &lab)) != HR_OK) return st;
+    if ((st = read_end(fl, 8 + n)) != HR_OK) {
+        hr_free(lab);
+        return st;
+    }
     for (int64_t i = 0; i < n; i++)
         if (lab[i] >= nclasses) {
             st = hr_error_set(HR_ERR_FORMAT, "%s: label %d of sample %lld (byte offset %lld) is not in [0, %d); "
@@ -214,6 +239,7 @@ static hr_status load(idx_file *fi, idx_file *fl, int nclasses, float mean, floa
     float lut[256]; /* 256 divisions instead of 47 million */
     for (int v = 0; v < 256; v++) lut[v] = ((float)v / 255.0f - mean) / std;
     if ((st = read_pixels(fi, pixels, lut, &out->images)) != HR_OK) return st;
+    if ((st = read_end(fi, 16 + pixels)) != HR_OK) return st;
     out->n = n;
     out->c = 1;
     out->h = (int)h;
