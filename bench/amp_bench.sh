@@ -21,11 +21,7 @@ PRECS=${PRECS:-"fp32 bf16 fp16"}
 mkdir -p "$RES"
 J="$RES/amp.jsonl"
 : >"$J"
-# cuDNN for headroom: the system's, else PyTorch's copy (as gpu_test.sh)
-if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9 '; then
-    d=$($PY -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
-    [ -n "$d" ] && export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-fi
+. scripts/cudnn_env.sh
 for cfg in $CONFIGS; do
     m=${cfg%%:*}
     b=${cfg##*:}

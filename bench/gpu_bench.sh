@@ -42,14 +42,8 @@ J=$RES/results.jsonl
 LOG=$RES/bench.log
 touch "$J" "$LOG"
 
-# cuDNN is loaded at run time: the system's libcudnn.so.9, else PyTorch's copy.
-if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9 '; then
-    d=$($PY -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
-    if [ -n "$d" ] && [ -d "$d" ]; then
-        export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-        echo "cuDNN from $d" | tee -a "$LOG"
-    fi
-fi
+. scripts/cudnn_env.sh
+[ -n "$CUDNN_FROM" ] && echo "cuDNN from $CUDNN_FROM" | tee -a "$LOG"
 if [ -z "${DATA:-}" ]; then
     DATA=/usr/share/datasets/fashion-mnist
     [ -f "$DATA/train-images-idx3-ubyte.gz" ] || DATA=.data

@@ -14,14 +14,8 @@ if [ "${1:-}" = "--build" ]; then
 fi
 
 export NCCL_NVLS_ENABLE=0
-# cuDNN is loaded at run time: the system's libcudnn.so.9, else PyTorch's copy.
-if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9 '; then
-    d=$(python3 -c 'import os, nvidia.cudnn as m; print(os.path.join(list(m.__path__)[0], "lib"))' 2>/dev/null)
-    if [ -n "$d" ] && [ -d "$d" ]; then
-        export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-        echo "cuDNN from $d"
-    fi
-fi
+. scripts/cudnn_env.sh
+[ -n "$CUDNN_FROM" ] && echo "cuDNN from $CUDNN_FROM"
 
 pass=0
 fail=0

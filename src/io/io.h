@@ -98,7 +98,7 @@ typedef struct {
 } hr_st_entry;
 typedef hr_status (*hr_st_fill_fn)(void *ctx, int index, void *dst);
 
-/* Writes a temporary file of its own beside PATH (PATH.XXXXXX), flushes and
+/* Writes a temporary file of its own beside PATH (mkstemp's), flushes and
  * fsyncs it, renames it to PATH (a symlink's file, the link kept) and fsyncs
  * the directory: a crash or a failure midway leaves the previous PATH as it was.
  * meta: n_meta key/value pairs (keys[i], values[i]), written as __metadata__.

@@ -1,5 +1,5 @@
 /* safetensors.c — reads and validates safetensors files (header in memory,
- * data on demand) and writes them atomically (a unique PATH.XXXXXX, fsync, rename). */
+ * data on demand) and writes them atomically (a temporary file of its own, fsync, rename). */
 #include "io/io.h"
 
 #include <errno.h>
@@ -590,7 +590,8 @@ static hr_status write_target(const char *path, char *out, size_t n) {
     return HR_OK;
 }
 
-/* A temporary file beside `target`, unique to this write: target.XXXXXX. */
+/* A temporary file beside `target`, unique to this write: `target.` and six
+ * characters that mkstemp chooses (its template is the six X's below). */
 static int make_temp(const char *target, char *tmp, size_t n) {
     snprintf(tmp, n, "%s.XXXXXX", target);
     int fd = mkstemp(tmp);

@@ -146,10 +146,12 @@ hr_status hr_ad_simple(hr_autodiff *ad, const hr_node *f, hr_op op, int saved0, 
 
 hr_status hr_ad_copy(hr_autodiff *ad, int layer, int dy, int x) {
     bool acc;
-    hr_node n = hr_node_make(HR_OP_COPY, layer);
-    n.out[0] = hr_ad_grad_out(ad, x, &acc);
-    if (n.out[0] == -2) return HR_ERR_OOM;
-    if (n.out[0] < 0) return HR_OK;
+    int dx = hr_ad_grad_out(ad, x, &acc);
+    if (dx == -2) return HR_ERR_OOM;
+    if (dx < 0) return HR_OK;
+    /* in x's type: a Copy, or a Cast where they differ (mixed precision) */
+    hr_node n = hr_node_make(ad->g->t[dx].dtype == ad->g->t[dy].dtype ? HR_OP_COPY : HR_OP_CAST, layer);
+    n.out[0] = dx;
     n.in[0] = dy;
     n.nin = 1;
     n.nout = 1;

@@ -112,7 +112,8 @@ int hr_ad_emit(hr_autodiff *ad, hr_node *n);
 /* The common backward node: in {saved0?, saved1?, dy}, out {dx}, attributes
  * copied from the forward node f. */
 hr_status hr_ad_simple(hr_autodiff *ad, const hr_node *f, hr_op op, int saved0, int saved1);
-/* dy passed on unchanged to x: a Copy node (the planner makes it a view when it can). */
+/* dy passed on unchanged to x: a Copy node (the planner makes it a view when
+ * it can), or a Cast when x's gradient has another type (mixed precision). */
 hr_status hr_ad_copy(hr_autodiff *ad, int layer, int dy, int x);
 
 /* ---- the descriptor ---------------------------------------------------------- */

@@ -12,17 +12,7 @@
 static hr_status cast_backward(hr_autodiff *ad, const hr_node *f) {
     int dy = hr_ad_grad_in(ad, f->out[0]);
     if (dy < 0 || ad->g->t[f->out[0]].kind == HR_T_WCOPY) return HR_OK;
-    int x = f->in[0];
-    if (ad->g->t[dy].dtype == ad->g->t[x].dtype) return hr_ad_copy(ad, f->layer, dy, x);
-    bool acc;
-    hr_node n = hr_node_make(HR_OP_CAST, f->layer);
-    n.out[0] = hr_ad_grad_out(ad, x, &acc);
-    if (n.out[0] == -2) return HR_ERR_OOM;
-    if (n.out[0] < 0) return HR_OK;
-    n.in[0] = dy;
-    n.nin = 1;
-    n.nout = 1;
-    return hr_ad_emit(ad, &n) < 0 ? HR_ERR_OOM : HR_OK;
+    return hr_ad_copy(ad, f->layer, dy, f->in[0]); /* a Cast back to x's type */
 }
 
 static void cast_unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a) {
