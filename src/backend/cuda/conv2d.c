@@ -191,7 +191,7 @@ static size_t conv_workspace(hr_cuda *c, const hr_kargs *a) {
 
 HR_CUDA_TAKES_HALF(conv2d)
 /* The legacy API's half weight gradients were measured at several times the
- * rounding of fp32 sums (H100, cuDNN 9.19: tests/gpu/test_cuda_half.c): with
+ * rounding of fp32 sums (H100, cuDNN 9.14: tests/gpu/test_cuda_half.c): with
  * it (HR_CUDNN_API=legacy, or no graph API) the backward runs on F32 copies. */
 bool hr_cuda_conv2d_bwd_takes_half(const hr_cuda *c) { return !c->opt.cudnn_legacy && (!c->dnn || c->dnn->G); }
 

@@ -46,7 +46,7 @@ hr_cudnn_op *hr_conv_algo_graph_op(hr_cuda *c, hr_cuda_conv *p, int which, bool 
     if (p->gtried[which][b]) return p->gop[which][b];
     p->gtried[which][b] = true;
     /* Half data: the graph engines that keep FP32 accumulation were slow for
-     * forward and backward-data on the H100 (cuDNN 9.19: deep_cnn at batch
+     * forward and backward-data on the H100 (cuDNN 9.19, PyTorch's copy: deep_cnn at batch
      * 2048 took 107 ms a step with them, 57 ms with the legacy algorithms,
      * timed the same way); the weight gradient stays on the graph API (the
      * legacy one's half weight gradients were not FP32-accurate). */
