@@ -157,6 +157,15 @@ typedef struct {
      * and the steps without inf/NaN after which it doubles (0: 2000). */
     float loss_scale;
     int scale_growth_interval;
+    /* Activation recomputation (training): forward results of these layers
+     * are not kept for the backward pass but computed again when it needs
+     * them, which trades compute for memory with bit-identical gradients.
+     * NULL, "" or "none": keep everything; "all": every layer that can be;
+     * "1,3,4": layers by name; "auto": the cheapest choice (by predicted
+     * time) whose device total fits device_budget, or what the device has
+     * free without a budget; "min": the smallest arena the planner finds.
+     * The string is copied at compile. */
+    const char *recompute;
 } hr_config_t;
 
 hr_config_t hr_config_default(void); /* batch 64, train, Adam(1e-3, 0.9, 0.999, 1e-8), CPU, seed 0 */
@@ -204,6 +213,11 @@ typedef struct {
     int n_tensors, n_steps;
     int n_top;
     hr_top_tensor top[8];    /* largest tensors alive at the peak */
+    /* activation recomputation (cfg.recompute) */
+    const char *recompute;      /* the recomputed layers ("1,2,5"), NULL for none */
+    int recompute_nodes;        /* forward nodes run again in the backward pass */
+    size_t arena_no_recompute;  /* the arena the step would need keeping everything */
+    double recompute_extra_ms;  /* predicted time the recomputation adds to a step */
 } hr_report_t;
 
 const hr_report_t *hr_session_report(const hr_session_t *s);

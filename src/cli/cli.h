@@ -36,6 +36,7 @@ typedef struct {
     hr_precision precision;
     int64_t accumulate;    /* micro-batches an optimizer step (1: none) */
     double loss_scale;     /* fp16: GradScaler's initial scale (0: 2^16) */
+    const char *recompute; /* layers whose activations are recomputed: none, all, auto, min or names */
 } hr_cli_opts;
 
 int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd);

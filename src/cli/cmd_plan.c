@@ -20,7 +20,9 @@ int hr_cmd_plan(const hr_cli_opts *o) {
     if (!m) return hr_cli_fail(HR_ERR_PARSE);
     hr_config_t cfg = hr_cli_config(o);
     if (o->batch < 0) cfg.batch = 64;
-    cfg.device_budget = 0; /* the plan answers the budget question itself, below */
+    /* the plan answers the budget question itself, below; recomputation
+     * chosen by the search looks for a plan within it */
+    cfg.device_budget = hr_recompute_searched(cfg.recompute) && o->budget_set ? o->budget : 0;
     /* A plan never needs the device: without one, CUDA plans use the CPU's
      * workspace sizes, and the overhead comes from --gpu's measurement. */
     if (cfg.device == HR_DEVICE_AUTO) cfg.device = gpu ? HR_DEVICE_CUDA : HR_DEVICE_CPU;

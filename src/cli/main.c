@@ -118,6 +118,10 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
             NEED();
             if (!parse_i64(v, &o->accumulate) || o->accumulate < 1 || o->accumulate > (1 << 30))
                 BAD("an integer from 1 to 2^30 (micro-batches a step)");
+        } else if (!strcmp(a, "--recompute")) {
+            NEED();
+            if (!*v) BAD("none, all, auto, min or layer names separated by commas");
+            o->recompute = v;
         } else if (!strcmp(a, "--loss-scale")) {
             NEED();
             if (!parse_f(v, &o->loss_scale) || !(o->loss_scale > 0) || o->loss_scale > 3e38) BAD("a finite scale > 0");
@@ -230,6 +234,7 @@ hr_config_t hr_cli_config(const hr_cli_opts *o) {
     c.precision = o->precision;
     c.accumulate = (int)o->accumulate;
     c.loss_scale = (float)o->loss_scale;
+    c.recompute = o->recompute;
     return c;
 }
 

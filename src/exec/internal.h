@@ -41,6 +41,39 @@ hr_status hr_node_run(hr_backend *be, const hr_graph *g, const hr_node *n, void 
  * one by one where it has none). */
 hr_status hr_node_run_group(hr_backend *be, const hr_graph *g, const hr_node *nodes, int count, void **ptr,
                             const hr_step_info *si);
+/* ---- recomputation to a budget (fit.c) ---------------------------------------- */
+/* Predicted seconds of one node (the cost model's, or a stand-in in tests). */
+typedef double (*hr_node_cost_fn)(void *ctx, const hr_graph *g, const hr_node *n);
+typedef struct {
+    char *layers;      /* the layers to recompute, "1,2,5" ("" for none); the caller frees it (hr_free) */
+    size_t arena;      /* the plan's arena with them */
+    size_t total;      /* its device total (the budget's measure) */
+    size_t arena_none; /* the arena without recomputation */
+    double extra_s;    /* predicted seconds the recomputation adds to one pass (forward + backward) */
+    bool fits;         /* total <= budget */
+} hr_recompute_choice;
+/* The cheapest layers to recompute (predicted time) for base's plan (built
+ * without recomputation) to fit `budget` (device total on be, with
+ * `overhead`); min: the smallest arena the search finds, whatever the
+ * budget. Nothing to recompute when base fits already. pages: totals in a
+ * GPU's 2 MiB pages (be may be a CPU backend planning for a GPU). */
+hr_status hr_recompute_choose(const hr_program *base, hr_backend *be, bool pages, size_t budget, size_t overhead,
+                              bool min, hr_node_cost_fn cost, void *cost_ctx, hr_recompute_choice *out);
+/* cfg.recompute is "auto" or "min" (chosen by the search) */
+bool hr_recompute_searched(const char *recompute);
+/* The search for cfg (its batch, precision, accumulation) on be: base
+ * built here; pages: totals counted in a GPU's pages. */
+hr_status hr_recompute_fit(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be, size_t budget, size_t overhead,
+                           hr_recompute_choice *out);
+
+/* cfg.recompute "auto" or "min": the layers the search chooses on be (the
+ * budget: cfg.device_budget, else what the device has free) into *layers
+ * (hr_free); NULL for any other value. */
+hr_status hr_recompute_resolve(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be, char **layers);
+/* The report's recomputation lines of a compiled session: what was
+ * recomputed, the arena without it, the predicted extra time. */
+hr_status hr_recompute_report(hr_session_t *s, const hr_model_t *m);
+
 /* Scratch bytes node n needs on be (0: none). */
 size_t hr_node_workspace(hr_backend *be, const hr_graph *g, const hr_node *n);
 

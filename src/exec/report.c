@@ -97,6 +97,13 @@ void hr_report_print(const hr_session_t *s, FILE *f) {
                         (long long)c->batch);
                 break;
             }
+    if (r->recompute) {
+        size_t saved = r->arena_no_recompute > r->arena_bytes ? r->arena_no_recompute - r->arena_bytes : 0;
+        fprintf(f, "  recomputed layers: %s\n    %d forward nodes run again in the backward pass; the arena is %s "
+                   "smaller (%s keeping everything); predicted extra time %.3f ms a step\n",
+                r->recompute, r->recompute_nodes, hr_format_bytes(saved, a, sizeof a),
+                hr_format_bytes(r->arena_no_recompute, b, sizeof b), r->recompute_extra_ms);
+    }
     fprintf(f, "  peak at step %d of %d: %s\n", r->peak_step, r->n_steps, r->peak_op);
     for (int i = 0; i < r->n_top; i++)
         fprintf(f, "    %-32s %-24s %12s\n", r->top[i].name, r->top[i].layer, hr_format_bytes(r->top[i].bytes, a, sizeof a));
@@ -132,6 +139,10 @@ void hr_report_json(const hr_session_t *s, FILE *f) {
             r->arena_bytes, r->lower_bound, s->overhead, r->device_total, r->pinned_bytes, (long long)r->eval_batch,
             r->step_arena_bytes, r->peak_step, r->n_steps);
     json_str(f, r->peak_op);
+    fprintf(f, ", \"recompute\": ");
+    json_str(f, r->recompute ? r->recompute : "");
+    fprintf(f, ", \"recompute_nodes\": %d, \"arena_no_recompute\": %zu, \"recompute_extra_ms\": %.6f",
+            r->recompute_nodes, r->recompute ? r->arena_no_recompute : r->arena_bytes, r->recompute_extra_ms);
     fprintf(f, ", \"top\": [");
     for (int i = 0; i < r->n_top; i++) {
         fprintf(f, "%s{\"name\": ", i ? ", " : "");
@@ -158,6 +169,12 @@ static int plan_fits(const hr_model_t *m, const hr_config_t *cfg, int64_t batch,
                      hr_backend *be) {
     hr_config_t c = *cfg;
     c.batch = batch * (cfg->accumulate > 1 ? cfg->accumulate : 1); /* batch: the micro-batch */
+    if (hr_recompute_searched(c.recompute)) { /* recomputation chosen for this batch */
+        hr_recompute_choice ch;
+        if (hr_recompute_fit(m, &c, be, budget, overhead, &ch) != HR_OK) return -1;
+        hr_free(ch.layers);
+        return ch.fits;
+    }
     hr_program p;
     if (hr_program_build(m, &c, hr_exec_workspace, be, &p) != HR_OK) return -1;
     hr_plan pl;

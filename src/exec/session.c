@@ -88,10 +88,19 @@ hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_back
             be->set_batch(be, micro, in, lab);
         }
     }
-    if (hr_program_build(m, cfg, hr_exec_workspace, be, &s->prog) != HR_OK) goto fail;
+    /* recompute "auto" or "min": the search's choice, compiled as a list */
+    char *chosen = NULL;
+    hr_config_t rc;
+    if (m && hr_recompute_resolve(m, cfg, be, &chosen) != HR_OK) goto fail;
+    if (chosen) rc = *cfg, rc.recompute = chosen, cfg = &rc;
+    hr_status built = hr_program_build(m, cfg, hr_exec_workspace, be, &s->prog);
+    if (chosen) rc.recompute = s->prog.recompute; /* the program's copy, which lives as long as it */
+    hr_free(chosen);
+    if (built != HR_OK) goto fail;
     if (hr_exec_check_support(be, &s->prog) != HR_OK) goto fail;
     if (hr_plan_make(&s->prog, &s->plan) != HR_OK) goto fail;
     if (job_totals(s, m, cfg) != HR_OK) goto fail;
+    if (hr_recompute_report(s, m) != HR_OK) goto fail;
     if (be->arena_kind == HR_MEM_DEVICE) {
         /* batches reach the device through two pinned host slots (double
          * buffering): the batch and its labels, each 256-byte aligned */

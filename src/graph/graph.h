@@ -38,6 +38,7 @@ typedef struct {
     bool affine;                  /* a norm's elementwise_affine */
     int norm_dims;                /* how many trailing dims a norm normalises */
     int index;                    /* optimizer: parameter index (for its RNG stream, reports) */
+    bool recompute;               /* a forward node run again in the backward pass: no side effects (running statistics) */
 } hr_attr;
 
 typedef struct {

@@ -104,8 +104,9 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     b->gamma = hr_ptr(ptr, n->in[1]);
     if (n->op == HR_OP_BATCHNORM) {
         b->beta = hr_ptr(ptr, n->in[2]);
-        b->running_mean = hr_ptr(ptr, n->in[3]);
-        b->running_var = hr_ptr(ptr, n->in[4]);
+        /* a recomputation in the backward pass updates no running statistics */
+        b->running_mean = n->a.recompute ? NULL : hr_ptr(ptr, n->in[3]);
+        b->running_var = n->a.recompute ? NULL : hr_ptr(ptr, n->in[4]);
         b->y = hr_ptr(ptr, n->out[0]);
         if (n->nout > 2) b->mean = hr_ptr(ptr, n->out[1]), b->invstd = hr_ptr(ptr, n->out[2]);
         return;

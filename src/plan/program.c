@@ -4,6 +4,7 @@
 #include "plan/program.h"
 
 #include "plan/autocast.h"
+#include "plan/recompute.h"
 
 #include <string.h>
 
@@ -11,7 +12,45 @@
 
 void hr_program_free(hr_program *p) {
     hr_graph_free(&p->g);
+    hr_free(p->recompute);
     memset(p, 0, sizeof *p);
+}
+
+hr_status hr_program_copy(hr_program *dst, const hr_program *src) {
+    *dst = *src;
+    dst->recompute = NULL;
+    dst->cfg.recompute = NULL;
+    if (hr_graph_copy(&dst->g, &src->g) != HR_OK) goto oom;
+    if (src->recompute && !(dst->recompute = hr_strdup(src->recompute))) goto oom;
+    dst->cfg.recompute = dst->recompute;
+    return HR_OK;
+oom:
+    hr_program_free(dst);
+    return hr_error_set(HR_ERR_OOM, "out of host memory copying the step program");
+}
+
+/* Recomputes the layers that cfg.recompute names (after the whole program
+ * is built: the clones take the workspace of the nodes they copy). */
+static hr_status recompute(hr_program *p, const char *list) {
+    p->cfg.recompute = NULL;
+    if (!list || !*list || !strcmp(list, "none")) return HR_OK;
+    if (p->cfg.mode != HR_MODE_TRAIN)
+        return hr_error_set(HR_ERR_INVALID_ARG, "--recompute is for training: inference keeps no activations");
+    if (!strcmp(list, "auto") || !strcmp(list, "min"))
+        return hr_error_set(HR_ERR_INVALID_ARG, "recompute '%s' is chosen by hr_compile, not by the program builder", list);
+    bool *sel = hr_calloc((size_t)p->g.nl + 1, 1);
+    size_t n = hr_recompute_list_len(p);
+    char *names = hr_malloc(n);
+    hr_status st = !sel || !names ? HR_ERR_OOM : hr_recompute_parse(p, list, sel);
+    if (!st) st = hr_recompute_apply(p, sel);
+    if (!st && hr_recompute_count(p)) {
+        p->recompute = names;
+        p->cfg.recompute = hr_recompute_list(p, sel, names, n);
+        names = NULL;
+    }
+    hr_free(sel);
+    hr_free(names);
+    return st;
 }
 
 /* Gives tensor t its batch dimension when it is batched; checks the bytes fit int64. */
@@ -314,6 +353,7 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
         }
         p->g.n[s].ws = t;
     }
+    if ((st = recompute(p, cfg->recompute)) != HR_OK) goto fail;
     return HR_OK;
 fail:
     if (st == HR_ERR_OOM) hr_error_prefix("compile");

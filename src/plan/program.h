@@ -23,6 +23,8 @@ typedef struct {
      * buffers, in the same arena (its tensors live only in its own part of
      * the schedule, so they take the step's dead bytes). -1 without one. */
     int eval_input, eval_output;
+    /* The recomputed layers ("1,2,5"; cfg.recompute points here), NULL for none. */
+    char *recompute;
 } hr_program;
 
 /* Scratch bytes node n of g needs on the device that will run it (0: none);
@@ -34,6 +36,8 @@ typedef size_t (*hr_workspace_fn)(void *ctx, const hr_graph *g, const hr_node *n
 hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_workspace_fn ws, void *ws_ctx,
                            hr_program *p);
 void hr_program_free(hr_program *p);
+/* A deep copy of src (for trying a change to a built program). */
+hr_status hr_program_copy(hr_program *dst, const hr_program *src);
 /* The samples of one pass: the batch, or batch/accumulate with accumulation. */
 static inline int64_t hr_micro_batch(const hr_config_t *cfg) {
     return cfg->accumulate > 1 ? cfg->batch / cfg->accumulate : cfg->batch;

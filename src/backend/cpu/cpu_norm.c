@@ -38,8 +38,10 @@ hr_status hr_cpu_batchnorm(void *ctx, const hr_kargs *a) {
             if (bn->mean) bn->mean[c] = mean;
             if (bn->invstd) bn->invstd[c] = invstd;
             double unbiased = M > 1 ? ss / (double)(M - 1) : var;
-            rm[c] = (1.0f - mom) * rm[c] + mom * mean;
-            rv[c] = (1.0f - mom) * rv[c] + mom * (float)unbiased;
+            if (rm) { /* NULL: a recomputation, which leaves the running statistics alone */
+                rm[c] = (1.0f - mom) * rm[c] + mom * mean;
+                rv[c] = (1.0f - mom) * rv[c] + mom * (float)unbiased;
+            }
         } else {
             mean = rm[c];
             invstd = 1.0f / sqrtf(rv[c] + eps);

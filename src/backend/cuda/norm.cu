@@ -26,8 +26,10 @@ __global__ void k_bn_train(const T *x, const float *gm, const float *bt, float *
         mean[c] = mf;
         invstd[c] = is;
         double unbiased = M > 1 ? ss / (double)(M - 1) : var;
-        rm[c] = (1.0f - mom) * rm[c] + mom * mf;
-        rv[c] = (1.0f - mom) * rv[c] + mom * (float)unbiased;
+        if (rm) { /* NULL: a recomputation, which leaves the running statistics alone */
+            rm[c] = (1.0f - mom) * rm[c] + mom * mf;
+            rv[c] = (1.0f - mom) * rv[c] + mom * (float)unbiased;
+        }
     }
     float a = gm[c] * is, b = bt[c] - mf * a;
     for (int64_t m = threadIdx.x; m < M; m += blockDim.x) {
