@@ -34,6 +34,7 @@
 #include "exec/internal.h"
 #include "headroom.h"
 #include "io/io.h"
+#include "plan/cost.h"
 
 static double now(void) {
     struct timespec ts;
@@ -114,10 +115,37 @@ static int fail(const char *what, const char *model, long long batch) {
     return 1;
 }
 
-/* HR_BENCH_PRECISION=bf16|fp16: mixed precision (fp32 otherwise). */
+/* HR_BENCH_PRECISION=bf16|fp16: mixed precision (fp32 otherwise); --precision wins. */
 static hr_precision precision_from_env(void) {
     const char *p = getenv("HR_BENCH_PRECISION");
     return p && !strcmp(p, "bf16") ? HR_PREC_BF16 : p && !strcmp(p, "fp16") ? HR_PREC_FP16 : HR_PREC_FP32;
+}
+
+/* Options anywhere on the line: --precision P, --accumulate K, --recompute
+ * LIST|all|auto|min, --budget BYTES (what auto fits). */
+static struct {
+    const char *precision, *recompute;
+    int accumulate;
+    size_t budget;
+} opt;
+
+static void configure(hr_config_t *c) {
+    c->precision = precision_from_env();
+    if (opt.precision) c->precision = !strcmp(opt.precision, "bf16") ? HR_PREC_BF16 : !strcmp(opt.precision, "fp16") ? HR_PREC_FP16 : HR_PREC_FP32;
+    c->accumulate = opt.accumulate;
+    c->recompute = opt.recompute;
+    c->device_budget = opt.budget;
+}
+
+/* The step's predicted time from this device's cost cache (what `headroom
+ * fit` measured), and how many nodes of it were measured. */
+static double predicted_ms(hr_session_t *s, bool cuda, int *measured, int *estimated) {
+    hr_cost_model *cm = hr_cost_model_here(cuda);
+    if (!cm) return -1;
+    double ms = 1e3 * hr_cost_step(cm, hr_session_program(s));
+    hr_cost_count(cm, hr_session_program(s), measured, estimated);
+    hr_cost_model_free(cm);
+    return ms;
 }
 
 /* ---- step time and memory ------------------------------------------------------ */
@@ -127,9 +155,11 @@ static int bench(const char *model, int64_t batch, int steps, int warm, bool cud
     hr_config_t c = hr_config_default();
     c.batch = batch;
     c.device = cuda ? HR_DEVICE_CUDA : HR_DEVICE_CPU;
-    c.precision = precision_from_env();
+    configure(&c);
     hr_session_t *s = hr_compile(m, &c);
     if (!s) return fail("compile", model, batch);
+    int n_meas = 0, n_est = 0;
+    double pred = predicted_ms(s, cuda, &n_meas, &n_est);
     hr_mem_stats_t m0, m1, m2, m3;
     hr_mem_stats(s, &m0); /* context and handles made, nothing allocated */
     if (hr_session_alloc(s) != HR_OK) return fail("alloc", model, batch);
@@ -159,6 +189,11 @@ static int bench(const char *model, int64_t batch, int steps, int warm, bool cud
     printf(", \"arena_bytes\": %zu, \"lower_bound\": %zu, \"pinned_bytes\": %zu, \"overhead_bytes\": %zu", r->arena_bytes,
            r->lower_bound, r->pinned_bytes, overhead_of(s));
     printf(", \"precision\": \"%s\", \"job_total\": %zu", hr_precision_name(c.precision), r->device_total);
+    printf(", \"accumulate\": %d, \"recompute\": ", c.accumulate > 1 ? c.accumulate : 1);
+    json_escape(stdout, r->recompute ? r->recompute : "");
+    printf(", \"arena_no_recompute\": %zu, \"recompute_nodes\": %d, \"predicted_ms\": %.4f, \"predicted_measured_nodes\": %d, "
+           "\"predicted_estimated_nodes\": %d",
+           r->recompute ? r->arena_no_recompute : r->arena_bytes, r->recompute_nodes, pred, n_meas, n_est);
     printf(", \"at_peak\": {");
     for (int k = 0; k < HR_CAT_COUNT; k++)
         printf("%s\"%s\": %zu", k ? ", " : "", hr_category_name((hr_category)k), r->category_at_peak[k]);
@@ -245,6 +280,8 @@ static int largest(const char *model, int64_t batch, bool cuda) {
     hr_config_t c = hr_config_default();
     c.batch = batch;
     c.device = cuda ? HR_DEVICE_CUDA : HR_DEVICE_CPU;
+    configure(&c);
+    c.device_budget = 0;
     hr_session_t *s = hr_compile(m, &c);
     if (!s) return fail("compile", model, batch);
     hr_mem_stats_t m0, m1;
@@ -275,6 +312,8 @@ static int largest(const char *model, int64_t batch, bool cuda) {
     }
     printf("{\"impl\": \"headroom\", \"mode\": \"largest\", \"model\": ");
     json_escape(stdout, model);
+    printf(", \"precision\": \"%s\", \"recompute\": ", hr_precision_name(c.precision));
+    json_escape(stdout, c.recompute ? c.recompute : "");
     printf(", \"seed_batch\": %lld, \"device\": \"%s\", \"device_total\": %zu, \"free_at_search\": %zu, "
            "\"overhead_bytes\": %zu, \"search_s\": %.3f, \"free_after_search\": %zu, \"allocs_during_search\": %lld",
            (long long)batch, cuda ? "cuda" : "cpu", m0.device_total, fr, ov, search_s, m1.device_free,
@@ -295,11 +334,28 @@ static int largest(const char *model, int64_t batch, bool cuda) {
 }
 
 int main(int argc, char **argv) {
+    int k = 1;
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (v && !strcmp(argv[i], "--precision")) opt.precision = v, i++;
+        else if (v && !strcmp(argv[i], "--recompute")) opt.recompute = v, i++;
+        else if (v && !strcmp(argv[i], "--accumulate")) opt.accumulate = atoi(v), i++;
+        else if (v && !strcmp(argv[i], "--budget")) {
+            if (!hr_parse_bytes(v, &opt.budget)) {
+                fprintf(stderr, "bench_step: --budget '%s' is not a size\n", v);
+                return 2;
+            }
+            i++;
+        } else argv[k++] = argv[i];
+    }
+    argc = k;
     if (argc >= 4 && !strcmp(argv[1], "--largest"))
         return largest(argv[2], atoll(argv[3]), !(argc > 4 && !strcmp(argv[4], "cpu")));
     if (argc < 3) {
         fprintf(stderr, "usage: bench_step MODEL BATCH [steps=20] [warmup=3] [cpu|cuda]\n"
-                        "       bench_step --largest MODEL BATCH [cuda|cpu]\n");
+                        "       bench_step --largest MODEL BATCH [cuda|cpu]\n"
+                        "       options anywhere: --precision fp32|bf16|fp16 --accumulate K\n"
+                        "                         --recompute none|all|auto|min|LAYERS --budget BYTES\n");
         return 2;
     }
     int steps = argc > 3 ? atoi(argv[3]) : 20, warm = argc > 4 ? atoi(argv[4]) : 3;

@@ -13,6 +13,11 @@ the streams listed in CASES; the C test draws the same values. docs/golden.md
 ("Single ops") is the contract. Unless --no-f64 is given, every case is redone
 in float64 from the same inputs and the float32-vs-float64 error of each stored
 tensor is printed: the measured basis of the C test's tolerances.
+
+The "nf_" cases feed NaN, +-inf, -0 and float32's extremes through the ops
+whose kernels compare values (ReLU, LeakyReLU, MaxPool2d, Softmax and
+LogSoftmax) and the smooth activations: their inputs are fixed lists (NF_CASES),
+stored with the results ("<case>.x", "<case>.dy"), since no RNG draws them.
 """
 
 import argparse
@@ -101,6 +106,105 @@ def run_case(case, dtype):
     return out
 
 
+# ---- non-finite inputs -------------------------------------------------------
+NAN, INF = float("nan"), float("inf")
+NEG_NAN = np.array([0xFFC00000], dtype=np.uint32).view(np.float32)[0]  # NaN with the sign bit set
+# 39 values (a mask's last byte partly used): NaN, +-inf, -0, denormals,
+# float32's largest, GELU's and SiLU's overflow points, ordinary values
+NF_ACT_X = [NAN, INF, -INF, -0.0, 0.0, 1.5, -2.0, NEG_NAN, 3e38, -3e38, 1e-40, -1e-40, 88.0,
+            -88.0, 100.0, -100.0, 0.25, -0.25, INF, -INF, NAN, 4.0, -4.0, 1e10, -1e10, 20.0, -20.0,
+            9.0, -9.0, 0.5, -0.5, 1.0, -1.0, 2.0, -3.0, 7.0, -7.0, NAN, 65504.0]
+# dy: NaN where ReLU's x < 0 (ReLU passes 0, not NaN * 0), inf where x = -inf,
+# -inf where x > 0
+NF_ACT_DY = [0.5 * ((i % 7) - 3) + 0.125 for i in range(39)]
+NF_ACT_DY[6], NF_ACT_DY[2], NF_ACT_DY[5], NF_ACT_DY[0] = NAN, INF, -INF, 0.75
+
+# Softmax rows: a NaN, +inf (inf - inf: NaN), -inf (exp: 0), all -inf, two +inf, plain
+NF_SM_X = [[NAN, 1.0, 2.0, 3.0, 4.0], [1.0, 2.0, INF, 3.0, 4.0], [-INF, 1.0, 2.0, 3.0, 4.0],
+           [-INF, -INF, -INF, -INF, -INF], [INF, INF, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 4.0, 5.0]]
+NF_SM_DY = [[0.25 * ((i * 5 + j) % 9) - 1.0 for j in range(5)] for i in range(6)]
+
+# MaxPool2d(2), six windows a plane: one NaN; two NaNs (the last wins); all
+# -inf; inf and NaN; a tie; two +inf / -NaN first; a tie of zeros; four NaNs;
+# the extremes
+NF_MP2_X = [[[[1.0, NAN, NAN, 5.0, -INF, -INF],
+              [3.0, 2.0, NAN, 2.0, -INF, -INF],
+              [INF, 1.0, 4.0, 4.0, INF, INF],
+              [NAN, INF, 4.0, 4.0, 1.0, 2.0]],
+             [[NEG_NAN, 1.0, 1.0, 2.0, -1.0, -2.0],
+              [2.0, 3.0, 3.0, NAN, -3.0, -INF],
+              [0.0, -0.0, NAN, NAN, 1e38, -INF],
+              [0.0, 0.0, NAN, NAN, 3e38, 2.0]]]]
+
+
+def nf_mp3_x():
+    """MaxPool2d(3, 2) on 7x7: overlapping windows; a NaN on a shared corner
+    (2, 2) is in four windows, the others in two and one; three windows hold
+    none (ties among the rest)."""
+    x = [[float((i * 7 + j * 3) % 11 - 5) for j in range(7)] for i in range(7)]
+    for (i, j) in [(2, 2), (4, 1), (6, 6)]:
+        x[i][j] = NAN
+    x[3][3], x[1][1], x[5][6] = INF, -INF, -INF
+    return [[x]]
+
+
+# MaxPool2d(2, 1) on 4x4: each value in up to four windows (PyTorch's gradient
+# of a shared NaN sums over them)
+NF_MP21_X = [[[[1.0, 2.0, NAN, 0.5], [4.0, NAN, 6.0, -1.0], [7.0, 8.0, 9.0, INF], [-INF, -INF, NAN, 3.0]]]]
+
+# name, op, x, dy (None: 1, 2, 3, ... in y's shape), arguments
+NF_CASES = [
+    ("nf_relu", "relu", NF_ACT_X, NF_ACT_DY, {}),
+    ("nf_leaky_relu_0.1", "leaky_relu", NF_ACT_X, NF_ACT_DY, {"negative_slope": 0.1}),
+    ("nf_gelu", "gelu", NF_ACT_X, NF_ACT_DY, {"approximate": "none"}),
+    ("nf_gelu_tanh", "gelu", NF_ACT_X, NF_ACT_DY, {"approximate": "tanh"}),
+    ("nf_silu", "silu", NF_ACT_X, NF_ACT_DY, {}),
+    ("nf_sigmoid", "sigmoid", NF_ACT_X, NF_ACT_DY, {}),
+    ("nf_tanh", "tanh", NF_ACT_X, NF_ACT_DY, {}),
+    ("nf_softmax", "softmax", NF_SM_X, NF_SM_DY, {}),
+    ("nf_log_softmax", "log_softmax", NF_SM_X, NF_SM_DY, {}),
+    ("nf_maxpool_2", "max_pool2d", NF_MP2_X, None, {"k": 2, "s": 2}),
+    ("nf_maxpool_3s2", "max_pool2d", nf_mp3_x(), None, {"k": 3, "s": 2}),
+    ("nf_maxpool_2s1", "max_pool2d", NF_MP21_X, None, {"k": 2, "s": 1}),
+]
+NF_ACT_SHAPE = (3, 13)
+
+
+def run_nf_case(case):
+    """The case's stored tensors: x, dy, y, dx (float32)."""
+    name, op, xv, dyv, args = case
+    x = torch.tensor(np.array(xv, dtype=np.float32))
+    if x.dim() == 1:
+        x = x.reshape(NF_ACT_SHAPE)
+    x.requires_grad_(True)
+    if op == "relu":
+        y = torch.relu(x)
+    elif op == "leaky_relu":
+        y = F.leaky_relu(x, args["negative_slope"])
+    elif op == "gelu":
+        y = F.gelu(x, approximate=args["approximate"])
+    elif op == "silu":
+        y = F.silu(x)
+    elif op == "sigmoid":
+        y = torch.sigmoid(x)
+    elif op == "tanh":
+        y = torch.tanh(x)
+    elif op == "softmax":
+        y = F.softmax(x, dim=1)
+    elif op == "log_softmax":
+        y = F.log_softmax(x, dim=1)
+    elif op == "max_pool2d":
+        y = F.max_pool2d(x, args["k"], args["s"])
+    else:
+        raise ValueError(op)
+    if dyv is None:
+        dy = torch.arange(1, y.numel() + 1, dtype=torch.float32).reshape(y.shape)
+    else:
+        dy = torch.tensor(np.array(dyv, dtype=np.float32)).reshape(y.shape)
+    y.backward(dy)
+    return {"x": x.detach(), "dy": dy, "y": y.detach(), "dx": x.grad}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "golden"))
@@ -126,17 +230,25 @@ def main():
                 scale = b.abs().max().item() or 1.0
                 report.append(("%s.%s" % (name, k), v.numel(), (a - b).abs().max().item() / scale))
 
+    for case in NF_CASES:
+        for k, v in run_nf_case(case).items():
+            recs.append(("%s.%s" % (case[0], k), v.numpy().astype(np.float32)))
+
     path = os.path.join(args.out, "ops.safetensors")
     meta = {"seed": SEED, "torch": torch.__version__, "layernorm_eps": LN_EPS,
             "generator": "scripts/make_golden_ops.py", "contract": "docs/golden.md"}
     write_safetensors(path, recs, meta)
     _, back = read_safetensors(path)
     for k, a in recs:
-        assert np.array_equal(back[k], a), k
+        assert np.array_equal(back[k].view(np.uint32), a.view(np.uint32)), k  # NaNs too
     print("== %s (%d bytes, %d tensors)" % (os.path.relpath(path), os.path.getsize(path), len(recs)))
     for k, a in recs:
-        print("  %-36s %-14s min % .6g max % .6g  mean|.| %.4g"
-              % (k, list(a.shape), a.min(), a.max(), np.abs(a).mean()))
+        f = a[np.isfinite(a)].astype(np.float64)  # the finite values' statistics
+        nf = "" if f.size == a.size else "  (%d NaN, %d inf)" % (np.isnan(a).sum(), np.isinf(a).sum())
+        if not f.size:
+            f = np.zeros(1)
+        print("  %-36s %-14s min % .6g max % .6g  mean|.| %.4g%s"
+              % (k, list(a.shape), f.min(), f.max(), np.abs(f).mean(), nf))
     if report:
         print("  -- float32 vs float64: max|a-b| / max|b| (nmax)")
         for k, n, e in report:

@@ -1,6 +1,7 @@
 /* test_cli.c — the headroom command as a user meets it: every bad input gets
  * a clear message and its exit status, training resumes bit-identically, a
- * NaN stops the run with the last checkpoint intact. */
+ * finished run resumed says so, a NaN stops the run with the last checkpoint
+ * intact and names where it came from. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,8 +40,12 @@ static void write_file(const char *name, const char *text) {
     fclose(f);
 }
 
-#ifndef HR /* another build's binary: -DHR='"/path/headroom"' */
-#define HR "./build/headroom"
+/* The headroom under test: -DHR='"/path/headroom"', else the one of this
+ * test's own build (BUILD/tests/test_cli -> BUILD/headroom), which main puts
+ * in the shell variable HR_BIN (unless it is set already). */
+#ifndef HR
+#define HR "\"$HR_BIN\""
+#define HR_OF_THIS_BUILD 1
 #endif
 #define EXPECT(code, needle, ...)                                                                              \
     do {                                                                                                       \
@@ -180,14 +185,45 @@ static void test_nan(void) {
     const char *common = "--data synthetic --samples 256 --batch 16 --device cpu --seed 7 -q";
     EXPECT(0, "epoch 1/1", HR " train %s/tiny.model %s --epochs 1 --save %s/good.ckpt", tmp, common, tmp);
     sh("cp %s/good.ckpt %s/good.copy", tmp, tmp);
-    /* an absurd learning rate: the loss blows up; the checkpoint written before stays */
-    EXPECT(4, "stopping", HR " train %s/tiny.model %s --epochs 3 --lr 1e30 --optim sgd --save %s/nan.ckpt --resume %s/good.ckpt",
-           tmp, common, tmp, tmp);
-    CHECK(strstr(out, "step") != NULL, "the NaN message names the step:\n%s", out);
+    /* an absurd learning rate: the loss blows up; the checkpoint written before
+     * stays; the message names the step, the op's layer (line 7 of the model
+     * file, the first Linear), its tensor and the cause */
+    EXPECT(4, "stopped before its update", HR " train %s/tiny.model %s --epochs 3 --lr 1e30 --optim sgd --save "
+                                           "%s/nan.ckpt --resume %s/good.ckpt", tmp, common, tmp, tmp);
+    const char *want[] = {"the loss is NaN at step 18 (epoch 2, batch 2)", "tiny.model:7: layer 5 (Linear)",
+                          "in tensor 5.out", "whose inputs were finite", "grew past float32's range after a finite loss",
+                          "--lr (now 1e+30)"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        CHECK(strstr(out, want[i]) != NULL, "the NaN message lacks \"%s\":\n%s", want[i], out);
     char a[300], b[300];
     snprintf(a, sizeof a, "%s/good.ckpt", tmp);
     snprintf(b, sizeof b, "%s/good.copy", tmp);
     CHECK(cmp_files(a, b) == 0, "the good checkpoint is untouched");
+    /* fp16 overflows at 65504: the advice is bf16 */
+    EXPECT(4, "fp16 ends at 65504: train with --precision bf16",
+           HR " train %s/tiny.model %s --epochs 3 --lr 1e4 --optim sgd --precision fp16", tmp, common);
+    CHECK(strstr(out, "step 2 ") && strstr(out, "layer 5 (Linear)"), "the fp16 NaN message:\n%s", out);
+}
+
+/* Resuming a run that has done its epochs trains nothing, says so and
+ * leaves the checkpoint as it was. */
+static void test_resume_finished(void) {
+    write_file("tiny.model", tiny);
+    const char *common = "--data synthetic --samples 256 --batch 16 --device cpu --seed 7 -q";
+    EXPECT(0, "epoch 2/2", HR " train %s/tiny.model %s --epochs 2 --save %s/done.ckpt", tmp, common, tmp);
+    sh("cp %s/done.ckpt %s/done.copy", tmp, tmp);
+    char a[300], b[300];
+    snprintf(a, sizeof a, "%s/done.ckpt", tmp);
+    snprintf(b, sizeof b, "%s/done.copy", tmp);
+    EXPECT(0, "has finished epoch 2 of 2: nothing to train; raise --epochs to continue",
+           HR " train %s/tiny.model %s --epochs 2 --resume %s/done.ckpt --save %s/done.ckpt", tmp, common, tmp, tmp);
+    CHECK(!strstr(out, "epoch 3/"), "a finished run trained:\n%s", out);
+    CHECK(cmp_files(a, b) == 0, "resuming a finished run rewrote its checkpoint");
+    EXPECT(0, "has finished 2 epochs, and --epochs is 1: nothing to train; raise --epochs past 2",
+           HR " train %s/tiny.model %s --epochs 1 --resume %s/done.ckpt --save %s/done.ckpt", tmp, common, tmp, tmp);
+    CHECK(cmp_files(a, b) == 0, "resuming a finished run rewrote its checkpoint");
+    /* raised, it goes on */
+    EXPECT(0, "epoch 3/3", HR " train %s/tiny.model %s --epochs 3 --resume %s/done.ckpt", tmp, common, tmp);
 }
 
 static double seconds(void) {
@@ -245,16 +281,29 @@ static void test_host_memory(void) {
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/hr_test_cli.%d", (int)getpid());
     mkdir(tmp, 0755);
-    if (access(HR, X_OK) != 0) {
-        fprintf(stderr, "test_cli: %s not built\n", HR);
-        CHECK(0, "build/headroom missing");
+#ifdef HR_OF_THIS_BUILD
+    char bin[4096];
+    ssize_t n = readlink("/proc/self/exe", bin, sizeof bin - 16);
+    char *dir = n > 0 ? (bin[n] = 0, strrchr(bin, '/')) : NULL; /* BUILD/tests/test_cli */
+    if (dir) *dir = 0, dir = strrchr(bin, '/');                 /* BUILD/tests */
+    if (dir) strcpy(dir + 1, "headroom");
+    setenv("HR_BIN", dir ? bin : "./build/headroom", 0);
+    const char *hr = getenv("HR_BIN");
+#else
+    const char *hr = HR;
+#endif
+    if (access(hr, X_OK) != 0) {
+        fprintf(stderr, "test_cli: %s not built\n", hr);
+        CHECK(0, "%s missing: build it (make)", hr);
         TEST_END();
     }
+    printf("test_cli: testing %s\n", hr);
     test_model_files();
     test_batches();
     test_data_files();
     test_checkpoints();
     test_nan();
+    test_resume_finished();
     test_host_memory();
     sh("rm -rf %s", tmp);
     TEST_END();

@@ -6,7 +6,12 @@
  * Both sides compute in float32, so a tensor passes when
  * nmax = max|a - b| / max|b| <= k * FLT_EPSILON (k ulps of its largest value);
  * k is stated per op in CASES and explained in docs/golden.md ("Single ops"),
- * and every tensor's nmax is printed. */
+ * and every tensor's nmax is printed.
+ *
+ * NF_CASES: NaN, +-inf and -0 through the ops that compare values (ReLU,
+ * LeakyReLU, MaxPool2d, Softmax, LogSoftmax) and the smooth activations, on
+ * the generator's stored inputs: NaN exactly where PyTorch has NaN, the same
+ * infinities, and the selections bit for bit (the sign of zero too). */
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
@@ -221,18 +226,151 @@ static void run_case(hr_backend *be, const gcase *c) {
     gt_free(&k);
 }
 
+/* ---- non-finite inputs ------------------------------------------------------ */
+/* One case of the generator's NF_CASES: x and dy are read from the file
+ * ("<case>.x", "<case>.dy"), y and dx compared. exact: a selection (ReLU,
+ * LeakyReLU, MaxPool2d), equal bits; else within `ulps` of each value (or of
+ * 1), as the smooth functions' libm and formula differences allow. */
+typedef struct {
+    const char *name;
+    hr_op fwd, bwd;
+    int ndim;
+    int64_t dims[4], ydims[4];
+    bool exact;
+    int ulps;
+    float alpha; /* LeakyReLU */
+    bool approx; /* GELU tanh */
+    int k, s;    /* MaxPool2d */
+} nfcase;
+
+#define NF_ACT 2, {3, 13}, {3, 13}
+#define NF_SM 2, {6, 5}, {6, 5}
+static const nfcase NF_CASES[] = {
+    {"nf_relu", HR_OP_RELU, HR_OP_RELU_BWD, NF_ACT, true, 0, .alpha = 0},
+    {"nf_leaky_relu_0.1", HR_OP_LEAKY_RELU, HR_OP_LEAKY_RELU_BWD, NF_ACT, true, 0, .alpha = 0.1f},
+    {"nf_gelu", HR_OP_GELU, HR_OP_GELU_BWD, NF_ACT, false, ULPS_ACT, .alpha = 0},
+    {"nf_gelu_tanh", HR_OP_GELU, HR_OP_GELU_BWD, NF_ACT, false, ULPS_ACT, .approx = true},
+    {"nf_silu", HR_OP_SILU, HR_OP_SILU_BWD, NF_ACT, false, ULPS_ACT, .alpha = 0},
+    {"nf_sigmoid", HR_OP_SIGMOID, HR_OP_SIGMOID_BWD, NF_ACT, false, ULPS_ACT, .alpha = 0},
+    {"nf_tanh", HR_OP_TANH, HR_OP_TANH_BWD, NF_ACT, false, ULPS_ACT, .alpha = 0},
+    {"nf_softmax", HR_OP_SOFTMAX, HR_OP_SOFTMAX_BWD, NF_SM, false, ULPS_ACT, .alpha = 0},
+    {"nf_log_softmax", HR_OP_LOGSOFTMAX, HR_OP_LOGSOFTMAX_BWD, NF_SM, false, ULPS_ACT, .alpha = 0},
+    {"nf_maxpool_2", HR_OP_MAXPOOL, HR_OP_MAXPOOL_BWD, 4, {1, 2, 4, 6}, {1, 2, 2, 3}, true, 0, .k = 2, .s = 2},
+    {"nf_maxpool_3s2", HR_OP_MAXPOOL, HR_OP_MAXPOOL_BWD, 4, {1, 1, 7, 7}, {1, 1, 3, 3}, true, 0, .k = 3, .s = 2},
+    {"nf_maxpool_2s1", HR_OP_MAXPOOL, HR_OP_MAXPOOL_BWD, 4, {1, 1, 4, 4}, {1, 1, 3, 3}, true, 0, .k = 2, .s = 1},
+};
+#define NNF (int)(sizeof NF_CASES / sizeof NF_CASES[0])
+
+/* The stored "<case>.<what>" into dst (n floats); false (and a failed check) if absent. */
+static bool nf_read(const nfcase *c, const char *what, const int64_t *dims, float *dst) {
+    char key[96];
+    snprintf(key, sizeof key, "%s.%s", c->name, what);
+    const hr_st_tensor *t = hr_safetensors_expect(file, key, "F32", c->ndim, dims);
+    CHECK(t != NULL, "%s: %s", key, hr_last_error());
+    hr_status st = t ? hr_safetensors_read(file, t, dst) : HR_ERR_FORMAT;
+    CHECK(st == HR_OK, "%s: read: %s", key, hr_last_error());
+    return st == HR_OK;
+}
+
+/* got against "<case>.<what>" (`how` names the run): NaN where PyTorch has
+ * NaN, equal bits (exact) or within ulps * max(1, |b|). */
+static void nf_compare(const nfcase *c, const char *what, const char *how, const float *got, const int64_t *dims) {
+    int64_t n = 1;
+    for (int d = 0; d < c->ndim; d++) n *= dims[d];
+    float *ref = malloc(sizeof(float) * (size_t)n);
+    if (!ref || !nf_read(c, what, dims, ref)) {
+        free(ref);
+        return;
+    }
+    int64_t bad = 0, first = -1;
+    double tol = c->ulps * (double)FLT_EPSILON;
+    for (int64_t i = 0; i < n; i++) {
+        float a = got[i], b = ref[i];
+        bool ok;
+        if (isnan(b) || isnan(a)) ok = isnan(a) && isnan(b);
+        else if (c->exact) ok = memcmp(&a, &b, sizeof a) == 0;
+        else if (isinf(b) || isinf(a)) ok = a == b;
+        else ok = fabs((double)a - b) <= tol * fmax(1.0, fabs(b));
+        if (!ok && first < 0) first = i;
+        bad += !ok;
+    }
+    printf("  %-34s %6lld  %s%s\n", what, (long long)n, bad ? "FAIL " : "", how);
+    CHECK(bad == 0, "%s.%s (%s): %lld of %lld values differ from PyTorch's; the first at %lld: %g, PyTorch %g",
+          c->name, what, how, (long long)bad, (long long)n, (long long)first, first >= 0 ? (double)got[first] : 0.0,
+          first >= 0 ? (double)ref[first] : 0.0);
+    free(ref);
+}
+
+static void run_nf_case(hr_backend *be, const nfcase *c) {
+    gt k;
+    memset(&k, 0, sizeof k);
+    k.be = be;
+    const int nd = c->ndim;
+    int64_t n = 1, ny = 1;
+    for (int d = 0; d < nd; d++) n *= c->dims[d], ny *= c->ydims[d];
+    bool pool = c->fwd == HR_OP_MAXPOOL, mask = c->fwd == HR_OP_RELU || c->fwd == HR_OP_LEAKY_RELU;
+    int tx = gt_tensor(&k, HR_F32, nd, c->dims), ty = gt_tensor(&k, HR_F32, nd, c->ydims);
+    int tdy = gt_tensor(&k, HR_F32, nd, c->ydims), tdx = gt_tensor(&k, HR_F32, nd, c->dims);
+    printf("  %s\n", c->name);
+    if (!nf_read(c, "x", c->dims, gf(&k, tx)) || !nf_read(c, "dy", c->ydims, gf(&k, tdy))) {
+        gt_free(&k);
+        return;
+    }
+    /* forward in {x} out {y, mask or argmax (training)}; backward in {the
+     * mask, argmax, x (GELU, SiLU) or y (Sigmoid, Tanh, Softmax), dy} out {dx} */
+    hr_node f = hr_node_make(c->fwd, -1), b = hr_node_make(c->bwd, -1);
+    f.a.train = true, f.a.alpha = c->alpha, f.a.approx = c->approx;
+    f.a.kh = f.a.kw = c->k, f.a.sh = f.a.sw = c->s;
+    f.in[0] = tx, f.nin = 1, f.out[0] = ty, f.nout = 1;
+    int saved = c->fwd == HR_OP_GELU || c->fwd == HR_OP_SILU ? tx : ty;
+    if (mask || pool) {
+        saved = mask ? gt_tensor(&k, HR_U8, 1, (int64_t[]){(n + 7) / 8}) : gt_tensor(&k, HR_U8, nd, c->ydims);
+        f.out[1] = saved, f.nout = 2;
+    }
+    gt_run(&k, &f);
+    nf_compare(c, "y", mask || pool ? "training forward" : "forward", gf(&k, ty), c->ydims);
+    b.a = f.a;
+    b.in[0] = saved, b.in[1] = tdy, b.nin = 2, b.out[0] = tdx, b.nout = 1;
+    gt_run(&k, &b);
+    nf_compare(c, "dx", mask ? "backward from the mask" : pool ? "backward from the argmax" : "backward", gf(&k, tdx),
+               c->dims);
+    if (mask || pool) {
+        /* inference: y alone; then the backward from its float form: y
+         * (ReLU), x (LeakyReLU), x with the argmax found again (MaxPool2d) */
+        f.nout = 1;
+        memset(gf(&k, ty), 0xff, sizeof(float) * (size_t)ny);
+        gt_run(&k, &f);
+        nf_compare(c, "y", "inference forward", gf(&k, ty), c->ydims);
+        bool relu = c->fwd == HR_OP_RELU;
+        b.in[0] = relu ? ty : tx;
+        memset(gf(&k, tdx), 0xff, sizeof(float) * (size_t)n);
+        gt_run(&k, &b);
+        nf_compare(c, "dx", relu ? "backward from y" : "backward from x", gf(&k, tdx), c->dims);
+    }
+    if (c->fwd == HR_OP_RELU) { /* in place, as the planner allows: y over x, mask from y */
+        f.out[0] = tx, f.out[1] = saved, f.nout = 2;
+        gt_run(&k, &f);
+        nf_compare(c, "y", "forward in place", gf(&k, tx), c->ydims);
+        b.in[0] = saved;
+        gt_run(&k, &b);
+        nf_compare(c, "dx", "backward from the in-place mask", gf(&k, tdx), c->dims);
+    }
+    gt_free(&k);
+}
+
 /* Every tensor of the file belongs to a case here: a case the generator has
  * and this table lacks would otherwise go untested. */
 static void check_file_cases(void) {
     for (int i = 0; i < hr_safetensors_count(file); i++) {
         const char *nm = hr_safetensors_at(file, i)->name;
         bool known = false;
-        for (int j = 0; j < NCASES && !known; j++) {
-            size_t l = strlen(CASES[j].name);
-            known = strncmp(nm, CASES[j].name, l) == 0 && nm[l] == '.' && !strchr(nm + l + 1, '.');
+        for (int j = 0; j < NCASES + NNF && !known; j++) {
+            const char *cn = j < NCASES ? CASES[j].name : NF_CASES[j - NCASES].name;
+            size_t l = strlen(cn);
+            known = strncmp(nm, cn, l) == 0 && nm[l] == '.' && !strchr(nm + l + 1, '.');
         }
-        CHECK(known, "%s: tensor '%s' belongs to no case of test_golden_ops.c's CASES (keep it in step with "
-                     "scripts/make_golden_ops.py)", GOLDEN_PATH, nm);
+        CHECK(known, "%s: tensor '%s' belongs to no case of test_golden_ops.c's CASES or NF_CASES (keep them in "
+                     "step with scripts/make_golden_ops.py)", GOLDEN_PATH, nm);
     }
 }
 
@@ -254,6 +392,8 @@ int main(void) {
     CHECK(be != NULL, "CPU backend: %s", hr_last_error());
     if (be) {
         for (int i = 0; i < NCASES; i++) run_case(be, &CASES[i]);
+        printf("  non-finite inputs (NaN, +-inf, -0): NaN where PyTorch has it, exact selections\n");
+        for (int i = 0; i < NNF; i++) run_nf_case(be, &NF_CASES[i]);
         be->free(be);
     }
     hr_safetensors_free(file);

@@ -13,7 +13,11 @@
 #include "exec/internal.h"
 #include "headroom.h"
 #include "io/io.h"
+#include "plan/cost.h"
 #include "plan/recompute.h"
+
+#include <time.h>
+#include <unistd.h>
 
 static uint64_t prng_s = 1;
 static uint64_t prng(void) {
@@ -277,7 +281,95 @@ static void test_errors(void) {
     hr_model_free(m);
 }
 
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* fit's search on the CPU backend with estimated costs: a budget the full
+ * plan meets keeps everything in one pass; a smaller one is met by
+ * accumulation or recomputation (every candidate that says it fits does);
+ * too small a budget has no choice; allowed precisions are weighed; every
+ * example model answers in under 2 s. */
+static void test_fit(void) {
+    char dir[] = "/tmp/hr_fit_XXXXXX";
+    CHECK(mkdtemp(dir), "mkdtemp");
+    setenv("HR_CACHE_DIR", dir, 1);
+    hr_cost_model *cm = hr_cost_model_new(HR_DEVICE_CPU, "test cpu", "none");
+    hr_model_t *m = hr_modelfile_load("examples/resnet_tiny.model");
+    CHECK(cm && m, "setup: %s", hr_last_error());
+    if (!cm || !m) return;
+    hr_config_t cfg = hr_config_default();
+    cfg.batch = 256;
+    cfg.eval_batch = 0;
+    hr_session_t *s = hr_compile(m, &cfg);
+    hr_backend *be = hr_session_backend(s);
+    size_t a0 = hr_session_report(s)->arena_bytes;
+    hr_fit_result r;
+    CHECK(hr_fit_search(m, &cfg, 0, true, be, false, a0, 0, cm, &r) == HR_OK && r.best >= 0, "fit at the full plan");
+    if (r.best >= 0)
+        CHECK(r.c[r.best].accumulate == 1 && !r.c[r.best].recompute && r.c[r.best].total == a0,
+              "the full plan's budget: one pass, nothing recomputed (K %d, total %zu of %zu)", r.c[r.best].accumulate,
+              r.c[r.best].total, a0);
+    hr_fit_result_free(&r);
+    CHECK(hr_fit_search(m, &cfg, 0, true, be, false, a0 * 7 / 10, 0, cm, &r) == HR_OK && r.best >= 0, "fit at 70%%");
+    bool recomputed = false;
+    for (int i = 0; i < r.n; i++) {
+        CHECK(r.c[i].fits == (r.c[i].total <= a0 * 7 / 10), "candidate %d: fits says %d for %zu", i, r.c[i].fits,
+              r.c[i].total);
+        recomputed |= r.c[i].recompute && r.c[i].fits && r.c[i].accumulate == 1;
+        CHECK(r.c[i].step_s > 0 && r.c[i].micro * r.c[i].accumulate == 256, "candidate %d: %lld x %d, %.3g s", i,
+              (long long)r.c[i].micro, r.c[i].accumulate, r.c[i].step_s);
+    }
+    CHECK(recomputed, "at 70%% of the plan, one pass of 256 fits by recomputation");
+    /* the choice, compiled as train would: the same total */
+    if (r.best >= 0) {
+        hr_config_t c = cfg;
+        c.accumulate = r.c[r.best].accumulate;
+        c.recompute = r.c[r.best].recompute;
+        hr_session_t *t = hr_compile(m, &c);
+        CHECK(t && hr_session_report(t)->device_total == r.c[r.best].total, "the choice compiles to its total");
+        hr_session_free(t);
+    }
+    hr_fit_result_free(&r);
+    CHECK(hr_fit_search(m, &cfg, 0, true, be, false, 4096, 0, cm, &r) == HR_OK && r.best < 0, "4 KiB: nothing fits");
+    hr_fit_result_free(&r);
+    unsigned both = 1u << HR_PREC_FP32 | 1u << HR_PREC_BF16;
+    CHECK(hr_fit_search(m, &cfg, both, true, be, false, a0, 0, cm, &r) == HR_OK, "fp32 and bf16");
+    int bf = 0;
+    for (int i = 0; i < r.n; i++) bf += r.c[i].precision == HR_PREC_BF16;
+    CHECK(bf > 0, "bf16 candidates weighed: %d", bf);
+    hr_fit_result_free(&r);
+    hr_session_free(s);
+    hr_model_free(m);
+    static const char *files[] = {"examples/mlp.model", "examples/simple_cnn.model", "examples/deep_cnn.model",
+                                  "examples/resnet_tiny.model", "examples/fashion.model"};
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+        m = hr_modelfile_load(files[f]);
+        if (!m) continue;
+        s = hr_compile(m, &cfg);
+        if (!s) continue;
+        size_t full = hr_session_report(s)->arena_bytes;
+        double t0 = now_s();
+        hr_status st = hr_fit_search(m, &cfg, both, true, hr_session_backend(s), false, full / 2, 0, cm, &r);
+        double dt = now_s() - t0;
+        /* (mlp's parameters and Adam's state alone are more than half of its plan) */
+        CHECK(st == HR_OK && (r.best >= 0 || f == 0) && dt < 2.0,
+              "%s: fit of batch 256 within half its plan: %s in %.2f s", files[f], r.best >= 0 ? "found" : "nothing", dt);
+        printf("fit %s, batch 256, budget %zu: %d candidates in %.3f s\n", files[f], full / 2, r.n, dt);
+        hr_fit_result_free(&r);
+        hr_session_free(s);
+        hr_model_free(m);
+    }
+    hr_cost_model_free(cm);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "cleanup");
+}
+
 int main(void) {
+    test_fit();
     test_models();
     test_random();
     test_search();

@@ -31,17 +31,28 @@ typedef struct {
     uint64_t seed;
     bool json, memory_stats, quiet, budget_set;
     size_t budget;
+    const char *budget_arg; /* --budget as written ("8GiB") */
     double momentum, weight_decay, clip;
     bool nesterov;
     hr_precision precision;
     int64_t accumulate;    /* micro-batches an optimizer step (1: none) */
     double loss_scale;     /* fp16: GradScaler's initial scale (0: 2^16) */
     const char *recompute; /* layers whose activations are recomputed: none, all, auto, min or names */
+    unsigned precisions;   /* fit: the precisions it may choose (bit 1 << HR_PREC_*); 0: --precision's one */
+    bool no_measure;       /* fit: predict from the cache and estimates only */
+    bool fit;              /* train: train with fit's choice */
 } hr_cli_opts;
 
 int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd);
 hr_config_t hr_cli_config(const hr_cli_opts *o);
 int hr_cmd_plan(const hr_cli_opts *o);
+int hr_cmd_fit(const hr_cli_opts *o);
+/* train --fit: fit's choice for cfg->batch within o's budget (or what is
+ * free), the precision one of `allowed` (bits 1 << HR_PREC_*): sets cfg's
+ * accumulation, precision and recomputation (*recompute: the layer list,
+ * free()d by the caller) and prints it, `why` after "fit". An exit status. */
+int hr_fit_for_train(const hr_cli_opts *o, const hr_model_t *m, hr_config_t *cfg, unsigned allowed, char **recompute,
+                     const char *why);
 int hr_cmd_train(const hr_cli_opts *o);
 int hr_cmd_eval(const hr_cli_opts *o);
 int hr_cmd_smi(int argc, char **argv); /* the GPUs as NVML sees them; its own options (--json), no model */

@@ -180,12 +180,92 @@ static int check_resume(const hr_cli_opts *o, const hr_config_t *cfg, const hr_c
     return HR_EXIT_OK;
 }
 
+/* The NaN stop. The step's update did not run (hr_session_set_nan_stop), so
+ * hr_nan_find sees what the step saw: the first non-finite value is named
+ * (a parameter, the batch, or the forward op that overflowed, with its layer
+ * and tensor), with the advice that fits it. steps: those this run took
+ * before; last: the last finite loss (steps > 0). */
+static int stop_nonfinite(hr_session_t *s, const hr_cli_opts *o, const hr_config_t *cfg, const float *x,
+                          const int32_t *y, float loss, int64_t epoch, int64_t batch, int64_t steps, double last,
+                          const char *last_good) {
+    int64_t step = hr_step_count(s) + 1;
+    fprintf(stderr, "headroom train: the loss is %s at step %lld (epoch %lld, batch %lld); stopped before its "
+                    "update. %s%s\n", isnan(loss) ? "NaN" : "infinite", (long long)step, (long long)epoch,
+            (long long)batch, last_good ? "The last good checkpoint is " : "No checkpoint was written in this run",
+            last_good ? last_good : "");
+    hr_nan_report r;
+    const hr_program *p = hr_session_program(s);
+    const hr_graph *g = &p->g;
+    char lr[160], hist[96] = "", where[320] = "";
+    snprintf(lr, sizeof lr, "try a smaller --lr (now %g) or --clip 1.0", (double)cfg->optim.lr);
+    if (steps > 0) snprintf(hist, sizeof hist, " (%.4g at step %lld)", last, (long long)step - 1);
+    if (hr_nan_find(s, x, y, &r) != HR_OK) {
+        fprintf(stderr, "  (the first non-finite value could not be found: %s)\n  %s\n", hr_last_error(), lr);
+        return HR_EXIT_NUMERIC;
+    }
+    const char *val = isnan(r.value) ? "NaN" : r.value > 0 ? "inf" : "-inf";
+    int64_t per = p->input >= 0 ? hr_shape_numel(&g->t[p->input].shape) / hr_micro_batch(cfg) : 1;
+    switch (r.kind) {
+    case HR_NAN_PARAM:
+        fprintf(stderr, "  parameter %s holds %lld non-finite values of %lld (the first, element %lld, is %s)\n",
+                g->t[r.tensor].name, (long long)r.count, (long long)r.numel, (long long)r.first, val);
+        if (steps > 0)
+            fprintf(stderr, "  an update of this run made it so, after a finite loss%s: its gradients or the update "
+                            "overflowed; %s\n", hist, lr);
+        else
+            fprintf(stderr, "  it was so when this run began: %s; start from an earlier checkpoint, or afresh\n",
+                    o->resume ? o->resume : "the initial weights");
+        break;
+    case HR_NAN_INPUT:
+        fprintf(stderr, "  the batch holds %lld non-finite input values (the first, %s, in sample %lld of the batch)\n"
+                        "  the data has NaN or inf in it: clean the data set%s%s\n",
+                (long long)r.count, val, (long long)(r.micro * hr_micro_batch(cfg) + r.first / (per ? per : 1)),
+                strcmp(o->data, "synthetic") && strcmp(o->data, "fashion-mnist") ? " " : "",
+                strcmp(o->data, "synthetic") && strcmp(o->data, "fashion-mnist") ? o->data : "");
+        break;
+    case HR_NAN_OP: {
+        const hr_node *n = &g->n[r.node];
+        char first[48] = "";
+        if (r.count < r.numel) snprintf(first, sizeof first, ", the first at element %lld", (long long)r.first);
+        if (n->layer < 0) { /* a node of no layer (a Cast of mixed precision) */
+            snprintf(where, sizeof where, "a %s node", hr_op_name(n->op));
+        } else {
+            hr_graph_layer_where(g, n->layer, where, sizeof where);
+            size_t l = strlen(where);
+            if (!g->l[n->layer].type || strcmp(g->l[n->layer].type, hr_op_name(n->op)))
+                snprintf(where + l, sizeof where - l, "'s %s", hr_op_name(n->op));
+        }
+        fprintf(stderr, "  the first non-finite value is %s in tensor %s (%lld of its %lld values%s), the output of "
+                        "%s, whose inputs were finite (the largest |value| %.3g)\n",
+                val, g->t[r.tensor].name, (long long)r.count, (long long)r.numel, first, where, r.in_max);
+        if (cfg->precision == HR_PREC_FP16 && hr_dtype_is_half(g->t[r.tensor].dtype))
+            fprintf(stderr, "  fp16 ends at 65504: train with --precision bf16 (float32's range), or %s\n", lr);
+        else if (steps == 0 && !o->resume)
+            fprintf(stderr, "  the weights are still their initial values, so the scale of the data is the likely "
+                            "cause: normalise it; or %s\n", lr);
+        else
+            fprintf(stderr, "  the values grew past float32's range after a finite loss%s: %s\n", hist, lr);
+        break;
+    }
+    default:
+        fprintf(stderr, "  the forward pass, run again on this batch, stayed finite; %s\n", lr);
+        break;
+    }
+    return HR_EXIT_NUMERIC;
+}
+
 int hr_cmd_train(const hr_cli_opts *o) {
     int rc = HR_EXIT_OK;
     hr_dataset train = {0}, test = {0};
     hr_session_t *s = NULL;
     hr_loader *ld = NULL;
     hr_nvml_sampler *witness = NULL; /* --memory-stats on a GPU: NVML's view of this process */
+    char *fit_recompute = NULL;      /* --fit: the layers its choice recomputes */
+    if (o->fit && (o->accumulate > 1 || o->recompute)) {
+        fprintf(stderr, "headroom train: --fit chooses the micro-batches and what to recompute itself; leave out %s\n",
+                o->recompute ? "--recompute" : "--accumulate");
+        return HR_EXIT_USAGE;
+    }
     hr_model_t *m = hr_modelfile_load(o->model);
     if (!m) return hr_cli_fail(HR_ERR_PARSE);
     int c, h, w, classes;
@@ -205,6 +285,27 @@ int hr_cmd_train(const hr_cli_opts *o) {
         goto done;
     }
     hr_config_t cfg = hr_cli_config(o);
+    unsigned allowed = o->precisions ? o->precisions : 1u << o->precision;
+    const char *refit = "";
+    if (o->fit && o->resume) {
+        /* a resumed run keeps its effective batch and its precision; fit
+         * chooses the rest again for what is free now */
+        hr_ckpt_meta pm;
+        if ((st = hr_checkpoint_peek(o->resume, &pm)) != HR_OK) {
+            rc = hr_cli_fail(st);
+            goto done;
+        }
+        if (pm.batch_size > 0 && o->batch < 0) cfg.batch = pm.batch_size;
+        if (!(allowed >> pm.precision & 1)) {
+            fprintf(stderr, "headroom train: %s trained in %s; resume it with --precision %s (a resumed run keeps its "
+                            "precision)\n", o->resume, hr_precision_name(pm.precision), hr_precision_name(pm.precision));
+            rc = HR_EXIT_USAGE;
+            goto done;
+        }
+        allowed = 1u << pm.precision;
+        cfg.precision = pm.precision;
+        refit = " (re-fitted to what is free now)";
+    }
     if (cfg.batch > hd.train_n) {
         fprintf(stderr, "headroom train: --batch %lld is larger than the training set (%lld samples); use at most %lld\n",
                 (long long)cfg.batch, (long long)hd.train_n, (long long)hd.train_n);
@@ -214,6 +315,10 @@ int hr_cmd_train(const hr_cli_opts *o) {
     /* the test set is evaluated after each epoch by the evaluation pass,
      * planned in the training arena: the job's memory is this one plan */
     if ((cfg.eval_batch < 0 ? cfg.batch : cfg.eval_batch) > hd.test_n) cfg.eval_batch = hd.test_n;
+    if (o->fit) { /* fit's choice of micro-batches, precision and recomputation */
+        if (cfg.device == HR_DEVICE_AUTO) cfg.device = hr_backend_cuda_available() ? HR_DEVICE_CUDA : HR_DEVICE_CPU;
+        if ((rc = hr_fit_for_train(o, m, &cfg, allowed, &fit_recompute, refit)) != HR_EXIT_OK) goto done;
+    }
     int64_t eval_batch = cfg.eval_batch < 0 ? cfg.batch : cfg.eval_batch;
     /* host memory before any plan (an absurd batch stops here, in
      * microseconds), then with the plan; the device's in hr_session_alloc;
@@ -235,6 +340,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
         if (st == HR_ERR_DEVICE_OOM) hr_report_print(s, stderr);
         goto done;
     }
+    hr_session_set_nan_stop(s, true); /* a NaN loss stops before its update: stop_nonfinite */
     if (!o->quiet) {
         hr_report_print(s, stdout);
         hr_host_plan_print(&hp, stdout);
@@ -279,6 +385,16 @@ int hr_cmd_train(const hr_cli_opts *o) {
         if (meta.fingerprint[0] && meta.accumulate != K)
             printf("note: accumulation %lld → %d micro-batches, batch %lld unchanged\n", (long long)meta.accumulate, K,
                    (long long)cfg.batch);
+        if (epoch0 >= o->epochs) { /* a finished run: the checkpoint stays as it is */
+            if (batch0 == 0 && epoch0 == o->epochs)
+                printf("checkpoint %s has finished epoch %lld of %lld: nothing to train; raise --epochs to continue\n",
+                       o->resume, (long long)epoch0, (long long)o->epochs);
+            else
+                printf("checkpoint %s has finished %lld epochs%s, and --epochs is %lld: nothing to train; raise "
+                       "--epochs past %lld to continue\n", o->resume, (long long)epoch0,
+                       batch0 ? " and part of the next" : "", (long long)o->epochs, (long long)epoch0);
+            goto done;
+        }
     }
     if (!(ld = hr_loader_new(&train, cfg.batch, true, true, o->seed))) {
         rc = hr_cli_fail(HR_ERR_INVALID_ARG);
@@ -287,6 +403,8 @@ int hr_cmd_train(const hr_cli_opts *o) {
     int64_t nb = hr_loader_batches_per_epoch(ld);
     bool tty = isatty(2) && !o->quiet;
     const char *last_good = NULL;
+    int64_t step_start = hr_step_count(s);
+    double last_loss = 0; /* the last finite loss, for the NaN stop */
     for (int64_t e = epoch0; e < o->epochs; e++) {
         if ((st = hr_loader_start_epoch(ld, e, e == epoch0 ? batch0 : 0)) != HR_OK) {
             rc = hr_cli_fail(st);
@@ -313,14 +431,11 @@ int hr_cmd_train(const hr_cli_opts *o) {
             seen += n;
             if (!isfinite(loss)) {
                 if (tty) fputc('\n', stderr);
-                fprintf(stderr, "headroom train: the loss is %s at step %lld (epoch %lld, batch %lld); stopping. %s%s\n",
-                        isnan(loss) ? "NaN" : "infinite", (long long)hr_step_count(s), (long long)e + 1, (long long)b,
-                        last_good ? "The last good checkpoint is " : "No checkpoint was written in this run",
-                        last_good ? last_good : "");
-                fprintf(stderr, "  try a smaller --lr (now %g) or --clip 1.0\n", (double)cfg.optim.lr);
-                rc = HR_EXIT_NUMERIC;
+                rc = stop_nonfinite(s, o, &cfg, x, y, loss, e + 1, b, hr_step_count(s) - step_start, last_loss,
+                                    last_good);
                 goto done;
             }
+            last_loss = loss;
             sum += loss;
             double t = now();
             if (tty && (t - last_draw > 0.2 || b == nb)) {
@@ -367,6 +482,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
     }
     if (o->memory_stats) print_memory_stats(s, witness);
 done:
+    free(fit_recompute);
     hr_nvml_sampler_stop(witness, NULL);
     hr_loader_free(ld);
     hr_session_free(s);

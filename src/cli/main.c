@@ -15,7 +15,7 @@ static void usage(FILE *f) {
             "commands:\n"
             "  plan MODEL --batch N [--optim adam|adamw|sgd] [--mode train|infer] [--json]\n"
             "             [--budget 8GiB] [--device cpu|cuda] [--gpu h100|h200] [--eval-batch N]\n"
-            "             [--precision fp32|bf16|fp16] [--accumulate K]\n"
+            "             [--precision fp32|bf16|fp16] [--accumulate K] [--recompute LAYERS|all|auto|min]\n"
             "      every byte of one training step, by category, and the device total the\n"
             "      process will hold (arena in 2 MiB pages + runtime overhead), before anything\n"
             "      runs; with --budget (what nvidia-smi may show) or --gpu (where there is no\n"
@@ -27,6 +27,14 @@ static void usage(FILE *f) {
             "              [--device auto|cpu|cuda] [--max-steps N] [--samples N] [--memory-stats]\n"
             "              [--budget 8GiB] (the device memory the process may hold) [--eval-batch N]\n"
             "              [--precision fp32|bf16|fp16] [--loss-scale S] [--accumulate K]\n"
+            "              [--recompute LAYERS|all|auto|min] [--fit [--precision fp32,bf16]]\n"
+            "  fit MODEL --batch N [--budget 8GiB] [--precision fp32,bf16,fp16] [--device cpu|cuda]\n"
+            "            [--no-measure] [--json]\n"
+            "      the fastest way to train batch N within the budget (default: what the GPU\n"
+            "      has free): micro-batches, the precisions allowed (fp32 unless told) and\n"
+            "      recomputation, each planned exactly and its step time predicted from\n"
+            "      per-node times measured on this device (cached); prints the candidates\n"
+            "      and the train command line; train --fit trains with its choice\n"
             "  eval MODEL --weights CKPT [--data fashion-mnist|synthetic|DIR] [--batch N]\n"
             "             [--precision fp32|bf16|fp16]\n"
             "\n"
@@ -35,6 +43,9 @@ static void usage(FILE *f) {
             "      loss as torch.amp.GradScaler (--loss-scale: its first scale, 65536)\n"
             "  --accumulate K: each step sums the gradients of K micro-batches of batch/K\n"
             "      samples (the same update as the whole batch, in the memory of batch/K)\n"
+            "  --recompute: layers whose activations are computed again in the backward pass\n"
+            "      instead of kept (bit-identical gradients): names (1,3,stem), all, auto (the\n"
+            "      cheapest that fits --budget or what is free), min (the smallest plan)\n"
             "  smi [--json]\n"
             "      each GPU (memory, load, temperature, power) and the processes on it, as\n"
             "      the NVIDIA driver reports them (NVML); with no driver it says so, status 0\n"
@@ -110,10 +121,31 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
             if (!parse_i64(v, &o->eval_batch) || o->eval_batch < 0) BAD("an integer >= 0 (0: no evaluation)");
         } else if (!strcmp(a, "--precision")) {
             NEED();
-            if (!strcmp(v, "fp32")) o->precision = HR_PREC_FP32;
-            else if (!strcmp(v, "bf16")) o->precision = HR_PREC_BF16;
-            else if (!strcmp(v, "fp16")) o->precision = HR_PREC_FP16;
-            else BAD("one of fp32, bf16, fp16");
+            /* one precision; fit (and train --fit) take a list of those it may choose */
+            bool list = !strcmp(cmd, "fit") || !strcmp(cmd, "train");
+            unsigned set = 0;
+            for (const char *p = v; *p;) {
+                size_t len = strcspn(p, ",");
+                if (len == 4 && !strncmp(p, "fp32", 4)) set |= 1u << HR_PREC_FP32;
+                else if (len == 4 && !strncmp(p, "bf16", 4)) set |= 1u << HR_PREC_BF16;
+                else if (len == 4 && !strncmp(p, "fp16", 4)) set |= 1u << HR_PREC_FP16;
+                else {
+                    set = 0;
+                    break;
+                }
+                p += len;
+                if (*p == ',') p++;
+            }
+            if (!set) BAD(list ? "fp32, bf16, fp16 or a list of them (fp32,bf16)" : "one of fp32, bf16, fp16");
+            o->precision = set & 1u ? HR_PREC_FP32 : set & 2u ? HR_PREC_BF16 : HR_PREC_FP16;
+            if (set & (set - 1)) {
+                if (!list) BAD("one of fp32, bf16, fp16 (a list is for fit and train --fit)");
+                o->precisions = set;
+            }
+        } else if (!strcmp(a, "--no-measure")) {
+            o->no_measure = true;
+        } else if (!strcmp(a, "--fit")) {
+            o->fit = true;
         } else if (!strcmp(a, "--accumulate")) {
             NEED();
             if (!parse_i64(v, &o->accumulate) || o->accumulate < 1 || o->accumulate > (1 << 30))
@@ -174,6 +206,7 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
             NEED();
             if (!hr_parse_bytes(v, &o->budget) || o->budget == 0) BAD("a size such as 8GiB, 512MB or 1e9");
             o->budget_set = true;
+            o->budget_arg = v;
         } else if (!strcmp(a, "--gpu")) {
             NEED();
             o->gpu = v;
@@ -205,6 +238,12 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
     }
     if (!o->model) {
         fprintf(stderr, "headroom %s: which model? give a model file, e.g. examples/fashion.model\n", cmd);
+        return HR_EXIT_USAGE;
+    }
+    bool fits = !strcmp(cmd, "fit") || (!strcmp(cmd, "train") && o->fit);
+    if ((o->fit && strcmp(cmd, "train")) || (o->no_measure && !fits) || (o->precisions && !fits)) {
+        fprintf(stderr, "headroom %s: %s is for fit and train --fit\n", cmd,
+                o->precisions ? "a list of precisions" : o->fit ? "--fit" : "--no-measure");
         return HR_EXIT_USAGE;
     }
     if (o->batch == 0 || o->batch < -1) {
@@ -254,10 +293,11 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "smi")) return hr_cmd_smi(argc - 2, argv + 2); /* no model, options of its own */
     int (*run)(const hr_cli_opts *) = NULL;
     if (!strcmp(cmd, "plan")) run = hr_cmd_plan;
+    else if (!strcmp(cmd, "fit")) run = hr_cmd_fit;
     else if (!strcmp(cmd, "train")) run = hr_cmd_train;
     else if (!strcmp(cmd, "eval")) run = hr_cmd_eval;
     if (!run) {
-        fprintf(stderr, "headroom: unknown command '%s'; the commands are plan, train, eval, smi\n", cmd);
+        fprintf(stderr, "headroom: unknown command '%s'; the commands are plan, fit, train, eval, smi\n", cmd);
         return HR_EXIT_USAGE;
     }
     hr_cli_opts o;

@@ -8,6 +8,8 @@
  * it can give now, so most moves are not planned again each round), then a
  * pruning pass drops the layers not needed to fit, most expensive first. */
 #include "exec/session.h"
+#include "backend/nvml.h"
+#include "plan/cost.h"
 #include "plan/recompute.h"
 
 #include <math.h>
@@ -177,6 +179,24 @@ done:
 
 bool hr_recompute_searched(const char *r) { return r && (!strcmp(r, "auto") || !strcmp(r, "min")); }
 
+static double model_cost(void *ctx, const hr_graph *g, const hr_node *n);
+
+hr_status hr_recompute_choose_for(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be, bool pages, size_t budget,
+                                  size_t overhead, const hr_cost_model *cm, hr_recompute_choice *out) {
+    memset(out, 0, sizeof *out);
+    if (cfg->mode != HR_MODE_TRAIN)
+        return hr_error_set(HR_ERR_INVALID_ARG, "--recompute is for training: inference keeps no activations");
+    hr_config_t c = *cfg;
+    c.recompute = NULL;
+    hr_program base;
+    hr_status st = hr_program_build(m, &c, hr_exec_workspace, be, &base);
+    if (st) return st;
+    st = hr_recompute_choose(&base, be, pages, budget, overhead, cfg->recompute && !strcmp(cfg->recompute, "min"),
+                             cm ? model_cost : rough_cost, (void *)cm, out);
+    hr_program_free(&base);
+    return st;
+}
+
 hr_status hr_recompute_fit(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be, size_t budget, size_t overhead,
                            hr_recompute_choice *out) {
     memset(out, 0, sizeof *out);
@@ -207,7 +227,11 @@ hr_status hr_recompute_resolve(const hr_model_t *m, const hr_config_t *cfg, hr_b
         }
     }
     hr_recompute_choice ch;
-    hr_status st = hr_recompute_fit(m, cfg, be, budget, overhead, &ch);
+    hr_cost_model *cm = hr_cost_model_here(be->arena_kind == HR_MEM_DEVICE);
+    if (!cm) return hr_last_status();
+    hr_status st = hr_recompute_choose_for(m, cfg, be, be->arena_kind == HR_MEM_DEVICE || cfg->device == HR_DEVICE_CUDA,
+                                           budget, overhead, cm, &ch);
+    hr_cost_model_free(cm);
     if (!st) *layers = ch.layers;
     return st;
 }
@@ -219,9 +243,12 @@ hr_status hr_recompute_report(hr_session_t *s, const hr_model_t *m) {
     r->recompute_nodes = hr_recompute_count(p);
     if (!r->recompute_nodes) return HR_OK;
     int K = p->cfg.accumulate > 1 ? p->cfg.accumulate : 1;
+    hr_cost_model *cm = hr_cost_model_here(s->be->arena_kind == HR_MEM_DEVICE);
+    if (!cm) return hr_last_status();
     double x = 0;
     for (int k = p->n_fwd; k < p->n_bwd_end; k++)
-        if (p->g.n[k].a.recompute) x += rough_cost(NULL, &p->g, &p->g.n[k]);
+        if (p->g.n[k].a.recompute) x += hr_cost_node(cm, &p->g, &p->g.n[k]);
+    hr_cost_model_free(cm);
     r->recompute_extra_ms = 1e3 * x * K;
     hr_config_t c = p->cfg;
     c.recompute = NULL;
@@ -234,5 +261,113 @@ hr_status hr_recompute_report(hr_session_t *s, const hr_model_t *m) {
         hr_plan_free(&pl);
     }
     hr_program_free(&base);
+    return st;
+}
+
+hr_cost_model *hr_cost_model_here(bool cuda) {
+    if (!cuda) return hr_cost_model_new(HR_DEVICE_CPU, NULL, NULL);
+    char why[256];
+    hr_nvml *h = hr_nvml_open(why, sizeof why);
+    hr_nvml_device d = {0};
+    bool named = h && hr_nvml_count(h) > 0 && hr_nvml_device_info(h, 0, &d) == HR_OK;
+    hr_cost_model *cm = hr_cost_model_new(HR_DEVICE_CUDA, named ? d.name : NULL, h ? hr_nvml_driver(h) : NULL);
+    hr_nvml_close(h);
+    return cm;
+}
+
+/* ---- the search of `headroom fit` ---------------------------------------------- */
+static double model_cost(void *ctx, const hr_graph *g, const hr_node *n) { return hr_cost_node(ctx, g, n); }
+
+
+void hr_fit_result_free(hr_fit_result *r) {
+    for (int i = 0; i < r->n; i++) hr_free(r->c[i].recompute);
+    hr_free(r->c);
+    memset(r, 0, sizeof *r);
+}
+
+/* Plans cfg (its recompute list included) and predicts its step. */
+static hr_status weigh(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be, bool pages, size_t overhead,
+                       const hr_cost_model *cm, hr_fit_candidate *c) {
+    hr_program p;
+    hr_status st = hr_program_build(m, cfg, hr_exec_workspace, be, &p);
+    if (st) return st;
+    hr_plan pl;
+    if ((st = hr_plan_make(&p, &pl)) == HR_OK) {
+        c->arena = pl.arena_bytes;
+        c->total = pages ? hr_device_total(pl.arena_bytes, overhead) : pl.arena_bytes + overhead;
+        hr_plan_free(&pl);
+        c->step_s = hr_cost_step(cm, &p);
+        hr_cost_count(cm, &p, &c->measured, &c->estimated);
+    }
+    hr_program_free(&p);
+    return st;
+}
+
+static hr_status add(hr_fit_result *r, const hr_fit_candidate *c) {
+    if (r->n == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 16;
+        hr_fit_candidate *q = hr_realloc(r->c, sizeof *q * (size_t)cap);
+        if (!q) return hr_error_set(HR_ERR_OOM, "fit: out of host memory");
+        r->c = q;
+        r->cap = cap;
+    }
+    r->c[r->n++] = *c;
+    return HR_OK;
+}
+
+hr_status hr_fit_search(const hr_model_t *m, const hr_config_t *cfg, unsigned precisions, bool recompute, hr_backend *be,
+                        bool pages, size_t budget, size_t overhead, hr_cost_model *cm, hr_fit_result *out) {
+    memset(out, 0, sizeof *out);
+    out->best = -1;
+    if (cfg->mode != HR_MODE_TRAIN) return hr_error_set(HR_ERR_INVALID_ARG, "fit: fitting is for training");
+    if (!precisions) precisions = 1u << HR_PREC_FP32;
+    hr_status st = HR_OK;
+    int64_t N = cfg->batch;
+    for (int prec = HR_PREC_FP32; prec <= HR_PREC_FP16; prec++) {
+        if (!(precisions >> prec & 1)) continue;
+        /* K up the divisors of N: micro-batches from the whole batch down.
+         * Below the first K that fits keeping everything, recomputation may
+         * make a larger micro-batch fit; past it, smaller ones only slow the
+         * step, so one more is weighed and the search stops. */
+        int past = 0;
+        for (int64_t K = 1; K <= N && past < 2; K++) {
+            if (N % K || K > (1 << 30)) continue;
+            hr_config_t c = *cfg;
+            c.precision = (hr_precision)prec;
+            c.accumulate = (int)K;
+            c.recompute = NULL;
+            hr_fit_candidate cand = {.precision = c.precision, .accumulate = (int)K, .micro = N / K};
+            if ((st = weigh(m, &c, be, pages, overhead, cm, &cand)) != HR_OK) {
+                if (st == HR_ERR_OOM) goto fail;
+                continue; /* a micro-batch too large to plan: the next */
+            }
+            cand.fits = cand.total <= budget;
+            if (!cand.fits && recompute) {
+                hr_recompute_choice ch;
+                if ((st = hr_recompute_choose_for(m, &c, be, pages, budget, overhead, cm, &ch)) != HR_OK) goto fail;
+                if (ch.fits && *ch.layers) {
+                    c.recompute = ch.layers;
+                    hr_fit_candidate rc = cand;
+                    st = weigh(m, &c, be, pages, overhead, cm, &rc);
+                    rc.fits = rc.total <= budget;
+                    rc.recompute = ch.layers;
+                    if (!st) st = add(out, &rc);
+                    if (st) {
+                        hr_free(ch.layers);
+                        goto fail;
+                    }
+                } else {
+                    hr_free(ch.layers);
+                }
+            }
+            if ((st = add(out, &cand)) != HR_OK) goto fail;
+            if (cand.fits) past++;
+        }
+    }
+    for (int i = 0; i < out->n; i++)
+        if (out->c[i].fits && (out->best < 0 || out->c[i].step_s < out->c[out->best].step_s)) out->best = i;
+    return HR_OK;
+fail:
+    hr_fit_result_free(out);
     return st;
 }

@@ -5,6 +5,7 @@
 #define HR_EXEC_INTERNAL_H
 
 #include "backend/backend.h"
+#include "plan/cost.h"
 #include "plan/plan.h"
 
 /* Compiles on a backend the caller made (the session takes it over only on
@@ -66,6 +67,39 @@ bool hr_recompute_searched(const char *recompute);
 hr_status hr_recompute_fit(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be, size_t budget, size_t overhead,
                            hr_recompute_choice *out);
 
+/* The same with a cost model (NULL: bytes moved at 10 GB/s) and a budget
+ * of one's own; cfg.recompute "min" asks for the smallest arena. */
+hr_status hr_recompute_choose_for(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be, bool pages, size_t budget,
+                                  size_t overhead, const struct hr_cost_model *cm, hr_recompute_choice *out);
+
+/* The cost model of this process's device: the GPU's name and driver from
+ * NVML, or the CPU's (plan/cost.h); NULL only when out of memory. */
+struct hr_cost_model *hr_cost_model_here(bool cuda);
+
+/* ---- `headroom fit` (fit.c) ------------------------------------------------------ */
+typedef struct {
+    hr_precision precision;
+    int accumulate;          /* K micro-batches a step */
+    int64_t micro;           /* of batch / K samples */
+    char *recompute;         /* recomputed layers, NULL for none (owned by the result) */
+    size_t arena, total;     /* the plan's arena and device total */
+    double step_s;           /* predicted seconds an optimizer step */
+    int measured, estimated; /* nodes of the prediction measured on this device, estimated */
+    bool fits;
+} hr_fit_candidate;
+typedef struct {
+    hr_fit_candidate *c;
+    int n, cap;
+    int best; /* the fastest that fits, -1 for none */
+} hr_fit_result;
+/* Weighs cfg's batch as K micro-batches (K dividing it), in each precision
+ * of the bit set `precisions` (1 << HR_PREC_*; 0: fp32), with recomputation
+ * where keeping everything does not fit `budget`; each candidate planned
+ * exactly and its step predicted by cm. */
+hr_status hr_fit_search(const hr_model_t *m, const hr_config_t *cfg, unsigned precisions, bool recompute, hr_backend *be,
+                        bool pages, size_t budget, size_t overhead, struct hr_cost_model *cm, hr_fit_result *out);
+void hr_fit_result_free(hr_fit_result *r);
+
 /* cfg.recompute "auto" or "min": the layers the search chooses on be (the
  * budget: cfg.device_budget, else what the device has free) into *layers
  * (hr_free); NULL for any other value. */
@@ -76,5 +110,33 @@ hr_status hr_recompute_report(hr_session_t *s, const hr_model_t *m);
 
 /* Scratch bytes node n needs on be (0: none). */
 size_t hr_node_workspace(hr_backend *be, const hr_graph *g, const hr_node *n);
+
+/* ---- nancheck.c: where a non-finite loss came from ---------------------------
+ * With the stop on, hr_train_step reads the loss before the update and, when
+ * it is NaN or infinite, returns it with HR_OK and runs no update (the step
+ * count stays): the parameters stay as that step found them. */
+void hr_session_set_nan_stop(hr_session_t *s, bool on);
+typedef enum { HR_NAN_NONE, HR_NAN_PARAM, HR_NAN_INPUT, HR_NAN_OP } hr_nan_kind;
+typedef struct {
+    hr_nan_kind kind;     /* NONE: the forward pass ran finite this time */
+    int tensor;           /* the program's tensor that holds it */
+    int node;             /* HR_NAN_OP: the forward node that wrote it from finite inputs */
+    int micro;            /* the micro-batch (accumulation; 0 without) */
+    int64_t count, numel; /* its non-finite values, of */
+    int64_t first;        /* the first one's index; value: NaN, inf or -inf */
+    float value;
+    double in_max;        /* HR_NAN_OP: the largest |value| of the node's inputs */
+} hr_nan_report;
+/* After a stopped step on batch (x, labels): the first non-finite value, in
+ * this order: a parameter, the batch, the output of a forward node, run again
+ * one at a time and read back. Running statistics of normalisation layers
+ * take the batch once more: call it only to stop. */
+hr_status hr_nan_find(hr_session_t *s, const float *x, const void *labels, hr_nan_report *r);
+
+/* calibrate.c: times every node of `steps` training steps of s (after one
+ * warm-up step) on random data, records each node's median in cm and saves
+ * its cache (a cache that can't be written is a warning). The steps train s:
+ * measure a throwaway session, compiled for the configuration to predict. */
+hr_status hr_cost_measure(hr_session_t *s, hr_cost_model *cm, int steps);
 
 #endif

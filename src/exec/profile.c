@@ -1,5 +1,6 @@
-/* profile.c — per-node times of a session's steps (HR_PROFILE), printed as a
- * table when the session ends: host time, or device events in the queue. */
+/* profile.c — per-node times of a session's steps: host time, or device
+ * events in the queue; HR_PROFILE's table when the session ends, and the
+ * cost model's measurements (calibrate.c). */
 #include "exec/session.h"
 
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 /* Diagnostics only: plain calloc, outside the plan and the fault counter. */
 struct hr_profile {
     double *sec;      /* seconds spent in each node (a group's in its first) */
+    int64_t *cnt;     /* times each node was timed (a group's first: its launches) */
     int *span;        /* per node: how many nodes ran with it as one group, last run; 0 inside a group */
     int nn;
     bool events;      /* device time from marks, no sync between nodes */
@@ -37,9 +39,11 @@ hr_profile *hr_profile_new(const hr_session_t *s, int mode) {
     int nn = s->prog.g.nn ? s->prog.g.nn : 1;
     if (!p) return NULL;
     p->sec = calloc((size_t)nn, sizeof(double));
+    p->cnt = calloc((size_t)nn, sizeof(int64_t));
     p->span = calloc((size_t)nn, sizeof(int));
-    if (!p->sec || !p->span) {
+    if (!p->sec || !p->cnt || !p->span) {
         free(p->sec);
+        free(p->cnt);
         free(p->span);
         free(p);
         return NULL;
@@ -53,12 +57,23 @@ bool hr_profile_host(const hr_profile *p) { return p && !p->events; }
 
 void hr_profile_step(hr_profile *p, int from, int nn) {
     if (!p || from != 0) return;
-    if (p->runs == 1 && !p->skipped) {
-        memset(p->sec, 0, sizeof(double) * (size_t)nn);
-        p->runs = 0;
-        p->skipped = true;
-    }
+    if (p->runs == 1 && !p->skipped) hr_profile_reset(p);
     p->runs++;
+}
+
+void hr_profile_reset(hr_profile *p) {
+    if (!p) return;
+    memset(p->sec, 0, sizeof(double) * (size_t)p->nn);
+    memset(p->cnt, 0, sizeof(int64_t) * (size_t)p->nn);
+    p->runs = 0;
+    p->skipped = true;
+}
+
+double hr_profile_node_seconds(const hr_profile *p, int k, int64_t *runs, int *span) {
+    bool in = p && k >= 0 && k < p->nn;
+    if (runs) *runs = in ? p->cnt[k] : 0;
+    if (span) *span = in ? p->span[k] : 1;
+    return in ? p->sec[k] : 0;
 }
 
 hr_status hr_profile_before(hr_profile *p, hr_backend *be, int k) {
@@ -70,6 +85,7 @@ void hr_profile_after(hr_profile *p, hr_backend *be, int k, int count, double t0
     if (!p->events) {
         be->sync(be);
         p->sec[k] += hr_profile_now() - t0;
+        p->cnt[k]++;
     }
     p->span[k] = count;
 }
@@ -81,13 +97,12 @@ hr_status hr_profile_finish(hr_profile *p, hr_backend *be, int from, int to) {
     if (st) return st;
     for (int k = from; k < to; k += p->span[k] > 0 ? p->span[k] : 1) {
         double ms = be->mark_ms(be, k, k + p->span[k]);
-        if (ms > 0) p->sec[k] += 1e-3 * ms;
+        if (ms >= 0) p->sec[k] += 1e-3 * ms, p->cnt[k]++;
     }
     return HR_OK;
 }
 
-void hr_profile_free(hr_profile *p, const hr_session_t *s) {
-    if (!p) return;
+static void print_table(const hr_profile *p, const hr_session_t *s) {
     const hr_graph *g = &s->prog.g;
     double total = 0, runs = (double)(p->runs ? p->runs : 1);
     for (int k = 0; k < p->nn; k++) total += p->sec[k];
@@ -110,7 +125,13 @@ void hr_profile_free(hr_profile *p, const hr_session_t *s) {
         }
         fputc('\n', stderr);
     }
+}
+
+void hr_profile_free(hr_profile *p, const hr_session_t *s) {
+    if (!p) return;
+    if (s) print_table(p, s);
     free(p->sec);
+    free(p->cnt);
     free(p->span);
     free(p);
 }

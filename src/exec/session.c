@@ -403,9 +403,9 @@ hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, flo
         grads_accumulate(s, k > 0);
         st = upload_batch(s, x + (size_t)k * xs, (const char *)labels + (size_t)k * ls);
         /* the whole step in one run when nothing happens between the passes */
-        int end = K == 1 && p->found_inf < 0 ? p->n_step : p->n_bwd_end;
+        int end = K == 1 && p->found_inf < 0 && !s->nan_stop ? p->n_step : p->n_bwd_end;
         if (!st) st = run_range(s, 0, end, &si);
-        if (!st && loss && K > 1) {
+        if (!st && (loss || s->nan_stop) && K > 1) {
             float l = 0;
             st = s->be->download(s->be, &l, s->ptr[p->loss], sizeof(float));
             if (!st) st = s->be->sync(s->be);
@@ -413,6 +413,16 @@ hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, flo
         }
     }
     grads_accumulate(s, false);
+    /* the NaN stop (nancheck.c): a non-finite loss returns before the update */
+    float step_loss = (float)(total / K);
+    if (!st && s->nan_stop) {
+        if (K == 1) st = s->be->download(s->be, &step_loss, s->ptr[p->loss], sizeof(float));
+        if (!st) st = s->be->sync(s->be);
+        if (!st && !isfinite(step_loss)) {
+            if (loss) *loss = step_loss;
+            return HR_OK;
+        }
+    }
     bool found_inf = false;
     if (!st && p->found_inf >= 0) {
         float f = 0;
@@ -421,12 +431,13 @@ hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, flo
         if (!st) st = s->be->sync(s->be);
         found_inf = f != 0.0f;
     }
-    if (!st && !found_inf && (K > 1 || p->found_inf >= 0)) st = run_range(s, p->n_unscale_end, p->n_step, &si);
+    if (!st && !found_inf && (K > 1 || p->found_inf >= 0 || s->nan_stop))
+        st = run_range(s, p->n_unscale_end, p->n_step, &si);
     if (st) return finish_batch(s, st);
     if (fp16) scaler_update(s, found_inf);
     if (!found_inf) s->t++;
-    if (loss && K > 1) {
-        *loss = (float)(total / K);
+    if (loss && (K > 1 || s->nan_stop)) {
+        *loss = step_loss;
     } else if (loss) {
         st = s->be->download(s->be, loss, s->ptr[p->loss], sizeof(float));
         if (!st) st = s->be->sync(s->be);

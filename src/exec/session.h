@@ -26,6 +26,7 @@ struct hr_session {
     int64_t growth, skipped;
     int *first_writer; /* accumulation: node * HR_NODE_MAX_IO + slot of each gradient's first writer */
     int n_first_writer;
+    bool nan_stop;     /* a non-finite loss skips the update (nancheck.c) */
 };
 
 /* node.c: the workspace callback the program builder asks (ctx: the backend). */
@@ -37,7 +38,13 @@ hr_status hr_exec_check_support(hr_backend *be, const hr_program *p);
  * when the session ends. */
 typedef struct hr_profile hr_profile;
 hr_profile *hr_profile_new(const hr_session_t *s, int mode);
-void hr_profile_free(hr_profile *p, const hr_session_t *s); /* prints the table */
+void hr_profile_free(hr_profile *p, const hr_session_t *s); /* prints s's table (s NULL: frees only) */
+/* Forgets the times so far (the warm-up), as the first step's are. */
+void hr_profile_reset(hr_profile *p);
+/* Node k's seconds since the warm-up, summed over *runs timings; *span: the
+ * nodes of its last launch (1 alone, > 1 the first of a group, which holds
+ * the group's time; 0 inside a group). */
+double hr_profile_node_seconds(const hr_profile *p, int k, int64_t *runs, int *span);
 /* Around each run of nodes [from, to): start before, node/group hooks around
  * each launch, finish after. */
 void hr_profile_step(hr_profile *p, int from, int nn);

@@ -307,6 +307,16 @@ static hr_status read_meta(hr_safetensors_t *f, hr_ckpt_meta *out) {
     return HR_OK;
 }
 
+hr_status hr_checkpoint_peek(const char *path, hr_ckpt_meta *meta) {
+    hr_safetensors_t *f = hr_safetensors_open(path);
+    if (!f) return hr_error_prefix("reading checkpoint");
+    hr_ckpt_meta got = {.precision = HR_PREC_FP32, .accumulate = 1};
+    hr_status st = hr_safetensors_meta(f, "headroom.fingerprint") ? read_meta(f, &got) : HR_OK;
+    hr_safetensors_free(f);
+    if (!st) *meta = got;
+    return st;
+}
+
 hr_status hr_checkpoint_load(hr_session_t *s, const char *path, hr_ckpt_meta *meta) {
     char model[128];
     snprintf(model, sizeof model, "%s", meta && meta->model[0] ? meta->model : "(this session)");

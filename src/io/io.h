@@ -161,6 +161,10 @@ hr_status hr_checkpoint_save(hr_session_t *s, const char *path, const hr_ckpt_me
  * metadata, e.g. saved from PyTorch: F32, F16, BF16 or F64) loads too; then
  * the step count is left alone. */
 hr_status hr_checkpoint_load(hr_session_t *s, const char *path, hr_ckpt_meta *meta);
+/* The metadata alone (how the run trained, where it stopped), without a
+ * session: what `train --fit` needs before it plans a resumed run. A plain
+ * weights file gives fp32, 1 and zeros. */
+hr_status hr_checkpoint_peek(const char *path, hr_ckpt_meta *meta);
 
 /* ---- model files (modelfile.c) -------------------------------------------- */
 /* One layer a line, as in PyTorch (see docs/model-files.md):

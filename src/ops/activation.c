@@ -113,10 +113,29 @@ static void unpack_bwd(const hr_graph *g, const hr_node *n, void *const *ptr, co
         k->x = hr_ptr(ptr, saved);
 }
 
+/* Flops a value (exp, erf and tanh counted as about 10: the estimates'
+ * scale only; these ops are bound by memory). */
+static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
+    double per;
+    switch (n->op) {
+    case HR_OP_RELU: case HR_OP_RELU_BWD: per = 1; break;
+    case HR_OP_LEAKY_RELU: case HR_OP_LEAKY_RELU_BWD: per = 2; break;
+    case HR_OP_GELU: per = 14; break;
+    case HR_OP_GELU_BWD: per = 20; break;
+    case HR_OP_SILU: case HR_OP_SIGMOID: per = 12; break;
+    case HR_OP_SILU_BWD: per = 16; break;
+    case HR_OP_TANH: per = 10; break;
+    default: per = 3; break; /* Sigmoid's and Tanh's backward, from y */
+    }
+    int x = n->in[n->nin - 1]; /* forward: x; backward: dy */
+    w->flops = per * (double)hr_shape_numel(&g->t[x].shape);
+    w->bytes = hr_work_io_bytes(g, n);
+}
+
 #define ACT(id, lay, bwd) \
     const hr_op_desc hr_opdesc_##id = {                                                                  \
-        .layers = lay, .backward = bwd, .unpack = unpack, .inplace = true, .train_outputs = true};          \
-    const hr_op_desc hr_opdesc_##id##_bwd = {.unpack = unpack_bwd, .inplace = true, .inplace_last = true};
+        .layers = lay, .backward = bwd, .unpack = unpack, .inplace = true, .train_outputs = true, .work = work}; \
+    const hr_op_desc hr_opdesc_##id##_bwd = {.unpack = unpack_bwd, .inplace = true, .inplace_last = true, .work = work};
 ACT(relu, relu_layers, relu_backward)
 ACT(leaky_relu, leaky_layers, leaky_backward)
 ACT(gelu, gelu_layers, gelu_backward)

@@ -48,5 +48,10 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     a->add.n = hr_shape_numel(&g->t[n->out[0]].shape);
 }
 
+static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
+    w->flops = (double)hr_shape_numel(&g->t[n->out[0]].shape);
+    w->bytes = hr_work_io_bytes(g, n);
+}
+
 const hr_op_desc hr_opdesc_add = {
-    .layers = layers, .backward = backward, .unpack = unpack, .inplace = true, .autocast = HR_AC_PROMOTE};
+    .layers = layers, .backward = backward, .unpack = unpack, .inplace = true, .autocast = HR_AC_PROMOTE, .work = work};

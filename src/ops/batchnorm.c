@@ -120,10 +120,20 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     b->acc_dx = n->accum[0], b->acc_dgamma = n->accum[1], b->acc_dbeta = n->accum[2];
 }
 
+/* Training reads x twice (the statistics, then y) and the backward x and
+ * dy twice (the sums, then dx); inference is one scale and shift a value. */
+static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
+    double x = (double)hr_shape_numel(&g->t[n->in[0]].shape), again = hr_work_tensor_bytes(g, n->in[0]);
+    if (n->op == HR_OP_BATCHNORM_BWD) again += hr_work_tensor_bytes(g, n->in[4]);
+    bool train = n->op == HR_OP_BATCHNORM_BWD || n->a.train;
+    w->flops = x * (n->op == HR_OP_BATCHNORM_BWD ? 10 : train ? 8 : 2);
+    w->bytes = hr_work_io_bytes(g, n) + (train ? again : 0);
+}
+
 /* Gradients reach x, gamma and beta, never the running statistics. */
 const hr_op_desc hr_opdesc_batchnorm = {
     .layers = layers, .backward = backward, .unpack = unpack, .init = init, .grad_inputs = 0x7, .train_outputs = true,
-    .batch_stats = true};
+    .batch_stats = true, .work = work};
 /* dx over dy: per channel, the kernels finish the sums over dy before they
  * write dx, and each element of dx reads only its own element of dy */
-const hr_op_desc hr_opdesc_batchnorm_bwd = {.unpack = unpack, .inplace = true, .inplace_last = true};
+const hr_op_desc hr_opdesc_batchnorm_bwd = {.unpack = unpack, .inplace = true, .inplace_last = true, .work = work};

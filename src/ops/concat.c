@@ -87,5 +87,13 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     c->acc = n->accum[0];
 }
 
-const hr_op_desc hr_opdesc_concat = {.layers = layers, .backward = backward, .unpack = unpack, .autocast = HR_AC_PROMOTE};
-const hr_op_desc hr_opdesc_concat_bwd = {.unpack = unpack};
+/* Copies only; the backward reads just its input's slice of dy. */
+static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
+    double dx = hr_work_tensor_bytes(g, n->out[0]);
+    w->flops = 0;
+    w->bytes = n->op == HR_OP_CONCAT ? hr_work_io_bytes(g, n) : dx * (n->accum[0] ? 3 : 2);
+}
+
+const hr_op_desc hr_opdesc_concat = {
+    .layers = layers, .backward = backward, .unpack = unpack, .autocast = HR_AC_PROMOTE, .work = work};
+const hr_op_desc hr_opdesc_concat_bwd = {.unpack = unpack, .work = work};

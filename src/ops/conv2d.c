@@ -104,6 +104,22 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     c->acc_db = n->accum[2];
 }
 
+/* 2 N K OH OW C kh kw a product: y forward; dx (data gradient) and dW
+ * (weight gradient), each when wanted, backward. */
+static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
+    hr_kargs a;
+    hr_op_unpack(g, n, NULL, NULL, &a);
+    const hr_conv_args *c = &a.conv;
+    double out = (double)c->N * (double)c->K * (double)c->OH * (double)c->OW;
+    double prod = 2.0 * out * (double)c->C * c->kh * c->kw;
+    if (n->op == HR_OP_CONV2D)
+        w->flops = prod + (c->b ? out : 0);
+    else
+        w->flops = (c->dx ? prod : 0) + (c->dw ? prod : 0) + (c->db ? out : 0);
+    w->bytes = hr_work_io_bytes(g, n);
+    w->matmul = true;
+}
+
 static const hr_layer_sig layers[] = {
     {"Conv2d",
      {HR_REQ("in_channels", HR_ARG_SIZE), HR_REQ("out_channels", HR_ARG_SIZE), HR_REQ("kernel_size", HR_ARG_SIZE),
@@ -114,6 +130,6 @@ static const hr_layer_sig layers[] = {
 };
 
 const hr_op_desc hr_opdesc_conv2d = {
-    .layers = layers, .backward = backward, .unpack = unpack, .init = init, .autocast = HR_AC_HALF};
+    .layers = layers, .backward = backward, .unpack = unpack, .init = init, .autocast = HR_AC_HALF, .work = work};
 /* dx over x: the kernels read a sample's x (for dW) before they write its dx */
-const hr_op_desc hr_opdesc_conv2d_bwd = {.unpack = unpack, .inplace = true};
+const hr_op_desc hr_opdesc_conv2d_bwd = {.unpack = unpack, .inplace = true, .work = work};

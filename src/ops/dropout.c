@@ -59,7 +59,15 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     d->acc = n->accum[0];
 }
 
+/* Training hashes a random number a value (about 12 flops); inference copies. */
+static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
+    double x = (double)hr_shape_numel(&g->t[n->in[n->nin - 1]].shape);
+    w->flops = x * (n->op == HR_OP_DROPOUT_BWD ? 2 : n->a.train ? 13 : 0);
+    w->bytes = hr_work_io_bytes(g, n);
+}
+
 /* Gradients reach x only (the mask is not differentiable). */
 const hr_op_desc hr_opdesc_dropout = {
-    .layers = layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1, .inplace = true, .train_outputs = true};
-const hr_op_desc hr_opdesc_dropout_bwd = {.unpack = unpack, .inplace = true, .inplace_last = true};
+    .layers = layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1, .inplace = true, .train_outputs = true,
+    .work = work};
+const hr_op_desc hr_opdesc_dropout_bwd = {.unpack = unpack, .inplace = true, .inplace_last = true, .work = work};

@@ -113,8 +113,17 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     l->acc_dx = n->accum[0], l->acc_dgamma = n->accum[1], l->acc_dbeta = n->accum[2];
 }
 
+/* A row is read twice (its statistics, then y; the backward's sums, then dx). */
+static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
+    bool bwd = n->op == HR_OP_LAYERNORM_BWD;
+    double x = (double)hr_shape_numel(&g->t[n->in[0]].shape);
+    w->flops = x * (bwd ? 10 : 8);
+    double again = hr_work_tensor_bytes(g, n->in[0]) + (bwd ? hr_work_tensor_bytes(g, n->in[n->nin - 1]) : 0);
+    w->bytes = hr_work_io_bytes(g, n) + again;
+}
+
 /* Not in place: the kernels read a row's dy (or x) again after writing parts of it. */
 const hr_op_desc hr_opdesc_layernorm = {
     .layers = layers, .backward = backward, .unpack = unpack, .init = init, .train_outputs = true,
-    .autocast = HR_AC_FP32};
-const hr_op_desc hr_opdesc_layernorm_bwd = {.unpack = unpack, .autocast = HR_AC_FP32};
+    .autocast = HR_AC_FP32, .work = work};
+const hr_op_desc hr_opdesc_layernorm_bwd = {.unpack = unpack, .autocast = HR_AC_FP32, .work = work};

@@ -97,6 +97,20 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     l->acc_db = n->accum[2];
 }
 
+/* 2 N in out a product: y forward; dx and dW, each when wanted, backward. */
+static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
+    hr_kargs a;
+    hr_op_unpack(g, n, NULL, NULL, &a);
+    const hr_linear_args *l = &a.linear;
+    double prod = 2.0 * (double)l->N * (double)l->in * (double)l->out, bias = (double)l->N * (double)l->out;
+    if (n->op == HR_OP_LINEAR)
+        w->flops = prod + (l->b ? bias : 0);
+    else
+        w->flops = (l->dx ? prod : 0) + (l->dw ? prod : 0) + (l->db ? bias : 0);
+    w->bytes = hr_work_io_bytes(g, n);
+    w->matmul = true;
+}
+
 static const hr_layer_sig layers[] = {
     {"Linear", {HR_REQ("in_features", HR_ARG_SIZE), HR_REQ("out_features", HR_ARG_SIZE), HR_OPT("bias", HR_ARG_BOOL, "True")},
      HR_LAYER_ONE, build},
@@ -104,6 +118,6 @@ static const hr_layer_sig layers[] = {
 };
 
 const hr_op_desc hr_opdesc_linear = {
-    .layers = layers, .backward = backward, .unpack = unpack, .init = init, .autocast = HR_AC_HALF};
+    .layers = layers, .backward = backward, .unpack = unpack, .init = init, .autocast = HR_AC_HALF, .work = work};
 /* dx over x: the kernels write dx last */
-const hr_op_desc hr_opdesc_linear_bwd = {.unpack = unpack, .inplace = true};
+const hr_op_desc hr_opdesc_linear_bwd = {.unpack = unpack, .inplace = true, .work = work};

@@ -119,10 +119,20 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     }
 }
 
+/* Cross-entropy: a log-softmax of each row (forward and backward); MSE: a
+ * difference and its square, or its scaled copy. */
+static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
+    bool ce = n->op == HR_OP_CROSS_ENTROPY || n->op == HR_OP_CROSS_ENTROPY_BWD;
+    w->flops = (ce ? 8 : 3) * (double)hr_shape_numel(&g->t[n->in[0]].shape);
+    w->bytes = hr_work_io_bytes(g, n);
+}
+
 /* No gradient reaches the labels. */
 const hr_op_desc hr_opdesc_cross_entropy = {
-    .layers = ce_layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1, .autocast = HR_AC_FP32};
-const hr_op_desc hr_opdesc_cross_entropy_bwd = {.unpack = unpack, .autocast = HR_AC_FP32};
+    .layers = ce_layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1, .autocast = HR_AC_FP32,
+    .work = work};
+const hr_op_desc hr_opdesc_cross_entropy_bwd = {.unpack = unpack, .autocast = HR_AC_FP32, .work = work};
 const hr_op_desc hr_opdesc_mse = {
-    .layers = mse_layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1, .autocast = HR_AC_FP32};
-const hr_op_desc hr_opdesc_mse_bwd = {.unpack = unpack, .autocast = HR_AC_FP32};
+    .layers = mse_layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1, .autocast = HR_AC_FP32,
+    .work = work};
+const hr_op_desc hr_opdesc_mse_bwd = {.unpack = unpack, .autocast = HR_AC_FP32, .work = work};

@@ -116,6 +116,25 @@ hr_status hr_ad_simple(hr_autodiff *ad, const hr_node *f, hr_op op, int saved0, 
  * it can), or a Cast when x's gradient has another type (mixed precision). */
 hr_status hr_ad_copy(hr_autodiff *ad, int layer, int dy, int x);
 
+/* ---- work: what a node computes and moves (the cost model's estimates) ------- */
+typedef struct {
+    double flops;  /* floating-point operations, a multiply-add counted as 2 */
+    double bytes;  /* what its kernels read and write */
+    bool matmul;   /* the flops are a matrix product's (tensor cores take its half types) */
+} hr_work;
+/* Bytes of tensor t (0 for t < 0). */
+static inline double hr_work_tensor_bytes(const hr_graph *g, int t) {
+    return t < 0 ? 0 : (double)hr_shape_numel(&g->t[t].shape) * (double)hr_dtype_size(g->t[t].dtype);
+}
+/* Bytes of n's inputs and outputs, each read or written once (an output
+ * that the node adds into is read too). */
+static inline double hr_work_io_bytes(const hr_graph *g, const hr_node *n) {
+    double b = 0;
+    for (int i = 0; i < n->nin; i++) b += hr_work_tensor_bytes(g, n->in[i]);
+    for (int i = 0; i < n->nout; i++) b += hr_work_tensor_bytes(g, n->out[i]) * (n->accum[i] ? 2 : 1);
+    return b;
+}
+
 /* ---- the descriptor ---------------------------------------------------------- */
 /* How mixed precision treats an op (torch.autocast's op lists); a backward
  * op has its forward op's rule, the update ops HR_AC_FP32. */
@@ -151,6 +170,9 @@ typedef struct {
     /* Normalises over the batch (batch statistics): a micro-batch changes
      * what it computes, which the report says under accumulation. */
     bool batch_stats;
+    /* What node n computes and moves, for the cost model's estimates
+     * (plan/cost.c); NULL: its tensors' bytes and one flop an output value. */
+    void (*work)(const hr_graph *g, const hr_node *n, hr_work *w);
 } hr_op_desc;
 
 #define HR_X_DECL(E, id, k, name) extern const hr_op_desc hr_opdesc_##id;

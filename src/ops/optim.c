@@ -27,6 +27,17 @@ static void unpack_update(const hr_graph *g, const hr_node *n, void *const *ptr,
     }
 }
 
-const hr_op_desc hr_opdesc_grad_sqnorm = {.unpack = unpack_sqnorm, .autocast = HR_AC_FP32};
-const hr_op_desc hr_opdesc_sgd = {.unpack = unpack_update, .autocast = HR_AC_FP32};
-const hr_op_desc hr_opdesc_adam = {.unpack = unpack_update, .autocast = HR_AC_FP32};
+/* GradNorm reads g once (a multiply-add a value). An update reads g and
+ * rewrites the parameter and its state in place: SGD 3 arrays (5 with
+ * momentum), Adam 7 (about 16 flops a value, the square root counted as 4). */
+static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
+    double v = (double)hr_shape_numel(&g->t[n->in[0]].shape), f32 = 4 * v;
+    bool momentum = n->op == HR_OP_SGD && n->in[2] >= 0;
+    if (n->op == HR_OP_GRAD_SQNORM) w->flops = 2 * v, w->bytes = f32;
+    else if (n->op == HR_OP_ADAM) w->flops = 16 * v, w->bytes = 7 * f32;
+    else w->flops = (momentum ? 5 : 2) * v, w->bytes = (momentum ? 5 : 3) * f32;
+}
+
+const hr_op_desc hr_opdesc_grad_sqnorm = {.unpack = unpack_sqnorm, .autocast = HR_AC_FP32, .work = work};
+const hr_op_desc hr_opdesc_sgd = {.unpack = unpack_update, .autocast = HR_AC_FP32, .work = work};
+const hr_op_desc hr_opdesc_adam = {.unpack = unpack_update, .autocast = HR_AC_FP32, .work = work};

@@ -123,7 +123,18 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     p->kh = n->a.kh, p->kw = n->a.kw, p->sh = n->a.sh, p->sw = n->a.sw;
 }
 
-const hr_op_desc hr_opdesc_maxpool = {.layers = max_layers, .backward = max_backward, .unpack = unpack};
-const hr_op_desc hr_opdesc_maxpool_bwd = {.unpack = unpack};
-const hr_op_desc hr_opdesc_avgpool = {.layers = avg_layers, .backward = avg_backward, .unpack = unpack};
-const hr_op_desc hr_opdesc_avgpool_bwd = {.unpack = unpack};
+/* A window's values a pooled value; max-pool's backward from its argmax
+ * touches one a pooled value. */
+static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
+    hr_kargs a;
+    hr_op_unpack(g, n, NULL, NULL, &a);
+    const hr_pool_args *p = &a.pool;
+    double pooled = (double)p->NC * (double)p->OH * (double)p->OW;
+    w->flops = pooled * (p->argmax ? 1 : p->kh * p->kw);
+    w->bytes = hr_work_io_bytes(g, n);
+}
+
+const hr_op_desc hr_opdesc_maxpool = {.layers = max_layers, .backward = max_backward, .unpack = unpack, .work = work};
+const hr_op_desc hr_opdesc_maxpool_bwd = {.unpack = unpack, .work = work};
+const hr_op_desc hr_opdesc_avgpool = {.layers = avg_layers, .backward = avg_backward, .unpack = unpack, .work = work};
+const hr_op_desc hr_opdesc_avgpool_bwd = {.unpack = unpack, .work = work};

@@ -38,5 +38,13 @@ static void unscale_unpack(const hr_graph *g, const hr_node *n, void *const *ptr
     u->acc = n->accum[0];
 }
 
-const hr_op_desc hr_opdesc_cast = {.backward = cast_backward, .unpack = cast_unpack};
-const hr_op_desc hr_opdesc_unscale = {.unpack = unscale_unpack, .autocast = HR_AC_FP32};
+/* Cast: a conversion a value; unscale rewrites g in place (a multiply and
+ * a finiteness test a value). */
+static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
+    double v = (double)hr_shape_numel(&g->t[n->in[0]].shape);
+    w->flops = n->op == HR_OP_CAST ? v : 2 * v;
+    w->bytes = hr_work_io_bytes(g, n) + (n->op == HR_OP_CAST ? 0 : hr_work_tensor_bytes(g, n->in[0]));
+}
+
+const hr_op_desc hr_opdesc_cast = {.backward = cast_backward, .unpack = cast_unpack, .work = work};
+const hr_op_desc hr_opdesc_unscale = {.unpack = unscale_unpack, .autocast = HR_AC_FP32, .work = work};

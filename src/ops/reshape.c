@@ -78,5 +78,15 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     a->copy.acc = n->accum[0];
 }
 
-const hr_op_desc hr_opdesc_reshape = {.layers = layers, .backward = backward, .unpack = unpack, .view = true};
-const hr_op_desc hr_opdesc_copy = {.unpack = unpack};
+/* A view costs nothing: Reshape always, a Copy whose output the plan put
+ * on its input's bytes (an unplanned graph has no bytes placed). */
+static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
+    const hr_tensor *x = &g->t[n->in[0]], *y = &g->t[n->out[0]];
+    bool view = n->op == HR_OP_RESHAPE || (x->bytes && y->bytes && x->offset == y->offset);
+    w->flops = view || !n->accum[0] ? 0 : (double)hr_shape_numel(&y->shape);
+    w->bytes = view ? 0 : hr_work_io_bytes(g, n);
+}
+
+const hr_op_desc hr_opdesc_reshape = {
+    .layers = layers, .backward = backward, .unpack = unpack, .view = true, .work = work};
+const hr_op_desc hr_opdesc_copy = {.unpack = unpack, .work = work};

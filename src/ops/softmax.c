@@ -50,8 +50,17 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     s->acc = n->accum[0];
 }
 
-const hr_op_desc hr_opdesc_softmax = {.layers = sm_layers, .backward = backward, .unpack = unpack, .autocast = HR_AC_FP32};
-const hr_op_desc hr_opdesc_softmax_bwd = {.unpack = unpack, .autocast = HR_AC_FP32};
+/* Forward: the row's maximum, exponentials, their sum, the division (an
+ * exponential counted as about 5); backward: a dot product and a scale. */
+static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
+    bool fwd = n->op == HR_OP_SOFTMAX || n->op == HR_OP_LOGSOFTMAX;
+    w->flops = (fwd ? 8 : 4) * (double)hr_shape_numel(&g->t[n->in[0]].shape);
+    w->bytes = hr_work_io_bytes(g, n);
+}
+
+const hr_op_desc hr_opdesc_softmax = {
+    .layers = sm_layers, .backward = backward, .unpack = unpack, .autocast = HR_AC_FP32, .work = work};
+const hr_op_desc hr_opdesc_softmax_bwd = {.unpack = unpack, .autocast = HR_AC_FP32, .work = work};
 const hr_op_desc hr_opdesc_logsoftmax = {
-    .layers = lsm_layers, .backward = backward, .unpack = unpack, .autocast = HR_AC_FP32};
-const hr_op_desc hr_opdesc_logsoftmax_bwd = {.unpack = unpack, .autocast = HR_AC_FP32};
+    .layers = lsm_layers, .backward = backward, .unpack = unpack, .autocast = HR_AC_FP32, .work = work};
+const hr_op_desc hr_opdesc_logsoftmax_bwd = {.unpack = unpack, .autocast = HR_AC_FP32, .work = work};

@@ -9,9 +9,9 @@
  * outputs live from the recomputation to their last backward reader.
  *
  * The clone computes what the original did, bit for bit: the same kernel on
- * the same inputs; a dropout mask comes from (seed, layer, step, element),
- * so the clone draws the same one; BatchNorm computes the same batch
- * statistics and leaves the running ones alone (a.recompute). */
+ * the same inputs; a random mask comes from (seed, layer, step, element),
+ * so the clone draws the same one; a batch normalisation computes the same
+ * batch statistics and leaves the running ones alone (a.recompute). */
 #include "plan/recompute.h"
 
 #include <string.h>

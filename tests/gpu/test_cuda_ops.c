@@ -65,7 +65,7 @@ static double nerr(const float *a, const float *b, int64_t n) {
         mx = fmax(mx, fabs(b[i]));
         double d = fabs((double)a[i] - b[i]);
         if (d != d || (isinf(a[i]) != 0) != (isinf(b[i]) != 0)) d = INFINITY; /* NaN or inf on one side only */
-        if (a[i] != a[i] && b[i] != b[i]) d = 0;
+        if ((a[i] != a[i] && b[i] != b[i]) || a[i] == b[i]) d = 0; /* both NaN; equal infinities */
         e = fmax(e, d);
     }
     return e / mx;

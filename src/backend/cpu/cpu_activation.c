@@ -4,24 +4,30 @@
 
 #include <math.h>
 
-/* The bit mask of x > 0 (ReLU, LeakyReLU): bit k of byte j is v[8j+k] > 0.
- * Eight values a byte, a fixed body, so that it vectorises. */
-static void mask_positive(const float *v, int64_t n, uint8_t *mask) {
+/* The bit masks the backward passes keep, bit k of byte j for v[8j+k]:
+ * LeakyReLU's is x > 0 (a NaN x takes the slope, as PyTorch's `x > 0 ? dy :
+ * dy * slope`), ReLU's !(y <= 0) (a NaN y passes dy, as PyTorch's
+ * threshold_backward `y <= 0 ? 0 : dy`). Eight values a byte, a fixed body,
+ * so that it vectorises; `relu` is a constant at each call. */
+static inline unsigned keep_bit(float v, bool relu) { return relu ? !(v <= 0.0f) : v > 0.0f; }
+
+static inline void mask_of(const float *v, int64_t n, uint8_t *mask, bool relu) {
     int64_t nb = (n + 7) / 8, full = n / 8;
 #pragma omp parallel for schedule(static) if (nb > 8192)
     for (int64_t j = 0; j < full; j++) {
         const float *vj = v + 8 * j;
-        mask[j] = (uint8_t)((vj[0] > 0.0f) | (vj[1] > 0.0f) << 1 | (vj[2] > 0.0f) << 2 | (vj[3] > 0.0f) << 3 |
-                            (vj[4] > 0.0f) << 4 | (vj[5] > 0.0f) << 5 | (vj[6] > 0.0f) << 6 | (vj[7] > 0.0f) << 7);
+        unsigned bits = 0;
+        for (int k = 0; k < 8; k++) bits |= keep_bit(vj[k], relu) << k;
+        mask[j] = (uint8_t)bits;
     }
     if (nb > full) {
         unsigned bits = 0;
-        for (int64_t i = 8 * full; i < n; i++) bits |= (unsigned)(v[i] > 0.0f) << (i - 8 * full);
+        for (int64_t i = 8 * full; i < n; i++) bits |= keep_bit(v[i], relu) << (i - 8 * full);
         mask[full] = (uint8_t)bits;
     }
 }
 
-/* dx = bit ? dy : dy * neg, from the forward's bit mask (ReLU: neg = 0). */
+/* dx = bit ? dy : dy * neg, from LeakyReLU's bit mask. */
 static void masked_bwd(const uint8_t *mask, const float *dy, float *dx, int64_t n, float neg, bool acc) {
     int64_t full = n / 8;
 #pragma omp parallel for schedule(static) if (full > 8192)
@@ -42,20 +48,22 @@ static void masked_bwd(const uint8_t *mask, const float *dy, float *dx, int64_t 
     }
 }
 
-/* ---- ReLU ------------------------------------------------------------------ */
+/* ---- ReLU ------------------------------------------------------------------
+ * PyTorch's clamp_min(x, 0): x < 0 ? 0 : x keeps NaN, and -0 as -0. */
 static void relu(const hr_act_args *p) {
     const float *x = p->x;
     float *y = p->out;
     int64_t N = p->n;
-    /* two passes, each of which vectorises: y, then the bits from y (y > 0
-     * exactly where x > 0, and y may be x's bytes) */
+    /* two passes, each of which vectorises: y, then the bits from y (y may
+     * be x's bytes; !(y <= 0) exactly where !(x <= 0)) */
 #pragma omp parallel for simd schedule(static) if (N > 65536)
-    for (int64_t i = 0; i < N; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
-    if (p->mask_out) mask_positive(y, N, p->mask_out);
+    for (int64_t i = 0; i < N; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
+    if (p->mask_out) mask_of(y, N, p->mask_out, true);
 }
 
-/* From the bit mask, or from y (y > 0 is where x was > 0). Two loops, so that
- * each vectorises without a branch inside. */
+/* From the bit mask, or from y as PyTorch's threshold_backward: y <= 0 ? 0 :
+ * dy (a NaN y passes dy). Two loops, so that each vectorises without a branch
+ * inside. */
 static void relu_bwd(const hr_act_args *p) {
     const float *y = p->y, *dy = p->dy;
     float *dx = p->out;
@@ -86,10 +94,10 @@ static void relu_bwd(const hr_act_args *p) {
     }
     if (p->acc) {
 #pragma omp parallel for simd schedule(static) if (N > 65536)
-        for (int64_t i = 0; i < N; i++) dx[i] += y[i] > 0.0f ? dy[i] : 0.0f;
+        for (int64_t i = 0; i < N; i++) dx[i] += y[i] <= 0.0f ? 0.0f : dy[i];
     } else {
 #pragma omp parallel for simd schedule(static) if (N > 65536)
-        for (int64_t i = 0; i < N; i++) dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+        for (int64_t i = 0; i < N; i++) dx[i] = y[i] <= 0.0f ? 0.0f : dy[i];
     }
 }
 
@@ -100,8 +108,8 @@ static void leaky_relu(const hr_act_args *p) {
     int64_t N = p->n;
     float al = p->alpha;
     /* the bits first, from x: y may be x's bytes, and with a negative slope
-     * y > 0 is not x > 0 */
-    if (p->mask_out) mask_positive(x, N, p->mask_out);
+     * y > 0 is not x > 0. A NaN x gives NaN * slope, NaN. */
+    if (p->mask_out) mask_of(x, N, p->mask_out, false);
 #pragma omp parallel for simd schedule(static) if (N > 65536)
     for (int64_t i = 0; i < N; i++) y[i] = x[i] > 0.0f ? x[i] : x[i] * al;
 }

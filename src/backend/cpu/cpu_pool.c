@@ -13,14 +13,19 @@ static pool_dims dims_of(const hr_pool_args *p) {
     return (pool_dims){p->NC, p->H, p->W, p->OH, p->OW, p->kh, p->kw, p->sh, p->sw};
 }
 
-/* Index of the window's first maximum, as PyTorch picks it. */
+/* PyTorch's test, `v > max || isnan(v)`: the first maximum wins, and a NaN
+ * beats everything, the window's last NaN among several (its gradient goes
+ * there). */
+#define BEATS(v, m) ((v) > (m) || (v) != (v))
+
+/* Index of the window's maximum, as PyTorch picks it. */
 static int64_t argmax(const pool_dims *d, const float *x, int64_t oh, int64_t ow) {
     int64_t best = oh * d->sh * d->W + ow * d->sw;
     float bv = x[best];
     for (int i = 0; i < d->kh; i++)
         for (int j = 0; j < d->kw; j++) {
             int64_t k = (oh * d->sh + i) * d->W + ow * d->sw + j;
-            if (x[k] > bv || (x[k] != x[k] && bv == bv)) bv = x[k], best = k; /* NaN wins, as in PyTorch */
+            if (BEATS(x[k], bv)) bv = x[k], best = k;
         }
     return best;
 }
@@ -29,9 +34,9 @@ static int64_t argmax(const pool_dims *d, const float *x, int64_t oh, int64_t ow
 static inline int64_t argmax22(const float *x, int64_t W, int64_t oh, int64_t ow) {
     int64_t k = 2 * oh * W + 2 * ow, best = k;
     float bv = x[k];
-    if (x[k + 1] > bv || (x[k + 1] != x[k + 1] && bv == bv)) bv = x[k + 1], best = k + 1;
-    if (x[k + W] > bv || (x[k + W] != x[k + W] && bv == bv)) bv = x[k + W], best = k + W;
-    if (x[k + W + 1] > bv || (x[k + W + 1] != x[k + W + 1] && bv == bv)) best = k + W + 1;
+    if (BEATS(x[k + 1], bv)) bv = x[k + 1], best = k + 1;
+    if (BEATS(x[k + W], bv)) bv = x[k + W], best = k + W;
+    if (BEATS(x[k + W + 1], bv)) best = k + W + 1;
     return best;
 }
 
@@ -39,7 +44,8 @@ static inline int64_t argmax22(const float *x, int64_t W, int64_t oh, int64_t ow
     ((d)->kh == 2 && (d)->kw == 2 && (d)->sh == 2 && (d)->sw == 2 ? argmax22(x, (d)->W, oh, ow) : argmax(d, x, oh, ow))
 
 /* 2x2 windows, stride 2: two input rows at a time, no index arithmetic per
- * element. Ties and NaNs follow argmax22. */
+ * element. Ties and NaNs follow argmax22: the pairs (a, b) and (c, e), then
+ * their winners, give the value of the last NaN in a, b, c, e order. */
 static void maxpool22(const pool_dims *d, const float *xc, float *yc, float *dc, const float *gc) {
     for (int64_t oh = 0; oh < d->OH; oh++) {
         const float *r0 = xc + 2 * oh * d->W, *r1 = r0 + d->W;
@@ -48,9 +54,9 @@ static void maxpool22(const pool_dims *d, const float *xc, float *yc, float *dc,
             float a = r0[j], b = r0[j + 1], c = r1[j], e = r1[j + 1];
             if (!dc) {
                 float m = a, m2 = c;
-                if (b > m || (b != b && m == m)) m = b;
-                if (e > m2 || (e != e && m2 == m2)) m2 = e;
-                if (m2 > m || (m2 != m2 && m == m)) m = m2;
+                if (BEATS(b, m)) m = b;
+                if (BEATS(e, m2)) m2 = e;
+                if (BEATS(m2, m)) m = m2;
                 yc[oh * d->OW + ow] = m;
             } else {
                 dc[argmax22(xc, d->W, oh, ow)] += gc[oh * d->OW + ow];

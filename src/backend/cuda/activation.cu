@@ -17,13 +17,19 @@
  * whole family, and the kernels are templates on the element type. */
 static inline bool act_al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-/* ---- forward values ---- */
+/* ---- forward values ----
+ * ReLU is PyTorch's clamp_min(x, 0): x < 0 ? 0 : x keeps NaN, and -0 as -0.
+ * keep(x) is the mask bit the backward reads (cpu_activation.c's): ReLU's
+ * !(x <= 0), so that a NaN passes dy (threshold_backward); LeakyReLU's x > 0,
+ * so that a NaN takes the slope. */
 struct FRelu {
-    __device__ __forceinline__ float operator()(float x) const { return x > 0.0f ? x : 0.0f; }
+    __device__ __forceinline__ float operator()(float x) const { return x < 0.0f ? 0.0f : x; }
+    __device__ __forceinline__ bool keep(float x) const { return !(x <= 0.0f); }
 };
 struct FLeaky {
     float a;
     __device__ __forceinline__ float operator()(float x) const { return x > 0.0f ? x : x * a; }
+    __device__ __forceinline__ bool keep(float x) const { return x > 0.0f; }
 };
 /* The GELU expressions are grouped as cpu_activation.c groups them (PyTorch's
  * grouping), so that the float rounding matches as far as erff/tanhf/expf
@@ -52,7 +58,7 @@ struct FTanh {
 };
 
 /* ---- backward values: v from what the forward kept and dy; dx = v or dx + v.
- * The mask forms take the kept bit (x > 0), the others a float (x or y). ---- */
+ * The mask forms take the kept bit (keep above), the others a float (x or y). ---- */
 struct BReluMask {
     __device__ __forceinline__ float operator()(bool keep, float g) const { return keep ? g : 0.0f; }
 };
@@ -60,9 +66,9 @@ struct BLeakyMask {
     float a;
     __device__ __forceinline__ float operator()(bool keep, float g) const { return keep ? g : g * a; }
 };
-/* ReLU from y (or x: y > 0 exactly where x > 0) */
+/* ReLU from y (or x: y <= 0 exactly where x <= 0), as threshold_backward */
 struct BRelu {
-    __device__ __forceinline__ float operator()(float s, float g) const { return s > 0.0f ? g : 0.0f; }
+    __device__ __forceinline__ float operator()(float s, float g) const { return s <= 0.0f ? 0.0f : g; }
 };
 struct BLeaky { /* from x */
     float a;
@@ -117,7 +123,7 @@ template <typename T, class F> static __global__ void k_actv(const T *x, T *y, i
 }
 
 /* With a bit mask (training; ReLU and LeakyReLU): bit k of mask byte j is
- * x[8j+k] > 0, and the mask is exactly (n+7)/8 bytes. A warp takes 32
+ * f.keep(x[8j+k]), and the mask is exactly (n+7)/8 bytes. A warp takes 32
  * consecutive values, one a lane (coalesced, any alignment), and its ballot is
  * the 32 bits of mask bytes base/8 .. base/8+3 (little-endian); lanes 0-3 each
  * write one of those bytes that exists. The loop runs over a warp-uniform base,
@@ -129,7 +135,7 @@ static __global__ void k_act_mask(const T *x, T *y, uint8_t *mask, int64_t n, F 
     for (int64_t base = w * 32; base < n; base += nw * 32) {
         int64_t i = base + lane;
         float v = i < n ? hr_f(x[i]) : 0.0f;
-        unsigned bits = __ballot_sync(0xffffffffu, v > 0.0f);
+        unsigned bits = __ballot_sync(0xffffffffu, f.keep(v));
         if (i < n) y[i] = hr_to<T>(f(v));
         if (lane < 4 && base + 8 * lane < n) mask[base / 8 + lane] = (uint8_t)(bits >> (8 * lane));
     }
@@ -160,7 +166,7 @@ static __global__ void k_act_maskv(const T *x, T *y, uint8_t *mask, int64_t n, F
         }
         unsigned bits = 0;
 #pragma unroll
-        for (int k = 0; k < V; k++) bits |= (unsigned)(v[k] > 0.0f) << k;
+        for (int k = 0; k < V; k++) bits |= (unsigned)f.keep(v[k]) << k;
         bits <<= V * (lane % L);
         for (int o = 1; o < L; o <<= 1) bits |= __shfl_xor_sync(0xffffffffu, bits, o);
         if (i + V <= n) {

@@ -7,7 +7,11 @@
  * no atomics. */
 #include "backend/cuda/common.cuh"
 
-/* Index (within the plane) of the window's first maximum; NaN wins, as in PyTorch. */
+/* PyTorch's test, `v > max || isnan(v)`, as cpu_pool.c's: the first maximum
+ * wins, and a NaN beats everything, the window's last NaN among several. */
+__device__ __forceinline__ bool pool_beats(float v, float m) { return v > m || v != v; }
+
+/* Index (within the plane) of the window's maximum, by pool_beats. */
 template <typename T>
 __device__ __forceinline__ int64_t window_argmax(const T *xc, int64_t W, int64_t oh, int64_t ow, int kh, int kw, int sh,
                                                  int sw) {
@@ -17,7 +21,7 @@ __device__ __forceinline__ int64_t window_argmax(const T *xc, int64_t W, int64_t
         for (int j = 0; j < kw; j++) {
             int64_t k = (oh * sh + i) * W + ow * sw + j;
             float v = hr_f(xc[k]);
-            if (v > bv || (v != v && bv == bv)) bv = v, best = k;
+            if (pool_beats(v, bv)) bv = v, best = k;
         }
     return best;
 }
@@ -60,7 +64,7 @@ template <typename T> __global__ void k_maxpool2(const T *x, T *y, uint8_t *am, 
         int best = 0;
 #pragma unroll
         for (int k = 1; k < 4; k++)
-            if (v[k] > bv || (v[k] != v[k] && bv == bv)) bv = v[k], best = k;
+            if (pool_beats(v[k], bv)) bv = v[k], best = k;
         y[r * OW + j] = hr_to<T>(bv); /* exact: bv is a value of T */
         if (am) am[r * OW + j] = (uint8_t)best;
     }
