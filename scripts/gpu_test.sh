@@ -57,16 +57,20 @@ run_one test_cuda_ops.whole HR_CUDA_PIECE_MIN=0 "$BUILD/tests/gpu/test_cuda_ops"
 # every batch input sent in pieces that the first node takes as they arrive
 run_one test_cuda_ops.pieces HR_CUDA_PIECE_MIN=1 "$BUILD/tests/gpu/test_cuda_ops"
 run_one test_cuda_golden.pieces HR_CUDA_PIECE_MIN=1 "$BUILD/tests/gpu/test_cuda_golden"
-# the OOM path forced by a second process holding the memory
-log=$(mktemp)
-BUILD="$BUILD" bash tests/gpu/oom_second_process.sh >"$log" 2>&1
-cat "$log"
-res=$(grep '^RESULT ' "$log" | awk '{p += $3; f += $4} END {print p + 0, f + 0}')
-set -- $res
-pass=$((pass + $1))
-fail=$((fail + $2))
-[ -n "$1" ] && [ "$1" -gt 0 ] || fail=$((fail + 1))
-rm -f "$log"
+# the OOM path forced by a second process holding the memory, and a run
+# that re-fits (train --fit) beside one
+for script in oom_second_process fit_resume; do
+    log=$(mktemp)
+    BUILD="$BUILD" timeout 600 bash tests/gpu/$script.sh >"$log" 2>&1
+    cat "$log"
+    [ -n "${OUT:-}" ] && cp "$log" "$OUT/$script.log"
+    res=$(grep '^RESULT ' "$log" | awk '{p += $3; f += $4} END {print p + 0, f + 0}')
+    set -- $res
+    pass=$((pass + $1))
+    fail=$((fail + $2))
+    [ -n "$1" ] && [ "$1" -gt 0 ] || fail=$((fail + 1))
+    rm -f "$log"
+done
 # the memory truth: NVML's peak of each process against the printed device
 # total, the budget boundary, a process filling the GPU after the start
 # (GPU_TRUTH=quick for a few models, 0 to skip)

@@ -278,6 +278,52 @@ static void test_host_memory(void) {
     }
 }
 
+/* The accuracy printed after an epoch with accumulation is the checkpoint's
+ * as eval computes it (the evaluation pass follows the micro-batch: each
+ * chunk of the test set must be its batch, or outputs never written are read). */
+static void test_accumulate_eval(void) {
+    write_file("acc.model", "input 1 8 8\nConv2d(1, 4, 3, padding=1)\nReLU()\nFlatten()\nLinear(256, 10)\n"
+                            "loss CrossEntropyLoss\n");
+    char train[64] = "", eval[64] = "";
+    int rc = sh(HR " train %s/acc.model --data synthetic --samples 512 --batch 64 --accumulate 4 --epochs 1 "
+                "--save %s/acc.ckpt -q --device cpu", tmp, tmp);
+    const char *a = strstr(out, "test accuracy ");
+    CHECK(rc == 0 && a, "train with accumulation: %s", out);
+    if (a) sscanf(a, "test accuracy %63s", train);
+    rc = sh(HR " eval %s/acc.model --weights %s/acc.ckpt --data synthetic --samples 512 --device cpu", tmp, tmp);
+    a = strstr(out, "test accuracy ");
+    CHECK(rc == 0 && a, "eval: %s", out);
+    if (a) sscanf(a, "test accuracy %63s", eval);
+    CHECK(*train && !strcmp(train, eval), "accuracy after an epoch with --accumulate 4 (%s) is eval's (%s)", train, eval);
+}
+
+/* recompute, fit and train --fit on the CPU (estimates: --no-measure) */
+static void test_fit(void) {
+    EXPECT(0, "recomputed layers", HR " plan examples/resnet_tiny.model --batch 256 --recompute min --device cpu");
+    EXPECT(1, "no layer named 'nosuch'", HR " plan examples/resnet_tiny.model --recompute 0,nosuch --device cpu");
+    EXPECT(2, "--recompute", HR " plan examples/resnet_tiny.model --recompute ''");
+    EXPECT(0, "choice: headroom train examples/resnet_tiny.model --batch 256",
+           "HR_CACHE_DIR=%s/cache " HR " fit examples/resnet_tiny.model --batch 256 --budget 100MiB --no-measure "
+           "--device cpu", tmp);
+    CHECK(strstr(out, "<- chosen") && strstr(out, "does not fit"), "fit lists what fits and what does not: %s", out);
+    EXPECT(0, "\"choice\": 0", "HR_CACHE_DIR=%s/cache " HR " fit examples/mlp.model --batch 512 --budget 1GiB "
+           "--no-measure --device cpu --precision fp32,bf16 --json", tmp);
+    EXPECT(3, "the smallest configuration (micro-batch 1 x 256",
+           "HR_CACHE_DIR=%s/cache " HR " fit examples/resnet_tiny.model --batch 256 --budget 512KiB --no-measure "
+           "--device cpu", tmp);
+    EXPECT(2, "give --budget", HR " fit examples/mlp.model --batch 64 --device cpu --no-measure");
+    EXPECT(2, "which effective batch", HR " fit examples/mlp.model --budget 1GiB");
+    EXPECT(2, "is not fp32, bf16, fp16 or a list", HR " fit examples/mlp.model --batch 8 --precision fp8");
+    EXPECT(2, "a list is for fit", HR " plan examples/mlp.model --precision fp32,bf16");
+    EXPECT(2, "--fit is for fit and train --fit", HR " plan examples/mlp.model --fit");
+    EXPECT(2, "leave out --accumulate", HR " train examples/mlp.model --fit --accumulate 2");
+    write_file("fit.model", "input 1 8 8\nConv2d(1, 8, 3, padding=1)\nReLU()\nFlatten()\nLinear(512, 10)\n"
+                            "loss CrossEntropyLoss\n");
+    EXPECT(0, "fit: batch 256 as 4 x 64",
+           "HR_CACHE_DIR=%s/cache " HR " train %s/fit.model --data synthetic --samples 1024 --batch 256 --epochs 1 "
+           "--fit --budget 600KiB --no-measure --device cpu", tmp, tmp);
+}
+
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/hr_test_cli.%d", (int)getpid());
     mkdir(tmp, 0755);
@@ -305,6 +351,8 @@ int main(void) {
     test_nan();
     test_resume_finished();
     test_host_memory();
+    test_accumulate_eval();
+    test_fit();
     sh("rm -rf %s", tmp);
     TEST_END();
 }

@@ -129,7 +129,6 @@ static void nothing_fits(const char *cmd, const hr_model_t *m, const hr_config_t
     c.accumulate = (int)(cfg->batch <= (1 << 30) ? cfg->batch : 1);
     c.precision = f->prec >> HR_PREC_BF16 & 1 ? HR_PREC_BF16 : f->prec >> HR_PREC_FP16 & 1 ? HR_PREC_FP16 : HR_PREC_FP32;
     c.recompute = "min";
-    c.eval_batch = 0;
     hr_recompute_choice ch;
     if (hr_recompute_choose_for(m, &c, hr_session_backend(f->s), f->cuda, f->budget, f->overhead, f->cm, &ch) == HR_OK) {
         fprintf(stderr,

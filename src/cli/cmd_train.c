@@ -314,12 +314,17 @@ int hr_cmd_train(const hr_cli_opts *o) {
     }
     /* the test set is evaluated after each epoch by the evaluation pass,
      * planned in the training arena: the job's memory is this one plan */
-    if ((cfg.eval_batch < 0 ? cfg.batch : cfg.eval_batch) > hd.test_n) cfg.eval_batch = hd.test_n;
-    if (o->fit) { /* fit's choice of micro-batches, precision and recomputation */
+    if (o->fit) { /* fit's choice of micro-batches, precision and recomputation (the evaluation pass as planned) */
         if (cfg.device == HR_DEVICE_AUTO) cfg.device = hr_backend_cuda_available() ? HR_DEVICE_CUDA : HR_DEVICE_CPU;
+        if (cfg.eval_batch > hd.test_n) cfg.eval_batch = hd.test_n;
         if ((rc = hr_fit_for_train(o, m, &cfg, allowed, &fit_recompute, refit)) != HR_EXIT_OK) goto done;
     }
-    int64_t eval_batch = cfg.eval_batch < 0 ? cfg.batch : cfg.eval_batch;
+    /* by default the evaluation pass follows the (micro-)batch, up to the test set */
+    if ((cfg.eval_batch < 0 ? hr_micro_batch(&cfg) : cfg.eval_batch) > hd.test_n) cfg.eval_batch = hd.test_n;
+    /* the samples an evaluation call takes: the pass's own batch (with
+     * accumulation a micro-batch), else the other samples of each chunk of
+     * the test set would be read from outputs never written */
+    int64_t eval_batch = cfg.eval_batch < 0 ? hr_micro_batch(&cfg) : cfg.eval_batch;
     /* host memory before any plan (an absurd batch stops here, in
      * microseconds), then with the plan; the device's in hr_session_alloc;
      * the data only once both fit */

@@ -91,6 +91,30 @@ static hr_status record(hr_session_t *s, hr_cost_model *cm, const hr_profile *pr
     return HR_OK;
 }
 
+/* Whole steps as a training loop sees them (the host clock around each,
+ * the loss read back, no profile): what the median takes beyond the
+ * nodes' recorded times is the passes' own (upload, launch gaps, sync). */
+static hr_status record_pass(hr_session_t *s, hr_cost_model *cm, int steps, const float *x, const void *labels) {
+    double *t = hr_malloc(sizeof(double) * (size_t)steps);
+    if (!t) return hr_error_prefix("calibration");
+    hr_status st = HR_OK;
+    for (int i = 0; i < steps && !st; i++) {
+        float loss;
+        double t0 = hr_profile_now();
+        st = hr_train_step(s, x, labels, &loss);
+        t[i] = hr_profile_now() - t0;
+    }
+    if (!st) {
+        const hr_program *p = &s->prog;
+        int K = p->cfg.accumulate > 1 ? p->cfg.accumulate : 1;
+        double nodes = 0;
+        for (int k = 0; k < p->n_step; k++) nodes += hr_cost_node(cm, &p->g, &p->g.n[k]) * (k < p->n_bwd_end ? K : 1);
+        st = hr_cost_record_pass(cm, p, (median(t, steps) - nodes) / K);
+    }
+    hr_free(t);
+    return st;
+}
+
 hr_status hr_cost_measure(hr_session_t *s, hr_cost_model *cm, int steps) {
     if (!s || !cm || steps < 1)
         return hr_error_set(HR_ERR_INVALID_ARG, "cost measure: %s", !s || !cm ? "NULL argument" : "steps must be >= 1");
@@ -113,6 +137,7 @@ hr_status hr_cost_measure(hr_session_t *s, hr_cost_model *cm, int steps) {
     hr_profile_reset(prof);
     if (!st) st = timed_steps(s, prof, steps, x, labels, samples);
     if (!st) st = record(s, cm, prof, samples, steps);
+    if (!st) st = record_pass(s, cm, steps, x, labels);
     if (!st) hr_cost_save(cm); /* a cache that can't be written is a warning (printed), not a failure */
     if (st) hr_error_prefix("measuring node times of %s", s->model_name);
     hr_profile_free(prof, NULL);

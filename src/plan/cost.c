@@ -186,7 +186,7 @@ static double correction(const hr_cost_model *cm, const uint64_t *cls, double es
     double sw = 0, sl = 0;
     for (size_t i = 0; i < cm->cap; i++) {
         const hr_cost_entry *e = &cm->e[i];
-        if (!e->key || e->sec < 0 || (cls && e->cls != *cls)) continue;
+        if (!e->key || e->sec < 0 || (cls && e->cls != *cls) || !strncmp(e->key, "pass ", 5)) continue;
         double ee = roofline(&cm->pk, e->flops, e->bytes, e->tensor), d = log(ee / est);
         double w = 1 / (1 + d * d);
         sw += w;
@@ -238,6 +238,26 @@ void hr_cost_count(const hr_cost_model *cm, const hr_program *p, int *measured, 
 }
 
 /* K passes of forward and backward, then the update once (hr_train_step). */
+/* The key of what a pass of p does between its nodes: its batch's bytes
+ * and its number of nodes. */
+static const char *pass_key(const hr_program *p, char *buf, size_t n) {
+    const hr_graph *g = &p->g;
+    snprintf(buf, n, "pass input=%.0f labels=%.0f nodes=%d", hr_work_tensor_bytes(g, p->input),
+             p->label >= 0 ? hr_work_tensor_bytes(g, p->label) : 0.0, p->n_bwd_end);
+    return buf;
+}
+
+hr_status hr_cost_record_pass(hr_cost_model *cm, const hr_program *p, double seconds) {
+    char key[160];
+    if (!(seconds >= 0)) seconds = 0;
+    hr_cost_entry *e = insert(cm, pass_key(p, key, sizeof key));
+    if (!e) return hr_error_prefix("cost model: recording a pass");
+    e->sec = e->fresh ? (e->sec * e->fresh + seconds) / (e->fresh + 1) : seconds;
+    e->fresh++;
+    e->flops = e->bytes = 0;
+    return HR_OK;
+}
+
 double hr_cost_step(const hr_cost_model *cm, const hr_program *p) {
     const hr_graph *g = &p->g;
     int K = p->cfg.accumulate > 1 ? p->cfg.accumulate : 1;
@@ -247,11 +267,15 @@ double hr_cost_step(const hr_cost_model *cm, const hr_program *p) {
         if (k < p->n_bwd_end) pass += t;
         else update += t;
     }
-    /* between a pass's nodes: on the CPU, the batch copied into the arena;
-     * on a GPU, the loss read back (the batch's upload overlaps the first
-     * node, whose measured time holds the wait for it) */
+    /* between a pass's nodes: what a measured step took beyond its nodes
+     * (the batch's upload, launches, the loss read back), when this shape
+     * of pass was measured; else on the CPU the batch copied into the
+     * arena, on a GPU the loss read back */
+    char key[160];
+    const hr_cost_entry *e = find(cm, pass_key(p, key, sizeof key), fnv(key, strlen(key)));
     double batch = hr_work_tensor_bytes(g, p->input) + hr_work_tensor_bytes(g, p->label);
-    pass += cm->kind == HR_DEVICE_CUDA ? cm->pk.sync : batch / cm->pk.upload;
+    if (e && e->sec >= 0) pass += e->sec;
+    else pass += cm->kind == HR_DEVICE_CUDA ? cm->pk.sync : batch / cm->pk.upload;
     return K * pass + update + (p->found_inf >= 0 ? cm->pk.sync : 0); /* fp16: found_inf read back */
 }
 

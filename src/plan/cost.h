@@ -64,6 +64,9 @@ void hr_cost_count(const hr_cost_model *cm, const hr_program *p, int *measured, 
  * records for a key replaces the cache's; later ones are averaged with it.
  * HR_ERR_OOM (error set) when out of memory. */
 hr_status hr_cost_record(hr_cost_model *cm, const hr_graph *g, const hr_node *n, double seconds);
+/* Records what one pass of p (a micro-batch's forward and backward) took
+ * beyond its nodes' times: a measured step less its nodes, over its passes. */
+hr_status hr_cost_record_pass(hr_cost_model *cm, const hr_program *p, double seconds);
 /* Writes the cache: what is on disk, merged with this model's times (which
  * win), written whole to a temporary file that replaces it. A failure is a
  * warning on stderr and HR_ERR_IO (error set); the model keeps its times. */
