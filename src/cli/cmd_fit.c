@@ -27,7 +27,7 @@ static hr_status measure(const hr_model_t *m, const hr_config_t *base, const hr_
     hr_session_t *s = hr_compile(m, &cfg);
     if (!s) return hr_last_status();
     hr_status st = hr_session_alloc(s);
-    if (!st) st = hr_cost_measure(s, cm, cuda ? 6 : 3);
+    if (!st) st = hr_cost_measure(s, cm, cuda ? 20 : 3); /* GPU steps take milliseconds: medians of 20 */
     hr_session_free(s);
     return st;
 }
