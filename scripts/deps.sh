@@ -8,7 +8,7 @@ for role in "$@"; do
     case "$role" in
         build) ;;
         data) want+=(dataset-fashion-mnist) ;;
-        test) want+=(dataset-fashion-mnist valgrind clang libclang-rt-14-dev python3) ;;
+        test) want+=(dataset-fashion-mnist valgrind clang libclang-rt-14-dev python3 chromium) ;;  # chromium: test_html opens the --html pages
         bench) want+=(dataset-fashion-mnist python3-torch) ;;
         *) echo "deps.sh: unknown role '$role' (build, data, test, bench)" >&2; exit 2 ;;
     esac

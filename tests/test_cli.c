@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "io/io.h"
 
 static char tmp[256];
 static char out[65536];
@@ -277,6 +278,85 @@ static void test_host_memory(void) {
         EXPECT(3, "does not fit host memory", cmd, tmp);
     }
 }
+/* One IDX file of n items of shape dims (big-endian header: magic, dims),
+ * payload byte i = (i * 37 + salt) % mod. */
+static void write_idx(const char *name, uint32_t magic, const uint32_t *dims, int ndim, int mod, int salt) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL, "cannot write %s", path);
+    if (!f) return;
+    uint32_t total = 1, w[4] = {magic};
+    for (int i = 0; i < ndim; i++) w[1 + i] = dims[i], total *= dims[i];
+    for (int i = 0; i <= ndim; i++) {
+        unsigned char be[4] = {(unsigned char)(w[i] >> 24), (unsigned char)(w[i] >> 16), (unsigned char)(w[i] >> 8),
+                               (unsigned char)w[i]};
+        fwrite(be, 1, 4, f);
+    }
+    for (uint32_t i = 0; i < total; i++) fputc((int)((i * 37 + (uint32_t)salt) % (uint32_t)mod), f);
+    fclose(f);
+}
+
+/* headroom.input* of a checkpoint written by train, read back with the
+ * safetensors reader: mean and std as "%.9g" of the floats that the IDX
+ * loader divides by; none for synthetic data, which is not normalised. */
+static void check_input_meta(const char *ckpt, bool normalised, const char *desc) {
+    hr_safetensors_t *f = hr_safetensors_open(ckpt);
+    CHECK(f != NULL, "open %s: %s", ckpt, hr_last_error());
+    if (!f) return;
+    const char *in = hr_safetensors_meta(f, "headroom.input"), *mean = hr_safetensors_meta(f, "headroom.input_mean"),
+               *std = hr_safetensors_meta(f, "headroom.input_std");
+    CHECK(in && strstr(in, desc), "%s: headroom.input = '%s', want it to say '%s'", ckpt, in ? in : "(absent)", desc);
+    if (normalised) {
+        /* 0.2860f and 0.3530f, to 9 significant digits: Fashion-MNIST's statistics */
+        CHECK(mean && !strcmp(mean, "0.286000013") && strtof(mean, NULL) == 0.2860f,
+              "%s: headroom.input_mean = '%s', want '0.286000013'", ckpt, mean ? mean : "(absent)");
+        CHECK(std && !strcmp(std, "0.352999985") && strtof(std, NULL) == 0.3530f,
+              "%s: headroom.input_std = '%s', want '0.352999985'", ckpt, std ? std : "(absent)");
+    } else {
+        CHECK(!mean && !std, "%s: synthetic data is not normalised, yet headroom.input_mean = '%s', input_std = '%s'",
+              ckpt, mean ? mean : "(absent)", std ? std : "(absent)");
+    }
+    hr_safetensors_free(f);
+    /* and what the checkpoint reader makes of them */
+    hr_ckpt_meta m;
+    memset(&m, 0, sizeof m);
+    CHECK(hr_checkpoint_peek(ckpt, &m) == HR_OK, "peek %s: %s", ckpt, hr_last_error());
+    CHECK(strstr(m.input, desc) != NULL, "%s: peek's input '%s' lacks '%s'", ckpt, m.input, desc);
+    CHECK(normalised ? m.input_mean == 0.2860f && m.input_std == 0.3530f : m.input_mean == 0 && m.input_std == 0,
+          "%s: peek's input mean %.9g, std %.9g", ckpt, (double)m.input_mean, (double)m.input_std);
+}
+
+/* A checkpoint says how its inputs were made, for a PyTorch evaluation from
+ * the file alone: synthetic data, and a small IDX folder made here. */
+static void test_input_meta(void) {
+    write_file("in.model", "input 1 4 4\nFlatten()\nLinear(16, 10)\nloss CrossEntropyLoss\n");
+    EXPECT(0, "epoch 1/1", HR " train %s/in.model --data synthetic --samples 64 --batch 16 --epochs 1 --device cpu "
+                           "--save %s/syn.ckpt", tmp, tmp);
+    char ckpt[320];
+    snprintf(ckpt, sizeof ckpt, "%s/syn.ckpt", tmp);
+    check_input_meta(ckpt, false, "synthetic: N(0, 1) from headroom's generator, not normalised");
+
+    char dir[300];
+    snprintf(dir, sizeof dir, "%s/idx", tmp);
+    mkdir(dir, 0755);
+    write_idx("idx/train-images-idx3-ubyte", 0x803, (uint32_t[]){64, 4, 4}, 3, 256, 1);
+    write_idx("idx/train-labels-idx1-ubyte", 0x801, (uint32_t[]){64}, 1, 10, 3);
+    write_idx("idx/t10k-images-idx3-ubyte", 0x803, (uint32_t[]){16, 4, 4}, 3, 256, 5);
+    write_idx("idx/t10k-labels-idx1-ubyte", 0x801, (uint32_t[]){16}, 1, 10, 7);
+    EXPECT(0, "epoch 1/1", HR " train %s/in.model --data %s --batch 16 --epochs 1 --device cpu --save %s/idx.ckpt",
+           tmp, dir, tmp);
+    snprintf(ckpt, sizeof ckpt, "%s/idx.ckpt", tmp);
+    check_input_meta(ckpt, true, "IDX files: x/255, then (x - 0.2860) / 0.3530");
+    /* eval reads it; a damaged pair is refused by name (edits of the header that keep its length) */
+    EXPECT(0, "test accuracy", HR " eval %s/in.model --weights %s --data %s --device cpu", tmp, ckpt, dir);
+    sh("LC_ALL=C sed 's/\"headroom.input_std\"/\"headroom.input_xyz\"/' %s > %s/nostd.ckpt", ckpt, tmp);
+    EXPECT(1, "has metadata 'headroom.input_mean' but not 'headroom.input_std'; it is damaged",
+           HR " eval %s/in.model --weights %s/nostd.ckpt --data %s --device cpu", tmp, tmp, dir);
+    sh("LC_ALL=C sed 's/\"0.352999985\"/\"-0.35299998\"/' %s > %s/negstd.ckpt", ckpt, tmp);
+    EXPECT(1, "are not finite floats with std > 0",
+           HR " eval %s/in.model --weights %s/negstd.ckpt --data %s --device cpu", tmp, tmp, dir);
+}
 
 /* The accuracy printed after an epoch with accumulation is the checkpoint's
  * as eval computes it (the evaluation pass follows the micro-batch: each
@@ -348,6 +428,7 @@ int main(void) {
     test_batches();
     test_data_files();
     test_checkpoints();
+    test_input_meta();
     test_nan();
     test_resume_finished();
     test_host_memory();

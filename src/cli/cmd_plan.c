@@ -93,6 +93,14 @@ int hr_cmd_plan(const hr_cli_opts *o) {
                 printf("no batch fits: the parameters and optimizer state alone need more than the budget\n");
         }
     }
+    if (o->html) {
+        if (hr_plan_html(s, o->html) != HR_OK) {
+            fprintf(stderr, "headroom plan: %s\n", hr_last_error());
+            rc = HR_EXIT_ERROR;
+        } else {
+            fprintf(o->json ? stderr : stdout, "memory drawn in %s\n", o->html);
+        }
+    }
     hr_session_free(s);
     hr_model_free(m);
     return rc;

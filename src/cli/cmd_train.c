@@ -154,6 +154,15 @@ static hr_status save(hr_session_t *s, const hr_cli_opts *o, const char *model_n
     meta.epoch = epoch;
     meta.batch = batch;
     meta.seed = o->seed;
+    /* the inputs as load_data made them: synthetic, or IDX by hr_fashion_load */
+    if (!strcmp(o->data, "synthetic")) {
+        snprintf(meta.input, sizeof meta.input, "synthetic: N(0, 1) from headroom's generator, not normalised");
+    } else {
+        meta.input_mean = HR_FASHION_MEAN, meta.input_std = HR_FASHION_STD;
+        snprintf(meta.input, sizeof meta.input, "%s: x/255, then (x - %.4f) / %.4f",
+                 strcmp(o->data, "fashion-mnist") ? "IDX files" : "fashion-mnist", (double)meta.input_mean,
+                 (double)meta.input_std);
+    }
     return hr_checkpoint_save(s, o->save, &meta);
 }
 

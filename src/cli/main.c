@@ -16,6 +16,7 @@ static void usage(FILE *f) {
             "  plan MODEL --batch N [--optim adam|adamw|sgd] [--mode train|infer] [--json]\n"
             "             [--budget 8GiB] [--device cpu|cuda] [--gpu h100|h200] [--eval-batch N]\n"
             "             [--precision fp32|bf16|fp16] [--accumulate K] [--recompute LAYERS|all|auto|min]\n"
+            "             [--html FILE] (the step's memory drawn as one self-contained web page)\n"
             "      every byte of one training step, by category, and the device total the\n"
             "      process will hold (arena in 2 MiB pages + runtime overhead), before anything\n"
             "      runs; with --budget (what nvidia-smi may show) or --gpu (where there is no\n"
@@ -210,6 +211,9 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
         } else if (!strcmp(a, "--gpu")) {
             NEED();
             o->gpu = v;
+        } else if (!strcmp(a, "--html")) {
+            NEED();
+            o->html = v;
         } else if (!strcmp(a, "--data")) {
             NEED();
             o->data = v;
@@ -244,6 +248,10 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
     if ((o->fit && strcmp(cmd, "train")) || (o->no_measure && !fits) || (o->precisions && !fits)) {
         fprintf(stderr, "headroom %s: %s is for fit and train --fit\n", cmd,
                 o->precisions ? "a list of precisions" : o->fit ? "--fit" : "--no-measure");
+        return HR_EXIT_USAGE;
+    }
+    if (o->html && strcmp(cmd, "plan")) {
+        fprintf(stderr, "headroom %s: --html is for plan (it draws the plan's memory)\n", cmd);
         return HR_EXIT_USAGE;
     }
     if (o->batch == 0 || o->batch < -1) {

@@ -39,9 +39,12 @@ hr_status hr_idx_load(const char *images_path, const char *labels_path, int ncla
 /* Fashion-MNIST (or MNIST) from a folder holding train-images-idx3-ubyte(.gz),
  * train-labels-idx1-ubyte(.gz), t10k-images-idx3-ubyte(.gz) and
  * t10k-labels-idx1-ubyte(.gz); dir NULL means HR_FASHION_DIR. Normalises with
- * Fashion-MNIST's mean 0.2860 and std 0.3530. train may be NULL: then only the
- * test set is read (evaluation). */
+ * Fashion-MNIST's mean 0.2860 and std 0.3530 (HR_FASHION_MEAN, HR_FASHION_STD:
+ * what a checkpoint records). train may be NULL: then only the test set is
+ * read (evaluation). */
 #define HR_FASHION_DIR "/usr/share/datasets/fashion-mnist"
+#define HR_FASHION_MEAN 0.2860f /* of Fashion-MNIST's training pixels, /255 */
+#define HR_FASHION_STD 0.3530f
 hr_status hr_fashion_load(const char *dir, hr_dataset *train, hr_dataset *test);
 /* The shape of an IDX pair from its headers alone (16 and 8 bytes, gzip'd or
  * raw), without reading the data: what a memory plan needs before loading.

@@ -341,7 +341,7 @@ hr_status hr_fashion_load(const char *dir, hr_dataset *train, hr_dataset *test) 
     if (!test) return hr_error_set(HR_ERR_INVALID_ARG, "hr_fashion_load: test must not be NULL");
     if (train) memset(train, 0, sizeof *train);
     memset(test, 0, sizeof *test);
-    const float mean = 0.2860f, std = 0.3530f; /* of Fashion-MNIST's training pixels, /255 */
+    const float mean = HR_FASHION_MEAN, std = HR_FASHION_STD;
     char ti[4096], tl[4096], ei[4096], el[4096];
     hr_status st = fashion_paths(dir ? dir : HR_FASHION_DIR, train != NULL, ti, tl, ei, el);
     if (st) return st;

@@ -133,6 +133,11 @@ typedef struct {
  * take the batch once more: call it only to stop. */
 hr_status hr_nan_find(hr_session_t *s, const float *x, const void *labels, hr_nan_report *r);
 
+/* html.c: the plan of s drawn as one self-contained HTML page at path (the
+ * arena over the schedule, live bytes by category, the report's table),
+ * written to a temporary file and renamed over path. */
+hr_status hr_plan_html(const hr_session_t *s, const char *path);
+
 /* calibrate.c: times every node of `steps` training steps of s (after one
  * warm-up step) on random data, records each node's median in cm and saves
  * its cache (a cache that can't be written is a warning). The steps train s:

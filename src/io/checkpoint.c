@@ -120,13 +120,22 @@ hr_status hr_checkpoint_save(hr_session_t *s, const char *path, const hr_ckpt_me
     snprintf(scale, sizeof scale, "%a", (double)sc);
     snprintf(growth, sizeof growth, "%lld", (long long)gr);
     snprintf(skipped, sizeof skipped, "%lld", (long long)sk);
-    const char *keys[] = {"format", "headroom.model", "headroom.epoch", "headroom.batch",
-                          "headroom.step", "headroom.seed", "headroom.fingerprint", "headroom.precision",
-                          "headroom.accumulate", "headroom.batch_size", "headroom.loss_scale",
-                          "headroom.scale_growth", "headroom.steps_skipped"};
-    const char *values[] = {"pt", meta ? meta->model : "", epoch, batch, steps, seed, fp,
-                            hr_precision_name(cfg->precision), accum, bsize, scale, growth, skipped};
+    const char *keys[16] = {"format", "headroom.model", "headroom.epoch", "headroom.batch",
+                            "headroom.step", "headroom.seed", "headroom.fingerprint", "headroom.precision",
+                            "headroom.accumulate", "headroom.batch_size", "headroom.loss_scale",
+                            "headroom.scale_growth", "headroom.steps_skipped"};
+    const char *values[16] = {"pt", meta ? meta->model : "", epoch, batch, steps, seed, fp,
+                              hr_precision_name(cfg->precision), accum, bsize, scale, growth, skipped};
     int n_meta = cfg->precision == HR_PREC_FP16 ? 13 : 10;
+    /* the input's normalisation, where the caller says it ("%.9g": the float exactly) */
+    char imean[32], istd[32];
+    if (meta && meta->input[0]) keys[n_meta] = "headroom.input", values[n_meta++] = meta->input;
+    if (meta && meta->input_std > 0) {
+        snprintf(imean, sizeof imean, "%.9g", (double)meta->input_mean);
+        snprintf(istd, sizeof istd, "%.9g", (double)meta->input_std);
+        keys[n_meta] = "headroom.input_mean", values[n_meta++] = imean;
+        keys[n_meta] = "headroom.input_std", values[n_meta++] = istd;
+    }
     save_ctx ctx = {s, n};
     st = hr_safetensors_write(path, t, m, keys, values, n_meta, fill_state, &ctx);
     if (st != HR_OK) hr_error_prefix("saving checkpoint %s", path);
@@ -292,6 +301,27 @@ static hr_status read_training(hr_safetensors_t *f, hr_ckpt_meta *m) {
     return HR_OK;
 }
 
+/* The input's normalisation: absent from files written before these keys
+ * and from runs on synthetic data; a mean needs its std and the reverse. */
+static hr_status read_input(hr_safetensors_t *f, hr_ckpt_meta *m) {
+    const char *path = hr_safetensors_path(f), *v;
+    if ((v = hr_safetensors_meta(f, "headroom.input"))) snprintf(m->input, sizeof m->input, "%s", v);
+    const char *mean = hr_safetensors_meta(f, "headroom.input_mean");
+    const char *std = hr_safetensors_meta(f, "headroom.input_std");
+    if (!mean && !std) return HR_OK;
+    if (!mean || !std)
+        return hr_error_set(HR_ERR_FORMAT, "checkpoint %s has metadata '%s' but not '%s'; it is damaged", path,
+                            mean ? "headroom.input_mean" : "headroom.input_std",
+                            mean ? "headroom.input_std" : "headroom.input_mean");
+    char *end1, *end2;
+    float mu = strtof(mean, &end1), sd = strtof(std, &end2);
+    if (!*mean || *end1 || !isfinite(mu) || !*std || *end2 || !isfinite(sd) || !(sd > 0))
+        return hr_error_set(HR_ERR_FORMAT, "checkpoint %s: metadata headroom.input_mean = '%s', headroom.input_std = "
+                            "'%s' are not finite floats with std > 0; it is damaged", path, mean, std);
+    m->input_mean = mu, m->input_std = sd;
+    return HR_OK;
+}
+
 static hr_status read_meta(hr_safetensors_t *f, hr_ckpt_meta *out) {
     hr_ckpt_meta m = {0};
     const char *v;
@@ -300,6 +330,7 @@ static hr_status read_meta(hr_safetensors_t *f, hr_ckpt_meta *out) {
     if ((st = meta_int(f, "headroom.batch", &m.batch)) != HR_OK) return st;
     if ((st = meta_int(f, "headroom.step", &m.step)) != HR_OK) return st;
     if ((st = read_training(f, &m)) != HR_OK) return st;
+    if ((st = read_input(f, &m)) != HR_OK) return st;
     if ((v = hr_safetensors_meta(f, "headroom.seed"))) m.seed = strtoull(v, NULL, 10);
     if ((v = hr_safetensors_meta(f, "headroom.model"))) snprintf(m.model, sizeof m.model, "%s", v);
     if ((v = hr_safetensors_meta(f, "headroom.fingerprint"))) snprintf(m.fingerprint, sizeof m.fingerprint, "%s", v);

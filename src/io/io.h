@@ -138,6 +138,13 @@ typedef struct {
      * (good steps since it last changed), headroom.steps_skipped. */
     float loss_scale;
     int64_t scale_growth, steps_skipped;
+    /* What the model's inputs were, so that its evaluation can be redone in
+     * PyTorch from the file alone: headroom.input, for people ("": not said),
+     * and headroom.input_mean, headroom.input_std (the floats as C's "%.9g"):
+     * pixels v became (v/255 - mean) / std; both 0 when the inputs were not
+     * normalised (synthetic data) or the file does not say. Optional on load. */
+    char input[128];
+    float input_mean, input_std;
 } hr_ckpt_meta;
 
 /* The session's fingerprint, "N tensors, M values, fnv1a64 " and the 64-bit
@@ -146,8 +153,8 @@ typedef struct {
 void hr_checkpoint_fingerprint(const hr_session_t *s, char *buf, size_t n);
 /* Saves every state tensor atomically (see hr_safetensors_write). The
  * fingerprint, step, precision, accumulation, batch size and loss scaler
- * stored are the session's own: of meta, only model, epoch, batch and seed
- * are written. */
+ * stored are the session's own: of meta, only model, epoch, batch, seed and
+ * the input's description (when set) are written. */
 hr_status hr_checkpoint_save(hr_session_t *s, const char *path, const hr_ckpt_meta *meta);
 /* Checks the whole file against the session before changing anything: the
  * fingerprint, then every tensor's presence, dtype and shape; then writes the

@@ -1,5 +1,6 @@
 /* test_cuda_nonfinite.c — non-finite values on the GPU. The ops that select
- * (ReLU, LeakyReLU, MaxPool2d, forward and backward) take NaN, +-inf and -0
+ * (ReLU, LeakyReLU, MaxPool2d, forward and backward) and Dropout (which
+ * multiplies by its mask: tests/ops/activations.c) take NaN, +-inf and -0
  * in F32, BF16 and F16 and must give the CPU's bits (which are PyTorch's:
  * tests/test_golden_ops.c's NF_CASES), masks and argmax bytes included; and
  * the NaN stop (tests/nan_stop.h) works through the CUDA backend as on the
@@ -13,13 +14,14 @@
 #include "exec/internal.h"
 
 /* ---- the selecting ops, CUDA against the CPU --------------------------------- */
-/* ReLU, MaxPool2d(2) (the 2x2 kernels), LeakyReLU, MaxPool2d(3, 2)
+/* ReLU, Dropout(0.5), MaxPool2d(2) (the 2x2 kernels), LeakyReLU, MaxPool2d(3, 2)
  * (overlapping windows, the general kernels) */
 static hr_model_t *select_cnn(void) {
     hr_model_t *m = hr_model_new("select_cnn");
     int x = hr_input(m, "x", 3, (int64_t[]){2, 10, 10});
     x = hr_conv2d(m, NULL, x, 2, 4, 3, 1, 1, true);
     x = hr_relu(m, NULL, x);
+    x = hr_dropout(m, NULL, x, 0.5f);
     x = hr_maxpool2d(m, NULL, x, 2, 2); /* 4x5x5 */
     x = hr_leaky_relu(m, NULL, x, 0.1f);
     x = hr_maxpool2d(m, NULL, x, 3, 2); /* 4x2x2 */
@@ -31,7 +33,7 @@ static hr_model_t *select_cnn(void) {
 
 static bool selects(hr_op op) {
     return op == HR_OP_RELU || op == HR_OP_RELU_BWD || op == HR_OP_LEAKY_RELU || op == HR_OP_LEAKY_RELU_BWD ||
-           op == HR_OP_MAXPOOL || op == HR_OP_MAXPOOL_BWD;
+           op == HR_OP_MAXPOOL || op == HR_OP_MAXPOOL_BWD || op == HR_OP_DROPOUT || op == HR_OP_DROPOUT_BWD;
 }
 static bool floating(hr_dtype t) { return t == HR_F32 || t == HR_BF16 || t == HR_F16; }
 
@@ -105,7 +107,7 @@ static void run_specials(const char *name, const hr_model_t *m, hr_precision pre
     int32_t *lab = pa[p->label];
     for (int64_t i = 0; i < hr_shape_numel(&g->t[p->label].shape); i++) lab[i] = (int32_t)(i % 5);
     hr_step_info si = hr_step_info_make(0, &c, p->sqnorm);
-    int checked = 0;
+    int checked = 0, drop_checked = 0;
     for (int k = 0; k < g->nn; k++) {
         const hr_node *na = &g->n[k];
         bool sel = selects(na->op);
@@ -129,14 +131,16 @@ static void run_specials(const char *name, const hr_model_t *m, hr_precision pre
             if (t < 0) continue;
             int64_t at, bad = bits_differ(a, b, t, &at);
             checked++;
+            drop_checked += na->op == HR_OP_DROPOUT || na->op == HR_OP_DROPOUT_BWD;
             CHECK(bad == 0, "%s node %d (%s, layer %s): %lld values of %s (%s) differ from the CPU's, the first at "
                             "%lld", name, k, hr_op_name(na->op), na->layer >= 0 ? g->l[na->layer].name : "-",
                   (long long)bad, g->t[t].name, hr_dtype_name(g->t[t].dtype), (long long)at);
         }
     }
-    printf("  %-18s %d outputs of ReLU, LeakyReLU, MaxPool2d (and backward) with NaN, +-inf, -0: compared\n", name,
-           checked);
+    printf("  %-18s %d outputs of ReLU, Dropout, LeakyReLU, MaxPool2d (and backward) with NaN, +-inf, -0: compared\n",
+           name, checked);
     CHECK(checked >= 8, "%s: only %d outputs compared", name, checked);
+    CHECK(drop_checked >= 3, "%s: only %d outputs of Dropout (y, mask, dx) compared", name, drop_checked);
 out:
     hr_session_free(a);
     hr_session_free(b);
@@ -147,7 +151,7 @@ int main(void) {
         printf("SKIP: no CUDA device (%s)\n", hr_backend_cuda_new(NULL) ? "?" : hr_last_error());
         TEST_END();
     }
-    printf("selecting ops with NaN, +-inf, -0: CUDA against the CPU, bit for bit\n");
+    printf("selecting ops and Dropout with NaN, +-inf, -0: CUDA against the CPU, bit for bit\n");
     hr_model_t *m = select_cnn();
     run_specials("select_cnn fp32", m, HR_PREC_FP32);
     run_specials("select_cnn bf16", m, HR_PREC_BF16);

@@ -1,6 +1,9 @@
 /* activations.c — test_ops' activation family (LeakyReLU, GELU, SiLU, Sigmoid, Tanh): forward,
- * LeakyReLU's bit mask, backward from what the forward kept, in place, extremes. */
+ * LeakyReLU's bit mask, backward from what the forward kept, in place, extremes;
+ * and Dropout with NaN, +-inf and -0 (PyTorch multiplies by the mask). */
 #include "harness.h"
+
+#include <float.h>
 
 /* ---- LeakyReLU, GELU, SiLU, Sigmoid, Tanh ---------------------------------- */
 /* What an activation's backward node reads besides dy (graph/op_list.h). */
@@ -120,6 +123,105 @@ static void test_act(const act_case *c, int R, int C, bool extremes) {
     free(x), free(w), free(y), free(g);
 }
 
+/* ---- Dropout with non-finite values ------------------------------------------
+ * PyTorch's dropout multiplies: y = x * mask * scale, dx = dy * mask * scale
+ * (mask 0 or 1, scale 1/(1-p)), so a dropped NaN or +-inf gives NaN and a
+ * dropped negative gives -0. The masks come from the op (headroom's own
+ * generator); the reference is that product in float64 with IEEE semantics,
+ * rounded once (exact: a float times a float fits in a double), compared bit
+ * for bit (signed zeros included), NaN against NaN. */
+static float drop_ref(float x, uint8_t m, float scale) { return (float)((double)x * (double)m * (double)scale); }
+
+/* Values of got that are not ref (both NaN is a match); the first in *at. */
+static int64_t drop_bad(const float *got, const float *ref, int64_t n, int64_t *at) {
+    int64_t bad = 0;
+    *at = -1;
+    for (int64_t i = 0; i < n; i++) {
+        bool ok = isnan(ref[i]) ? isnan(got[i])
+                                : !isnan(got[i]) && got[i] == ref[i] && !signbit(got[i]) == !signbit(ref[i]);
+        if (ok) continue;
+        if (*at < 0) *at = i;
+        bad++;
+    }
+    return bad;
+}
+
+static void test_dropout_nonfinite(float p) {
+    static const float sp[] = {NAN, -NAN, INFINITY, -INFINITY, -2.0f, 2.0f, 0.0f, -0.0f, 3e38f, -3e38f, 1e-40f,
+                               -1e-40f, 1.5f, -0.25f, 65504.0f, -1e10f, FLT_MAX};
+    const int ns = (int)(sizeof sp / sizeof sp[0]), reps = 40;
+    const int64_t n = (int64_t)ns * reps;
+    const float scale = 1.0f / (1.0f - p); /* the op's scale, as PyTorch's 1/(1-p) */
+    char op[64];
+    snprintf(op, sizeof op, "Dropout(p=%g) non-finite", p);
+    kt k;
+    kt_init(&k);
+    int tx = KT(&k, reps, ns), ty = KT(&k, reps, ns), tm = kt_tensor(&k, HR_U8, 2, (int64_t[]){reps, ns}),
+        tdy = KT(&k, reps, ns), tdx = KT(&k, reps, ns);
+    float *x = kf(&k, tx), *dy = kf(&k, tdy), *ref = malloc(sizeof(float) * (size_t)n);
+    /* dy's specials sit 7 places on from x's, so that each meets every mask */
+    for (int64_t i = 0; i < n; i++) x[i] = sp[i % ns], dy[i] = sp[(i + 7) % ns];
+    hr_step_info si = kt_si();
+    si.t = 3;
+    hr_node f = hr_node_make(HR_OP_DROPOUT, -1);
+    f.a.p = p, f.a.train = true, f.a.seed = 5;
+    f.in[0] = tx, f.nin = 1, f.out[0] = ty, f.out[1] = tm, f.nout = 2;
+    kt_fillf(&k, ty, 42.0f);
+    memset(k.ptr[tm], 0xA5, (size_t)n);
+    kt_run_si(&k, &f, &si);
+    const uint8_t *m = k.ptr[tm];
+
+    /* every special both kept and dropped, or the test proves nothing */
+    int64_t not_01 = 0, kept[sizeof sp / sizeof sp[0]] = {0};
+    for (int64_t i = 0; i < n; i++) {
+        not_01 += m[i] > 1;
+        kept[i % ns] += m[i] == 1;
+    }
+    CHECK(not_01 == 0, "%s: %lld mask bytes are neither 0 nor 1", op, (long long)not_01);
+    for (int j = 0; j < ns; j++)
+        CHECK(kept[j] > 0 && kept[j] < reps, "%s: x = %g kept %lld times of %d (want some kept, some dropped)", op,
+              (double)sp[j], (long long)kept[j], reps);
+
+    int64_t at, bad;
+    for (int64_t i = 0; i < n; i++) ref[i] = drop_ref(x[i], m[i], scale);
+    bad = drop_bad(kf(&k, ty), ref, n, &at);
+    CHECK(bad == 0, "%s forward: %lld of %lld values are not x * mask * scale, the first at %lld: x = %g, mask %d, "
+                    "got %g, want %g", op, (long long)bad, (long long)n, (long long)at, at < 0 ? 0.0 : (double)x[at],
+          at < 0 ? 0 : m[at], at < 0 ? 0.0 : (double)kf(&k, ty)[at], at < 0 ? 0.0 : (double)ref[at]);
+
+    /* backward: overwrite, then accumulate into 0.5 (dx + dy * mask * scale) */
+    hr_node b = hr_node_make(HR_OP_DROPOUT_BWD, -1);
+    b.a = f.a;
+    b.in[0] = tm, b.in[1] = tdy, b.nin = 2, b.out[0] = tdx, b.nout = 1;
+    for (int acc = 0; acc < 2; acc++) {
+        kt_fillf(&k, tdx, acc ? 0.5f : 42.0f);
+        b.accum[0] = acc;
+        kt_run_si(&k, &b, &si);
+        for (int64_t i = 0; i < n; i++) {
+            float v = drop_ref(dy[i], m[i], scale);
+            ref[i] = acc ? (float)(0.5 + (double)v) : v;
+        }
+        bad = drop_bad(kf(&k, tdx), ref, n, &at);
+        CHECK(bad == 0, "%s backward (%s): %lld of %lld values are not %sdy * mask * scale, the first at %lld: "
+                        "dy = %g, mask %d, got %g, want %g",
+              op, acc ? "accumulate" : "overwrite", (long long)bad, (long long)n, acc ? "0.5 + " : "", (long long)at,
+              at < 0 ? 0.0 : (double)dy[at], at < 0 ? 0 : m[at], at < 0 ? 0.0 : (double)kf(&k, tdx)[at],
+              at < 0 ? 0.0 : (double)ref[at]);
+    }
+
+    /* in place (y over x), as the planner allows: the same mask, the same bits */
+    for (int64_t i = 0; i < n; i++) ref[i] = drop_ref(x[i], m[i], scale);
+    void *save = k.ptr[ty];
+    k.ptr[ty] = k.ptr[tx];
+    kt_run_si(&k, &f, &si);
+    bad = drop_bad(kf(&k, tx), ref, n, &at);
+    CHECK(bad == 0, "%s forward in place: %lld of %lld values are not x * mask * scale, the first at %lld", op,
+          (long long)bad, (long long)n, (long long)at);
+    k.ptr[ty] = save;
+    kt_free(&k);
+    free(ref);
+}
+
 void test_activations(void) {
     static const act_case acts[] = {
         {"LeakyReLU(0.01)", HR_OP_LEAKY_RELU, HR_OP_LEAKY_RELU_BWD, ACT_SAVES_MASK, 0.01f, false},
@@ -135,6 +237,8 @@ void test_activations(void) {
         test_act(&acts[i], 263, 257, false); /* 67591 values: past the kernels' one-thread sizes */
         test_act(&acts[i], 0, 0, true);      /* 0, -0, tiny, +-90 */
     }
+    test_dropout_nonfinite(0.5f);  /* scale 2 */
+    test_dropout_nonfinite(0.25f); /* scale 1.3333334f: kept values rounded */
 }
 
 OPS_TALLY(ops_tally_activations)

@@ -6,7 +6,9 @@
 #include <string.h>
 
 /* Keep with probability 1-p, scaled by 1/(1-p); the decision hashes (seed,
- * stream, i), so every backend draws the same mask. */
+ * stream, i), so every backend draws the same mask. Both directions multiply
+ * by (keep ? scale : 0), as PyTorch's x * mask * scale: a dropped NaN or
+ * +-inf gives NaN, a dropped negative -0 (not 0 written over it). */
 hr_status hr_cpu_dropout(void *ctx, const hr_kargs *a) {
     const hr_dropout_args *d = &a->drop;
     const float *x = d->x;
@@ -24,7 +26,7 @@ hr_status hr_cpu_dropout(void *ctx, const hr_kargs *a) {
     for (int64_t i = 0; i < N; i++) {
         uint8_t keep = hr_rng_uniform(seed, stream, first + (uint64_t)i) >= p;
         mask[i] = keep;
-        y[i] = keep ? x[i] * scale : 0.0f;
+        y[i] = x[i] * (keep ? scale : 0.0f);
     }
     return HR_OK;
 }
@@ -38,7 +40,7 @@ hr_status hr_cpu_dropout_bwd(void *ctx, const hr_kargs *a) {
     float scale = d->scale;
     bool acc = d->acc;
     for (int64_t i = 0; i < N; i++) {
-        float v = mask[i] ? dy[i] * scale : 0.0f;
+        float v = dy[i] * (mask[i] ? scale : 0.0f);
         dx[i] = acc ? dx[i] + v : v;
     }
     return HR_OK;

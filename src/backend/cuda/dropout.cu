@@ -3,21 +3,23 @@
  * F32, BF16 or F16 activations (scaled in float, stored rounded). */
 #include "backend/cuda/common.cuh"
 
-/* The keep decision is hr_rng_uniform(seed, stream, first + i) >= p, as on the CPU. */
+/* The keep decision is hr_rng_uniform(seed, stream, first + i) >= p, as on the
+ * CPU; both directions multiply by (keep ? scale : 0), as the CPU and PyTorch
+ * do (a dropped NaN or +-inf gives NaN, a dropped negative -0). */
 template <typename T>
 __global__ void k_dropout(const T *x, T *y, uint8_t *mask, int64_t n, float p, float scale, uint64_t seed,
                           uint64_t stream, uint64_t first) {
     HR_GRID_STRIDE(i, n) {
         uint8_t keep = hr_dev_uniform(seed, stream, first + (uint64_t)i) >= p;
         mask[i] = keep;
-        y[i] = hr_to<T>(keep ? hr_f(x[i]) * scale : 0.0f);
+        y[i] = hr_to<T>(hr_f(x[i]) * (keep ? scale : 0.0f));
     }
 }
 
 template <typename T>
 __global__ void k_dropout_bwd(const uint8_t *mask, const T *dy, T *dx, int64_t n, float scale, bool acc) {
     HR_GRID_STRIDE(i, n) {
-        float v = mask[i] ? hr_f(dy[i]) * scale : 0.0f;
+        float v = hr_f(dy[i]) * (mask[i] ? scale : 0.0f);
         dx[i] = hr_to<T>(acc ? hr_f(dx[i]) + v : v);
     }
 }
