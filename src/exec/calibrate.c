@@ -137,7 +137,12 @@ hr_status hr_cost_measure(hr_session_t *s, hr_cost_model *cm, int steps) {
     hr_profile_reset(prof);
     if (!st) st = timed_steps(s, prof, steps, x, labels, samples);
     if (!st) st = record(s, cm, prof, samples, steps);
-    if (!st) st = record_pass(s, cm, steps, x, labels);
+    /* on a GPU, what a step does besides its kernels (the batch's upload
+     * from pageable memory above all) is measured; on the CPU the nodes are
+     * the step, and the batch's copy is estimated (a step of host-timed
+     * nodes has no gaps worth a measurement that noise on shared cores
+     * would swamp) */
+    if (!st && s->be->arena_kind == HR_MEM_DEVICE) st = record_pass(s, cm, steps < 5 ? 5 : steps, x, labels);
     if (!st) hr_cost_save(cm); /* a cache that can't be written is a warning (printed), not a failure */
     if (st) hr_error_prefix("measuring node times of %s", s->model_name);
     hr_profile_free(prof, NULL);
