@@ -2,7 +2,11 @@
  * and the allocation functions with their fault injection. */
 #include "core.h"
 
+#include <errno.h>
 #include <stdarg.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -243,4 +247,36 @@ void hr_arena_host_free(void *p) { free(p); }
 
 const char *hr_precision_name(hr_precision p) {
     return p == HR_PREC_FP32 ? "fp32" : p == HR_PREC_BF16 ? "bf16" : p == HR_PREC_FP16 ? "fp16" : "?";
+}
+
+FILE *hr_file_begin(const char *path, char *tmp, size_t n) {
+    snprintf(tmp, n, "%s.XXXXXX", path); /* mkstemp's template: it fills the six X's */
+    int fd = mkstemp(tmp);
+    if (fd < 0) {
+        const char *slash = strrchr(path, '/');
+        int dl = slash ? (int)(slash == path ? 1 : slash - path) : 1;
+        hr_error_set(HR_ERR_IO, "cannot write %s: cannot create a file in %.*s: %s%s", path, dl, slash ? path : ".",
+                     strerror(errno), errno == ENOENT ? " (make the directory first)" : "");
+        return NULL;
+    }
+    mode_t um = umask(0);
+    umask(um);
+    fchmod(fd, 0666 & ~um); /* mkstemp makes 0600 */
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        hr_error_set(HR_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
+        close(fd);
+        unlink(tmp);
+    }
+    return f;
+}
+
+hr_status hr_file_commit(FILE *f, const char *tmp, const char *path) {
+    hr_status st = HR_OK;
+    if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0) st = hr_error_set(HR_ERR_IO, "writing %s: %s", tmp, strerror(errno));
+    if (fclose(f) != 0 && st == HR_OK) st = hr_error_set(HR_ERR_IO, "closing %s: %s", tmp, strerror(errno));
+    if (st == HR_OK && rename(tmp, path) != 0)
+        st = hr_error_set(HR_ERR_IO, "renaming %s to %s: %s", tmp, path, strerror(errno));
+    if (st != HR_OK) unlink(tmp); /* the previous file, if any, is untouched */
+    return st;
 }

@@ -67,6 +67,14 @@ void *hr_realloc(void *p, size_t n);  /* on failure p is untouched */
 void hr_free(void *p);
 char *hr_strdup(const char *s);
 
+/* A text file written whole or not at all: hr_file_begin opens a temporary
+ * file beside path (mkstemp; tmp receives its name, n >= strlen(path) + 8),
+ * with a plain file's mode; hr_file_commit flushes, syncs and renames it
+ * over path, or removes it and leaves path as it was. NULL / a status, with
+ * the error set naming the path. */
+FILE *hr_file_begin(const char *path, char *tmp, size_t n);
+hr_status hr_file_commit(FILE *f, const char *tmp, const char *path);
+
 /* Fault injection: returns true when the allocation about to happen must fail.
  * Backends call it before cudaMalloc / cudaHostAlloc too. */
 bool hr_fault_should_fail(hr_memkind kind);

@@ -199,33 +199,15 @@ hr_status hr_recompute_choose_for(const hr_model_t *m, const hr_config_t *cfg, h
 
 hr_status hr_recompute_fit(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be, size_t budget, size_t overhead,
                            hr_recompute_choice *out) {
-    memset(out, 0, sizeof *out);
-    if (cfg->mode != HR_MODE_TRAIN)
-        return hr_error_set(HR_ERR_INVALID_ARG, "--recompute is for training: inference keeps no activations");
-    hr_config_t c = *cfg;
-    c.recompute = NULL;
-    hr_program base;
-    hr_status st = hr_program_build(m, &c, hr_exec_workspace, be, &base);
-    if (st) return st;
     bool pages = be->arena_kind == HR_MEM_DEVICE || cfg->device == HR_DEVICE_CUDA;
-    st = hr_recompute_choose(&base, be, pages, budget, overhead, cfg->recompute && !strcmp(cfg->recompute, "min"),
-                             rough_cost, NULL, out);
-    hr_program_free(&base);
-    return st;
+    return hr_recompute_choose_for(m, cfg, be, pages, budget, overhead, NULL, out);
 }
 
 hr_status hr_recompute_resolve(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be, char **layers) {
     *layers = NULL;
     if (!hr_recompute_searched(cfg->recompute)) return HR_OK;
     size_t overhead = be->overhead ? be->overhead(be) : 0, budget = cfg->device_budget;
-    if (!budget) { /* what the device has free, as hr_session_alloc will count it */
-        size_t free_b = 0, total_b = 0;
-        budget = SIZE_MAX;
-        if (be->mem_info && be->mem_info(be, &free_b, &total_b) == HR_OK && total_b) {
-            size_t reserve = be->arena_kind == HR_MEM_DEVICE ? HR_DEVICE_RESERVE : 0;
-            budget = (free_b > reserve ? free_b - reserve : 0) + overhead;
-        }
-    }
+    if (!budget) budget = hr_device_room(be, overhead); /* what is free, as hr_session_alloc counts it */
     hr_recompute_choice ch;
     hr_cost_model *cm = hr_cost_model_here(be->arena_kind == HR_MEM_DEVICE);
     if (!cm) return hr_last_status();

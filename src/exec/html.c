@@ -314,33 +314,14 @@ hr_status hr_plan_html(const hr_session_t *s, const char *path) {
     }
     hr_free(tail);
     /* a temporary file beside it, renamed over it once complete */
-    snprintf(tmp, plen + 8, "%s.XXXXXX", path);
-    int fd = mkstemp(tmp);
     hr_status st = HR_OK;
-    if (fd < 0) {
-        const char *slash = strrchr(path, '/');
-        int dl = slash ? (int)(slash == path ? 1 : slash - path) : 1;
-        st = hr_error_set(HR_ERR_IO, "cannot write %s: cannot create a file in %.*s: %s%s", path, dl,
-                          slash ? path : ".", strerror(errno), errno == ENOENT ? " (make the directory first)" : "");
-        goto done;
-    }
-    mode_t um = umask(0);
-    umask(um);
-    fchmod(fd, 0666 & ~um); /* mkstemp makes 0600; a page gets a plain file's mode */
-    FILE *f = fdopen(fd, "w");
+    FILE *f = hr_file_begin(path, tmp, plen + 8);
     if (!f) {
-        st = hr_error_set(HR_ERR_IO, "cannot write %s: %s", tmp, strerror(errno));
-        close(fd);
-        unlink(tmp);
+        st = hr_last_status();
         goto done;
     }
     write_page(f, s, next, groups);
-    if (fflush(f) != 0 || ferror(f) || fsync(fileno(f)) != 0)
-        st = hr_error_set(HR_ERR_IO, "writing %s: %s", tmp, strerror(errno));
-    if (fclose(f) != 0 && st == HR_OK) st = hr_error_set(HR_ERR_IO, "closing %s: %s", tmp, strerror(errno));
-    if (st == HR_OK && rename(tmp, path) != 0)
-        st = hr_error_set(HR_ERR_IO, "renaming %s to %s: %s", tmp, path, strerror(errno));
-    if (st != HR_OK) unlink(tmp); /* the previous file, if any, is untouched */
+    st = hr_file_commit(f, tmp, path);
 done:
     hr_free(next);
     hr_free(tmp);

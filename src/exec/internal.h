@@ -19,6 +19,8 @@ int64_t hr_largest_batch_on(const hr_model_t *m, const hr_config_t *cfg, size_t 
  * held already): the budget that hr_session_alloc's fit test uses and the
  * largest-batch search should use. SIZE_MAX where the backend cannot tell. */
 size_t hr_session_device_room(const hr_session_t *s);
+/* The same for a backend and the overhead it holds (no session yet). */
+size_t hr_device_room(hr_backend *be, size_t overhead);
 
 const hr_program *hr_session_program(const hr_session_t *s);
 const hr_plan *hr_session_plan(const hr_session_t *s);

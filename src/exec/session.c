@@ -237,12 +237,14 @@ static hr_status no_room(hr_session_t *s, size_t budget, const char *what) {
                         (long long)fit, fit > 0 ? " (use --batch, or fit it with gradient accumulation)" : "");
 }
 
-size_t hr_session_device_room(const hr_session_t *s) {
+size_t hr_device_room(hr_backend *be, size_t overhead) {
     size_t free_b = 0, total_b = 0;
-    if (!s->be->mem_info || s->be->mem_info(s->be, &free_b, &total_b) != HR_OK || !total_b) return SIZE_MAX;
-    size_t reserve = s->be->arena_kind == HR_MEM_DEVICE ? HR_DEVICE_RESERVE : 0;
-    return (free_b > reserve ? free_b - reserve : 0) + s->overhead;
+    if (!be->mem_info || be->mem_info(be, &free_b, &total_b) != HR_OK || !total_b) return SIZE_MAX;
+    size_t reserve = be->arena_kind == HR_MEM_DEVICE ? HR_DEVICE_RESERVE : 0;
+    return (free_b > reserve ? free_b - reserve : 0) + overhead;
 }
+
+size_t hr_session_device_room(const hr_session_t *s) { return hr_device_room(s->be, s->overhead); }
 
 hr_status hr_session_alloc(hr_session_t *s) {
     if (!s) return hr_error_set(HR_ERR_INVALID_ARG, "alloc: session is NULL");

@@ -425,7 +425,7 @@ hr_status hr_cost_save(hr_cost_model *cm) {
     hr_status st = load(cm, cm->path); /* what another run wrote since: ours win */
     if (st) return st;
     hr_cost_entry **list = hr_malloc(sizeof *list * (cm->count ? cm->count : 1));
-    char *tmp = hr_malloc(strlen(cm->dir) + 32);
+    char *tmp = hr_malloc(strlen(cm->path) + 8);
     if (!list || !tmp) {
         hr_free(list);
         hr_free(tmp);
@@ -435,28 +435,22 @@ hr_status hr_cost_save(hr_cost_model *cm) {
     for (size_t i = 0; i < cm->cap; i++)
         if (cm->e[i].key && cm->e[i].sec >= 0) list[n++] = &cm->e[i];
     qsort(list, n, sizeof *list, by_key);
-    sprintf(tmp, "%s/.costs-XXXXXX", cm->dir);
-    int fd = mkstemp(tmp);
-    FILE *f = fd < 0 ? NULL : fdopen(fd, "w");
+    FILE *f = hr_file_begin(cm->path, tmp, strlen(cm->path) + 8);
     bool ok = f != NULL;
-    if (fd >= 0 && !f) close(fd);
     if (ok) {
-        fchmod(fd, 0644);
         fprintf(f, "# headroom %s cost cache: KEY\tSECONDS\tFLOPS\tBYTES\tMATMUL (a half-type matrix product)\n",
                 HR_VERSION);
         for (size_t i = 0; i < n; i++)
             fprintf(f, "%s\t%.9g\t%.9g\t%.9g\t%d\n", list[i]->key, list[i]->sec, list[i]->flops, list[i]->bytes,
                     list[i]->tensor ? 1 : 0);
-        ok = fflush(f) == 0 && !ferror(f);
-        ok = (fclose(f) == 0) && ok;
-        ok = ok && rename(tmp, cm->path) == 0;
+        ok = hr_file_commit(f, tmp, cm->path) == HR_OK;
     }
     if (!ok) {
-        int err = errno;
-        warn(cm->path, "cannot be written; times not saved", strerror(err));
+        char why[512];
+        snprintf(why, sizeof why, "%s", hr_last_error());
+        warn(cm->path, "cannot be written; times not saved", why);
         st = hr_error_set(HR_ERR_IO, "cost cache %s: cannot write it (%s); set HR_CACHE_DIR to a writable folder",
-                          cm->path, strerror(err));
-        if (fd >= 0) unlink(tmp);
+                          cm->path, why);
     }
     hr_free(list);
     hr_free(tmp);
