@@ -27,6 +27,7 @@ typedef enum {
 typedef struct {
     int64_t in_f, out_f;          /* Linear; Conv2d channels */
     int kh, kw, sh, sw, ph, pw;   /* Conv2d, pools */
+    int groups, dil_h, dil_w;     /* Conv2d (1 each unless set) */
     float eps, momentum, p;       /* norms; the drop probability */
     int64_t nclasses;             /* CrossEntropy */
     bool bias;

@@ -105,12 +105,16 @@ typedef struct {
     bool batch_input;            /* x is the batch's input (it may arrive in pieces) */
 } hr_linear_args;
 
-/* Conv2d, NCHW: x (N, C, H, W), w (K, C, kh, kw), y (N, K, OH, OW) */
+/* Conv2d, NCHW: x (N, C, H, W), w (K, C/groups, kh, kw), y (N, K, OH, OW);
+ * groups splits C and K into that many independent convolutions (groups == C
+ * == K: depthwise); the dilation dil_h, dil_w spaces the kernel's taps (1:
+ * adjacent), as nn.Conv2d's groups and dilation. */
 typedef struct {
     const float *x, *w, *b, *dy;
     float *y, *dx, *dw, *db;
     int64_t N, C, H, W, K, OH, OW;
     int kh, kw, sh, sw, ph, pw;
+    int groups, dil_h, dil_w;
     bool acc_dx, acc_dw, acc_db;
     bool batch_input; /* x is the batch's input (it may arrive in pieces) */
 } hr_conv_args;

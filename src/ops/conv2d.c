@@ -37,6 +37,7 @@ int hr_conv2d(hr_model_t *m, const char *name, int x, int64_t cin, int64_t cout,
     n.a.kh = n.a.kw = k;
     n.a.sh = n.a.sw = stride;
     n.a.ph = n.a.pw = pad;
+    n.a.groups = n.a.dil_h = n.a.dil_w = 1;
     n.a.bias = bias;
     n.in[0] = x;
     n.in[1] = hr_model_add_param(m, L, "weight", 4, (int64_t[]){cout, cin, k, k}, HR_T_PARAM);
@@ -87,6 +88,7 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     c->N = xs->d[0], c->C = xs->d[1], c->H = xs->d[2], c->W = xs->d[3];
     c->K = ys->d[1], c->OH = ys->d[2], c->OW = ys->d[3];
     c->kh = n->a.kh, c->kw = n->a.kw, c->sh = n->a.sh, c->sw = n->a.sw, c->ph = n->a.ph, c->pw = n->a.pw;
+    c->groups = n->a.groups, c->dil_h = n->a.dil_h, c->dil_w = n->a.dil_w;
     c->x = hr_ptr(ptr, n->in[0]);
     c->w = hr_ptr(ptr, n->in[1]);
     c->batch_input = g->t[n->in[0]].kind == HR_T_INPUT;
