@@ -227,6 +227,33 @@ static void test_resume_finished(void) {
     EXPECT(0, "epoch 3/3", HR " train %s/tiny.model %s --epochs 3 --resume %s/done.ckpt", tmp, common, tmp);
 }
 
+/* Resume with another batch or precision is refused with the flag that
+ * would match, or, with --next-epoch, starts at the next epoch's first batch
+ * (the old epoch's position counts batches of the old size); a checkpoint past
+ * --max-steps (a count from the run's start) trains nothing. */
+static void test_next_epoch(void) {
+    write_file("tiny.model", tiny);
+    const char *common = "--data synthetic --samples 256 --device cpu --seed 7 --epochs 3";
+    EXPECT(0, "stopped after 21 steps (--max-steps) in epoch 2 at batch 5",
+           HR " train %s/tiny.model %s --batch 16 --max-steps 21 --save %s/ne.ckpt -q", tmp, common, tmp);
+    EXPECT(2, "resume it with --batch 16", HR " train %s/tiny.model %s --batch 32 --resume %s/ne.ckpt -q", tmp, common, tmp);
+    CHECK(strstr(out, "--next-epoch to continue with --batch 32"), "the batch refusal names --next-epoch:\n%s", out);
+    EXPECT(2, "resume it with --precision fp32",
+           HR " train %s/tiny.model %s --batch 16 --precision bf16 --resume %s/ne.ckpt -q", tmp, common, tmp);
+    CHECK(strstr(out, "--next-epoch"), "the precision refusal names --next-epoch:\n%s", out);
+    /* epoch 2 is left at batch 5; epoch 3 runs in batches of 32: step 25 is its 4th */
+    EXPECT(0, "stopped after 25 steps (--max-steps) in epoch 3 at batch 4",
+           HR " train %s/tiny.model %s --batch 32 --precision bf16 --next-epoch --max-steps 25 --resume %s/ne.ckpt",
+           tmp, common, tmp);
+    CHECK(strstr(out, "resumed from") && strstr(out, "epoch 2, batch 0, step 21, bf16 (--next-epoch: epoch 2's last"),
+          "the resume line says where it starts:\n%s", out);
+    CHECK(!strstr(out, "epoch 2/3"), "--next-epoch trained the rest of epoch 2:\n%s", out);
+    EXPECT(0, "has taken 21 steps, and --max-steps is 10: nothing to train",
+           HR " train %s/tiny.model %s --batch 16 --max-steps 10 --resume %s/ne.ckpt", tmp, common, tmp);
+    EXPECT(2, "--next-epoch is for train --resume", HR " train %s/tiny.model %s --next-epoch", tmp, common);
+    EXPECT(2, "--next-epoch is for train --resume", HR " eval %s/tiny.model --weights %s/ne.ckpt --next-epoch", tmp, tmp);
+}
+
 static double seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -356,6 +383,15 @@ static void test_input_meta(void) {
     sh("LC_ALL=C sed 's/\"0.352999985\"/\"-0.35299998\"/' %s > %s/negstd.ckpt", ckpt, tmp);
     EXPECT(1, "are not finite floats with std > 0",
            HR " eval %s/in.model --weights %s/negstd.ckpt --data %s --device cpu", tmp, tmp, dir);
+    /* resume on inputs normalised otherwise: refused, or from the next epoch */
+    EXPECT(2, "resume it with the same kind of --data (synthetic)",
+           HR " train %s/in.model --data %s --batch 16 --epochs 2 --device cpu --resume %s/syn.ckpt", tmp, dir, tmp);
+    CHECK(strstr(out, "was trained on inputs 'synthetic") && strstr(out, "--next-epoch"), "the refusal:\n%s", out);
+    EXPECT(0, "epoch 2/2", HR " train %s/in.model --data %s --batch 16 --epochs 2 --device cpu --resume %s/syn.ckpt "
+                           "--next-epoch", tmp, dir, tmp);
+    EXPECT(2, "(fashion-mnist or an IDX folder)",
+           HR " train %s/in.model --data synthetic --samples 64 --batch 16 --epochs 2 --device cpu --resume %s", tmp,
+           ckpt);
 }
 
 /* The accuracy printed after an epoch with accumulation is the checkpoint's
@@ -431,6 +467,7 @@ int main(void) {
     test_input_meta();
     test_nan();
     test_resume_finished();
+    test_next_epoch();
     test_host_memory();
     test_accumulate_eval();
     test_fit();

@@ -41,6 +41,7 @@ typedef struct {
     unsigned precisions;   /* fit: the precisions it may choose (bit 1 << HR_PREC_*); 0: --precision's one */
     bool no_measure;       /* fit: predict from the cache and estimates only */
     bool fit;              /* train: train with fit's choice */
+    bool next_epoch;       /* train --resume: another batch, precision or data from the next epoch's start */
     const char *html;      /* plan: the memory drawn as one HTML page at this path */
 } hr_cli_opts;
 

@@ -146,6 +146,18 @@ static void print_memory_stats(hr_session_t *s, hr_nvml_sampler *witness) {
            (long long)now.samples, now.period_ms, d / 1048576.0, r->device_total ? 100 * d / (double)r->device_total : 0);
 }
 
+/* The inputs as load_data makes them: synthetic, or IDX by hr_fashion_load. */
+static void input_meta(const hr_cli_opts *o, hr_ckpt_meta *meta) {
+    if (!strcmp(o->data, "synthetic")) {
+        snprintf(meta->input, sizeof meta->input, "synthetic: N(0, 1) from headroom's generator, not normalised");
+        return;
+    }
+    meta->input_mean = HR_FASHION_MEAN, meta->input_std = HR_FASHION_STD;
+    snprintf(meta->input, sizeof meta->input, "%s: x/255, then (x - %.4f) / %.4f",
+             strcmp(o->data, "fashion-mnist") ? "IDX files" : "fashion-mnist", (double)meta->input_mean,
+             (double)meta->input_std);
+}
+
 static hr_status save(hr_session_t *s, const hr_cli_opts *o, const char *model_name, int64_t epoch, int64_t batch) {
     if (!o->save) return HR_OK;
     hr_ckpt_meta meta;
@@ -154,36 +166,41 @@ static hr_status save(hr_session_t *s, const hr_cli_opts *o, const char *model_n
     meta.epoch = epoch;
     meta.batch = batch;
     meta.seed = o->seed;
-    /* the inputs as load_data made them: synthetic, or IDX by hr_fashion_load */
-    if (!strcmp(o->data, "synthetic")) {
-        snprintf(meta.input, sizeof meta.input, "synthetic: N(0, 1) from headroom's generator, not normalised");
-    } else {
-        meta.input_mean = HR_FASHION_MEAN, meta.input_std = HR_FASHION_STD;
-        snprintf(meta.input, sizeof meta.input, "%s: x/255, then (x - %.4f) / %.4f",
-                 strcmp(o->data, "fashion-mnist") ? "IDX files" : "fashion-mnist", (double)meta.input_mean,
-                 (double)meta.input_std);
-    }
+    input_meta(o, &meta);
     return hr_checkpoint_save(s, o->save, &meta);
 }
 
 /* A resumed run trains as the checkpoint's did: the same precision (it never
- * changes silently) and batch (the epoch's position counts its batches).
- * The accumulation may change (the update is the whole batch's either way):
- * the caller notes it. Plain weights files (no headroom metadata) pass. */
+ * changes silently), batch (the epoch's position counts its batches) and
+ * input normalisation, unless --next-epoch starts it at the next epoch's
+ * first batch, where none of them has a position to keep. The accumulation
+ * may change (the update is the whole batch's either way): the caller notes
+ * it. Plain weights files (no headroom metadata) pass. */
 static int check_resume(const hr_cli_opts *o, const hr_config_t *cfg, const hr_ckpt_meta *meta) {
-    if (!meta->fingerprint[0]) return HR_EXIT_OK;
+    if (!meta->fingerprint[0] || o->next_epoch) return HR_EXIT_OK;
     if (meta->precision != cfg->precision) {
         fprintf(stderr, "headroom train: %s was written by a --precision %s run, and this run has --precision %s; "
-                        "resume it with --precision %s (a resumed run keeps its precision; to change it, train afresh)\n",
+                        "resume it with --precision %s, or add --next-epoch to continue in %s from the start of the "
+                        "next epoch\n",
                 o->resume, hr_precision_name(meta->precision), hr_precision_name(cfg->precision),
-                hr_precision_name(meta->precision));
-        return HR_EXIT_ERROR;
+                hr_precision_name(meta->precision), hr_precision_name(cfg->precision));
+        return HR_EXIT_USAGE;
     }
     if (meta->batch_size && meta->batch_size != cfg->batch) {
         fprintf(stderr, "headroom train: %s was written with --batch %lld; resume it with --batch %lld (this run has "
-                        "--batch %lld, and the checkpoint's place in the epoch counts batches of %lld)\n", o->resume,
+                        "--batch %lld, and the checkpoint's place in the epoch counts batches of %lld), or add "
+                        "--next-epoch to continue with --batch %lld from the start of the next epoch\n", o->resume,
                 (long long)meta->batch_size, (long long)meta->batch_size, (long long)cfg->batch,
-                (long long)meta->batch_size);
+                (long long)meta->batch_size, (long long)cfg->batch);
+        return HR_EXIT_USAGE;
+    }
+    hr_ckpt_meta now = {0};
+    input_meta(o, &now);
+    if (meta->input[0] && (meta->input_std != now.input_std || meta->input_mean != now.input_mean)) {
+        fprintf(stderr, "headroom train: %s was trained on inputs '%s', and this run's are '%s'; resume it with the "
+                        "same kind of --data (%s), or add --next-epoch to continue on these from the start of the next "
+                        "epoch\n", o->resume, meta->input, now.input,
+                meta->input_std > 0 ? "fashion-mnist or an IDX folder" : "synthetic");
         return HR_EXIT_USAGE;
     }
     return HR_EXIT_OK;
@@ -296,7 +313,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
     hr_config_t cfg = hr_cli_config(o);
     unsigned allowed = o->precisions ? o->precisions : 1u << o->precision;
     const char *refit = "";
-    if (o->fit && o->resume) {
+    if (o->fit && o->resume && !o->next_epoch) {
         /* a resumed run keeps its effective batch and its precision; fit
          * chooses the rest again for what is free now */
         hr_ckpt_meta pm;
@@ -387,14 +404,20 @@ int hr_cmd_train(const hr_cli_opts *o) {
         if ((rc = check_resume(o, &cfg, &meta)) != HR_EXIT_OK) goto done;
         epoch0 = meta.epoch;
         batch0 = meta.batch;
+        char skipped_rest[96] = "";
+        if (o->next_epoch && batch0 > 0) { /* the epoch it was in is left unfinished */
+            snprintf(skipped_rest, sizeof skipped_rest, " (--next-epoch: epoch %lld's last %s)", (long long)epoch0 + 1,
+                     "batches are skipped");
+            epoch0++, batch0 = 0;
+        }
         char scaler[96] = "";
         float sc;
         int64_t skipped;
         hr_loss_scale(s, &sc, NULL, &skipped);
         if (cfg.precision == HR_PREC_FP16)
             snprintf(scaler, sizeof scaler, ", loss scale %.9g (%lld steps skipped so far)", (double)sc, (long long)skipped);
-        printf("resumed from %s: epoch %lld, batch %lld, step %lld, %s%s\n", o->resume, (long long)epoch0,
-               (long long)batch0, (long long)hr_step_count(s), hr_precision_name(cfg.precision), scaler);
+        printf("resumed from %s: epoch %lld, batch %lld, step %lld, %s%s%s\n", o->resume, (long long)epoch0,
+               (long long)batch0, (long long)hr_step_count(s), hr_precision_name(cfg.precision), scaler, skipped_rest);
         int K = cfg.accumulate > 1 ? cfg.accumulate : 1;
         if (meta.fingerprint[0] && meta.accumulate != K)
             printf("note: accumulation %lld → %d micro-batches, batch %lld unchanged\n", (long long)meta.accumulate, K,
@@ -407,6 +430,12 @@ int hr_cmd_train(const hr_cli_opts *o) {
                 printf("checkpoint %s has finished %lld epochs%s, and --epochs is %lld: nothing to train; raise "
                        "--epochs past %lld to continue\n", o->resume, (long long)epoch0,
                        batch0 ? " and part of the next" : "", (long long)o->epochs, (long long)epoch0);
+            goto done;
+        }
+        if (o->max_steps && hr_step_count(s) >= o->max_steps) { /* --max-steps counts the run's steps from its start */
+            printf("checkpoint %s has taken %lld steps, and --max-steps is %lld: nothing to train; raise --max-steps "
+                   "past %lld to continue\n", o->resume, (long long)hr_step_count(s), (long long)o->max_steps,
+                   (long long)hr_step_count(s));
             goto done;
         }
     }

@@ -24,7 +24,7 @@ static void usage(FILE *f) {
             "      and the largest batch that does\n"
             "  train MODEL [--data fashion-mnist|synthetic|DIR] [--epochs E] [--batch N] [--lr LR]\n"
             "              [--optim adam|adamw|sgd] [--momentum M] [--nesterov] [--weight-decay W]\n"
-            "              [--clip NORM] [--seed S] [--save CKPT] [--resume CKPT]\n"
+            "              [--clip NORM] [--seed S] [--save CKPT] [--resume CKPT [--next-epoch]]\n"
             "              [--device auto|cpu|cuda] [--max-steps N] [--samples N] [--memory-stats]\n"
             "              [--budget 8GiB] (the device memory the process may hold) [--eval-batch N]\n"
             "              [--precision fp32|bf16|fp16] [--loss-scale S] [--accumulate K]\n"
@@ -44,6 +44,8 @@ static void usage(FILE *f) {
             "      loss as torch.amp.GradScaler (--loss-scale: its first scale, 65536)\n"
             "  --accumulate K: each step sums the gradients of K micro-batches of batch/K\n"
             "      samples (the same update as the whole batch, in the memory of batch/K)\n"
+            "  --next-epoch: resume a checkpoint with another --batch, --precision or --data,\n"
+            "      from the start of the epoch after its last (a resumed run keeps them otherwise)\n"
             "  --recompute: layers whose activations are computed again in the backward pass\n"
             "      instead of kept (bit-identical gradients): names (1,3,stem), all, auto (the\n"
             "      cheapest that fits --budget or what is free), min (the smallest plan)\n"
@@ -223,6 +225,8 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
         } else if (!strcmp(a, "--resume")) {
             NEED();
             o->resume = v;
+        } else if (!strcmp(a, "--next-epoch")) {
+            o->next_epoch = true;
         } else if (!strcmp(a, "--weights")) {
             NEED();
             o->weights = v;
@@ -248,6 +252,11 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
     if ((o->fit && strcmp(cmd, "train")) || (o->no_measure && !fits) || (o->precisions && !fits)) {
         fprintf(stderr, "headroom %s: %s is for fit and train --fit\n", cmd,
                 o->precisions ? "a list of precisions" : o->fit ? "--fit" : "--no-measure");
+        return HR_EXIT_USAGE;
+    }
+    if (o->next_epoch && (strcmp(cmd, "train") || !o->resume)) {
+        fprintf(stderr, "headroom %s: --next-epoch is for train --resume CKPT (it says where a resumed run starts)\n",
+                cmd);
         return HR_EXIT_USAGE;
     }
     if (o->html && strcmp(cmd, "plan")) {
