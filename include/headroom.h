@@ -86,6 +86,16 @@ int hr_tanh(hr_model_t *m, const char *name, int x);
  * gives; weight and bias (with elementwise_affine; bias may be off) have that shape. */
 int hr_layernorm(hr_model_t *m, const char *name, int x, int ndim, const int64_t *normalized_shape, float eps,
                  bool elementwise_affine, bool bias);
+/* Sequences (per-sample shapes (T) of token ids, (T, C) of vectors):
+ * Embedding looks up the model's input, token ids carried as floats
+ * (nn.Embedding; weight (num_embeddings, dim), N(0, 1)); PositionEmbedding
+ * adds a learned vector per position (GPT's wpe; weight (max_positions, dim));
+ * causal self-attention takes the (T, 3C) projection q|k|v (nanoGPT's c_attn)
+ * and gives (T, C), heads of C/heads channels, as scaled_dot_product_attention
+ * with is_causal=True. Linear and LayerNorm act on the last dim. */
+int hr_embedding(hr_model_t *m, const char *name, int x, int64_t num_embeddings, int64_t dim);
+int hr_position_embedding(hr_model_t *m, const char *name, int x, int64_t max_positions, int64_t dim);
+int hr_causal_attention(hr_model_t *m, const char *name, int qkv, int64_t heads);
 int hr_maxpool2d(hr_model_t *m, const char *name, int x, int kernel, int stride);
 int hr_avgpool2d(hr_model_t *m, const char *name, int x, int kernel, int stride);
 int hr_global_avgpool(hr_model_t *m, const char *name, int x); /* (C,H,W) -> (C,1,1), AdaptiveAvgPool2d(1) */

@@ -535,6 +535,12 @@ static const char *const op_tests[HR_OP_COUNT] = {
     [HR_OP_BATCHNORM_BWD] = "test_batchnorm: BatchNorm's gradient check (dx, dgamma, dbeta)",
     [HR_OP_LAYERNORM] = "test_layernorm: 1 to 3 dims, affine or not, bias=False, mean/rstd, inference, in place",
     [HR_OP_LAYERNORM_BWD] = "test_layernorm: LayerNorm's gradient check (dx, dgamma, dbeta)",
+    [HR_OP_EMBEDDING] = "test_embedding (ops/sequence.c): repeated ids, an id outside the table refused",
+    [HR_OP_EMBEDDING_BWD] = "test_embedding: the table's gradient check, repeated ids summed",
+    [HR_OP_POS_EMBEDDING] = "test_embedding: positions added, in place",
+    [HR_OP_POS_EMBEDDING_BWD] = "test_embedding: the table's gradient (rows past the sequence zero)",
+    [HR_OP_ATTENTION] = "test_attention (ops/sequence.c): 1 to 3 heads, log-sum-exp, inference",
+    [HR_OP_ATTENTION_BWD] = "test_attention: the gradient check of q, k and v",
     [HR_OP_DROPOUT] = "test_dropout: p=0, p=0.5, masks per step, in place, inference",
     [HR_OP_DROPOUT_BWD] = "test_dropout: Dropout's gradient (linear with the mask fixed)",
     [HR_OP_RESHAPE] = "test_reshape: copy and view",
@@ -606,13 +612,15 @@ int main(void) {
     test_optimizers(); /* tests/ops/optim.c */
     test_e2e(); /* tests/ops/e2e.c */
     test_precision(); /* tests/ops/precision.c */
+    test_sequence();  /* tests/ops/sequence.c */
     check_coverage();
 
     report_worst();
 
     /* the other files' checks, so that the one RESULT line counts them all */
     void (*const tallies[])(int *, int *) = {ops_tally_harness, ops_tally_norms, ops_tally_activations,
-                                             ops_tally_optim, ops_tally_e2e, ops_tally_precision};
+                                             ops_tally_optim, ops_tally_e2e, ops_tally_precision,
+                                             ops_tally_sequence};
     for (size_t i = 0; i < sizeof tallies / sizeof tallies[0]; i++) tallies[i](&check_pass, &check_fail);
     TEST_END();
 }

@@ -323,6 +323,24 @@ static hr_status run_range(hr_session_t *s, int from, int to, const hr_step_info
     return HR_OK;
 }
 
+/* An input of token ids (read by an Embedding) holds integers in [0, V):
+ * checked here, on the host, so that no kernel reads outside its table. */
+static hr_status check_tokens(const hr_session_t *s, const float *x) {
+    const hr_graph *g = &s->prog.g;
+    for (int k = 0; k < g->nn; k++) {
+        const hr_node *n = &g->n[k];
+        if (n->op != HR_OP_EMBEDDING || n->in[0] != s->prog.input) continue;
+        int64_t cnt = hr_shape_numel(&g->t[s->prog.input].shape), per = g->t[s->prog.input].shape.d[1];
+        for (int64_t i = 0; i < cnt; i++)
+            if (!(x[i] >= 0 && x[i] < (float)n->a.in_f && x[i] == (float)(int64_t)x[i]))
+                return hr_error_set(HR_ERR_INVALID_ARG, "token %.9g of sample %lld (position %lld) is not an id in "
+                                    "[0, %lld), the vocabulary of the Embedding", (double)x[i], (long long)(i / per),
+                                    (long long)(i % per), (long long)n->a.in_f);
+        return HR_OK;
+    }
+    return HR_OK;
+}
+
 /* Labels first (checked, then sent), the input last: a backend may take the
  * input's bytes from x while the step's first node runs (the CUDA backend's
  * pieces), so every path out of a step that uploaded it goes through
@@ -334,16 +352,20 @@ static hr_status upload_batch(hr_session_t *s, const float *x, const void *label
         const hr_tensor *lt = &g->t[s->prog.label];
         if (lt->dtype == HR_I32) {
             const int32_t *lab = labels;
-            int64_t n = hr_shape_numel(&lt->shape), C = g->t[s->prog.output].shape.d[1];
+            const hr_shape *os = &g->t[s->prog.output].shape;
+            int64_t n = hr_shape_numel(&lt->shape), C = os->d[os->ndim - 1];
+            int64_t per = n / (lt->shape.d[0] ? lt->shape.d[0] : 1); /* labels a sample: 1, or one a position */
             for (int64_t i = 0; i < n; i++)
                 if (lab[i] < 0 || lab[i] >= C)
-                    return hr_error_set(HR_ERR_INVALID_ARG, "label %d of sample %lld is outside [0, %lld)", lab[i],
-                                        (long long)i, (long long)C);
+                    return hr_error_set(HR_ERR_INVALID_ARG, "label %d of sample %lld%s is outside [0, %lld)", lab[i],
+                                        (long long)(i / per), per > 1 ? " (a position's)" : "", (long long)C);
         }
         hr_status st = s->be->upload(s->be, s->ptr[s->prog.label], labels,
                                      (size_t)hr_shape_numel(&lt->shape) * hr_dtype_size(lt->dtype));
         if (st) return st;
     }
+    hr_status st = check_tokens(s, x);
+    if (st != HR_OK) return st;
     hr_status (*up)(hr_backend *, void *, const void *, size_t) = s->be->upload_input ? s->be->upload_input
                                                                                     : s->be->upload;
     return up(s->be, s->ptr[s->prog.input], x, (size_t)hr_shape_numel(&in->shape) * sizeof(float));

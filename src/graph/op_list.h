@@ -46,6 +46,12 @@
     X(BATCHNORM_BWD, batchnorm_bwd, batchnorm_bwd, "BatchNorm.backward")       \
     X(LAYERNORM, layernorm, layernorm, "LayerNorm")                            \
     X(LAYERNORM_BWD, layernorm_bwd, layernorm_bwd, "LayerNorm.backward")       \
+    X(EMBEDDING, embedding, embedding, "Embedding")                            \
+    X(EMBEDDING_BWD, embedding_bwd, embedding_bwd, "Embedding.backward")       \
+    X(POS_EMBEDDING, pos_embedding, embedding, "PositionEmbedding")            \
+    X(POS_EMBEDDING_BWD, pos_embedding_bwd, embedding_bwd, "PositionEmbedding.backward") \
+    X(ATTENTION, attention, attention, "CausalSelfAttention")                  \
+    X(ATTENTION_BWD, attention_bwd, attention_bwd, "CausalSelfAttention.backward") \
     X(DROPOUT, dropout, dropout, "Dropout")                                    \
     X(DROPOUT_BWD, dropout_bwd, dropout_bwd, "Dropout.backward")               \
     X(RESHAPE, reshape, copy, "Reshape")                                       \
@@ -197,6 +203,32 @@ typedef struct {
     bool acc;
 } hr_copy_args;
 
+/* Embedding (nn.Embedding): y[i] = w[idx[i]] for n tokens, each a row of C;
+ * the ids arrive as floats (the batch's input is float; exact below 2^24;
+ * checked as the batch is uploaded). Backward: dw[idx[i]] += dy[i], in token
+ * order (the same bits on every run). PositionEmbedding (GPT's learned
+ * positions, wpe): y[b, t] = x[b, t] + w[t] for N sequences of T; backward:
+ * dw[t] = sum over b of dy[b, t] (the input's gradient is dy itself). */
+typedef struct {
+    const float *idx, *x, *w, *dy;
+    float *y, *dw;
+    int64_t n, V, C, N, T;
+    bool acc;
+} hr_embedding_args;
+
+/* Causal self-attention (F.scaled_dot_product_attention(q, k, v,
+ * is_causal=True) after nanoGPT's split of one (N, T, 3C) projection into q,
+ * k, v of H heads of C/H): y (N, T, C), and lse (N, H, T), each query's
+ * log-sum-exp, so that the backward recomputes the probabilities and no
+ * T x T matrix is kept. Backward: dqkv (N, T, 3C) from qkv, y, lse and dy. */
+typedef struct {
+    const float *qkv, *y_saved, *lse_saved, *dy;
+    float *y, *lse, *dqkv;
+    int64_t N, T, C, H;
+    float scale;
+    bool acc;
+} hr_attention_args;
+
 /* Add: y = a + b */
 typedef struct {
     const float *a, *b;
@@ -295,6 +327,8 @@ typedef struct {
         hr_pool_args pool;
         hr_batchnorm_args bn;
         hr_layernorm_args ln;
+        hr_embedding_args emb;
+        hr_attention_args attn;
         hr_dropout_args drop;
         hr_copy_args copy;
         hr_add_args add;

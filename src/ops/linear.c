@@ -2,7 +2,8 @@
  * parameters and their init, backward node and kernel arguments. */
 #include "ops/ops.h"
 
-/* Linear: in {x (N,in), W (out,in), b (out)?}, out {y (N,out)}
+/* Linear: in {x (N,..., in), W (out,in), b (out)?}, out {y (N,..., out)}: the
+ * rows are every position of every sample, as nn.Linear on (batch, time, in)
  * Linear.backward: in {x, W, dy}, out {dx, dW, db} */
 int hr_linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_f, bool bias) {
     if (!hr_model_check_tensor(m, x, "Linear")) return -1;
@@ -13,15 +14,21 @@ int hr_linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_
     if (in_f <= 0 || out_f <= 0)
         return hr_build_fail(m, L, HR_ERR_INVALID_ARG, "in_features and out_features must be positive (got %lld, %lld)",
                              (long long)in_f, (long long)out_f);
-    if (xt->shape.ndim != 1)
+    int last = xt->shape.ndim - 1;
+    if (last < 0)
+        return hr_build_fail(m, L, HR_ERR_SHAPE, "Linear takes (batch, ..., features) but its input is one value a sample");
+    if (xt->shape.d[last] != in_f) {
+        if (last > 0 && hr_shape_numel(&xt->shape) == in_f) /* an image where a vector was meant */
+            return hr_build_fail(m, L, HR_ERR_SHAPE,
+                                 "Linear acts on the last dim, and its input has per-sample shape %s; add Flatten() "
+                                 "before it for its %lld features",
+                                 hr_shape_str(&xt->shape, sb, sizeof sb), (long long)in_f);
         return hr_build_fail(m, L, HR_ERR_SHAPE,
-                             "Linear takes (batch, features) but its input has per-sample shape %s; add Flatten() before it",
-                             hr_shape_str(&xt->shape, sb, sizeof sb));
-    if (xt->shape.d[0] != in_f)
-        return hr_build_fail(m, L, HR_ERR_SHAPE,
-                             "in_features is %lld (expected) but the input has %lld features (received); "
+                             "in_features is %lld (expected) but the input has %lld features (received)%s; "
                              "write Linear(%lld, %lld)",
-                             (long long)in_f, (long long)xt->shape.d[0], (long long)xt->shape.d[0], (long long)out_f);
+                             (long long)in_f, (long long)xt->shape.d[last], last ? " in its last dim" : "",
+                             (long long)xt->shape.d[last], (long long)out_f);
+    }
     hr_node n = hr_node_make(HR_OP_LINEAR, L);
     n.a.in_f = in_f;
     n.a.out_f = out_f;
@@ -35,7 +42,9 @@ int hr_linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_
         if (n.in[2] < 0) return -1;
         n.nin = 3;
     }
-    n.out[0] = hr_model_add_act(m, L, "out", hr_shape_make(1, (int64_t[]){out_f}));
+    hr_shape ys = xt->shape; /* (..., in) -> (..., out), as nn.Linear */
+    ys.d[last] = out_f;
+    n.out[0] = hr_model_add_act(m, L, "out", ys);
     n.nout = 1;
     if (n.out[0] < 0) return -1;
     return hr_build_node(m, &n);
@@ -79,7 +88,7 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     bool bwd = n->op == HR_OP_LINEAR_BWD;
     l->x = hr_ptr(ptr, n->in[0]);
     l->w = hr_ptr(ptr, n->in[1]);
-    l->N = g->t[n->in[0]].shape.d[0];
+    l->N = hr_shape_numel(&g->t[n->in[0]].shape) / n->a.in_f; /* the rows: batch x every dim but the last */
     l->in = n->a.in_f;
     l->out = n->a.out_f;
     l->batch_input = g->t[n->in[0]].kind == HR_T_INPUT;

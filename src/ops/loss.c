@@ -2,7 +2,9 @@
  * targets input, the backward node that starts the backward pass. */
 #include "ops/ops.h"
 
-/* CrossEntropyLoss: in {logits (N,C), labels (N) int32}, out {loss (1)}, mean.
+/* CrossEntropyLoss: in {logits (N,C), labels (N) int32}, out {loss (1)}, mean;
+ * with logits (N,T,C) and labels (N,T), the mean over every position (as
+ * PyTorch's on logits.view(-1, C) and labels.view(-1)).
  * backward: in {logits, labels}, out {dlogits} = (softmax - onehot) / N. */
 int hr_loss_cross_entropy(hr_model_t *m, int logits, int64_t nclasses) {
     if (!hr_model_check_tensor(m, logits, "CrossEntropyLoss")) return -1;
@@ -10,14 +12,18 @@ int hr_loss_cross_entropy(hr_model_t *m, int logits, int64_t nclasses) {
     if (L < 0) return -1;
     const hr_tensor *x = &m->g.t[logits];
     char a[64];
-    if (x->shape.ndim != 1)
-        return hr_build_fail(m, L, HR_ERR_SHAPE, "CrossEntropyLoss takes logits (batch, classes) but gets per-sample shape %s; "
-                             "add Flatten() and a Linear layer", hr_shape_str(&x->shape, a, sizeof a));
-    if (nclasses <= 0) nclasses = x->shape.d[0];
-    if (x->shape.d[0] != nclasses)
+    if (x->shape.ndim != 1 && x->shape.ndim != 2)
+        return hr_build_fail(m, L, HR_ERR_SHAPE, "CrossEntropyLoss takes logits (batch, classes), or (batch, time, "
+                             "classes) for a class at every position, but gets per-sample shape %s; add Flatten() and "
+                             "a Linear layer", hr_shape_str(&x->shape, a, sizeof a));
+    int cd = x->shape.ndim - 1;
+    if (nclasses <= 0) nclasses = x->shape.d[cd];
+    if (x->shape.d[cd] != nclasses)
         return hr_build_fail(m, L, HR_ERR_SHAPE, "%lld classes expected but the logits have %lld", (long long)nclasses,
-                             (long long)x->shape.d[0]);
-    int lab = hr_graph_add_tensor(&m->g, "labels", HR_I32, hr_shape_make(0, NULL), true, HR_T_LABEL, -1);
+                             (long long)x->shape.d[cd]);
+    /* one label a sample, or one a position: (batch) or (batch, time) */
+    hr_shape ls = cd ? hr_shape_make(1, (int64_t[]){x->shape.d[0]}) : hr_shape_make(0, NULL);
+    int lab = hr_graph_add_tensor(&m->g, "labels", HR_I32, ls, true, HR_T_LABEL, -1);
     if (lab < 0) return -1;
     hr_node n = hr_node_make(HR_OP_CROSS_ENTROPY, L);
     n.a.nclasses = nclasses;
@@ -68,10 +74,10 @@ int64_t hr_model_classes(const hr_model_t *m) {
 /* `loss CrossEntropyLoss`: the previous layer gives (batch, classes) logits */
 static int build_ce(hr_model_t *m, const char *name, const hr_layer_call *c) {
     int nd = hr_tensor_ndim(m, c->x[0]);
-    if (nd != 1)
-        return hr_model_fail(m, HR_ERR_SHAPE, "CrossEntropyLoss takes (batch, classes) logits but the last layer gives a "
-                             "per-sample shape of %d dims; add Flatten() and a Linear layer", nd);
-    return hr_loss_cross_entropy(m, c->x[0], hr_tensor_dim(m, c->x[0], 0));
+    if (nd != 1 && nd != 2)
+        return hr_model_fail(m, HR_ERR_SHAPE, "CrossEntropyLoss takes (batch, classes) logits, or (batch, time, classes), "
+                             "but the last layer gives a per-sample shape of %d dims; add Flatten() and a Linear layer", nd);
+    return hr_loss_cross_entropy(m, c->x[0], hr_tensor_dim(m, c->x[0], nd - 1));
 }
 static int build_mse(hr_model_t *m, const char *name, const hr_layer_call *c) { return hr_loss_mse(m, c->x[0]); }
 
@@ -102,9 +108,9 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     const hr_shape *s = &g->t[n->in[0]].shape;
     bool ce = n->op == HR_OP_CROSS_ENTROPY || n->op == HR_OP_CROSS_ENTROPY_BWD;
     bool fwd = n->op == HR_OP_CROSS_ENTROPY || n->op == HR_OP_MSE;
-    l->N = s->d[0];
-    l->C = s->ndim > 1 ? s->d[1] : 1;
     l->n = hr_shape_numel(s);
+    l->C = s->ndim > 1 ? s->d[s->ndim - 1] : 1;
+    l->N = l->n / (l->C ? l->C : 1); /* rows: one a sample, or one a position */
     l->x = hr_ptr(ptr, n->in[0]);
     if (ce)
         l->labels = hr_ptr(ptr, n->in[1]);

@@ -6,21 +6,9 @@
 /* A model is checked by building it, reading its initial parameters, running
  * one step (SGD, lr 0, keep_grads) and comparing the loss and every
  * parameter's gradient with finite differences of a float64 forward pass
- * written here for that model. */
-typedef struct {
-    hr_session_t *s;
-    int np;
-    char names[16][32];
-    double *p[16];
-    int64_t n[16];
-    double *x;
-    int32_t *lab;
-    double *tgt;
-    int B;
-    double (*fwd)(void *ctx); /* the model's loss in float64 from p[], x, lab/tgt */
-} e2e;
+ * written here for that model (e2e and e2e_check_model: harness.h). */
 
-static double *P(e2e *e, const char *name) {
+double *P(e2e *e, const char *name) {
     for (int i = 0; i < e->np; i++)
         if (strcmp(e->names[i], name) == 0) return e->p[i];
     fprintf(stderr, "no parameter %s\n", name);
@@ -90,6 +78,12 @@ static double fwd_c(void *c_) {
 
 static void e2e_check(const char *op, hr_model_t *m, int B, int64_t in_numel, bool ce, int nclasses_or_outputs,
                       double (*fwd)(void *)) {
+    e2e_check_model(op, m, B, in_numel, ce ? 1 : 0, nclasses_or_outputs, 0, fwd);
+}
+
+void e2e_check_model(const char *op, hr_model_t *m, int B, int64_t in_numel, int64_t labels, int nclasses_or_outputs,
+                     int vocab, double (*fwd)(void *)) {
+    bool ce = labels > 0;
     const double tol = 2e-5;
     hr_config_t cfg = hr_config_default();
     cfg.batch = B, cfg.optim.kind = HR_OPTIM_SGD, cfg.optim.lr = 0.0f, cfg.keep_grads = true, cfg.seed = 11;
@@ -103,11 +97,14 @@ static void e2e_check(const char *op, hr_model_t *m, int B, int64_t in_numel, bo
     int64_t nx = in_numel * B;
     float *xf = malloc(sizeof(float) * (size_t)nx), *tf = malloc(sizeof(float) * (size_t)(B * nclasses_or_outputs));
     e.x = dalloc(nx);
-    e.lab = calloc((size_t)B, sizeof(int32_t));
+    e.lab = calloc((size_t)(B * (labels ? labels : 1)), sizeof(int32_t));
     e.tgt = dalloc(B * nclasses_or_outputs);
     fill(e.x, nx, -1, 1);
-    for (int64_t i = 0; i < nx; i++) xf[i] = (float)e.x[i];
-    for (int i = 0; i < B; i++) e.lab[i] = (i * 7 + 2) % nclasses_or_outputs;
+    for (int64_t i = 0; i < nx; i++) { /* token ids in [0, vocab), or values in [-1, 1) */
+        if (vocab) e.x[i] = (double)(int64_t)((e.x[i] + 1) / 2 * vocab);
+        xf[i] = (float)e.x[i];
+    }
+    for (int64_t i = 0; i < B * labels; i++) e.lab[i] = (int32_t)((i * 7 + 2) % nclasses_or_outputs);
     fill(e.tgt, B * nclasses_or_outputs, 0, 1);
     for (int i = 0; i < B * nclasses_or_outputs; i++) tf[i] = (float)e.tgt[i];
     /* the parameters (not buffers, not optimizer state), as initialised */

@@ -74,12 +74,34 @@ void ref_softmax(const double *x, int N, int C, bool lg, double *y);
 double ref_ce(const double *x, const int *lab, int N, int C);
 double wsum(const double *w, const double *y, int64_t n);
 
+/* ---- a model end to end through the public API (e2e.c) ------------------------ */
+typedef struct {
+    hr_session_t *s;
+    int np;
+    char names[16][32];
+    double *p[16];
+    int64_t n[16];
+    double *x;
+    int32_t *lab;
+    double *tgt;
+    int B;
+    double (*fwd)(void *ctx); /* the model's loss in float64 from p[], x, lab/tgt */
+} e2e;
+double *P(e2e *e, const char *name); /* the parameter of that name */
+/* One step (SGD, lr 0, keep_grads): the loss and every parameter's gradient
+ * against fwd and its finite differences. labels: a sample's (0: MSE
+ * targets of nclasses_or_outputs values); vocab > 0: the inputs are token ids
+ * in [0, vocab). */
+void e2e_check_model(const char *op, hr_model_t *m, int B, int64_t in_numel, int64_t labels, int nclasses_or_outputs,
+                     int vocab, double (*fwd)(void *));
+
 /* ---- the parts, run by test_ops.c's main in this order ----------------------- */
 void test_norms(void);       /* norms.c: BatchNorm1d/2d, LayerNorm */
 void test_activations(void); /* activations.c: LeakyReLU, GELU, SiLU, Sigmoid, Tanh */
 void test_optimizers(void);  /* optim.c: SGD and Adam(W), with clipping (GradNorm) */
 void test_e2e(void);         /* e2e.c: autodiff end to end through the public API */
 void test_precision(void);   /* precision.c: bf16/f16 conversions, Cast, GradScaler.unscale */
+void test_sequence(void);    /* sequence.c: Embedding, PositionEmbedding, causal self-attention */
 
 void ops_tally_harness(int *pass, int *fail);
 void ops_tally_norms(int *pass, int *fail);
@@ -87,5 +109,6 @@ void ops_tally_activations(int *pass, int *fail);
 void ops_tally_optim(int *pass, int *fail);
 void ops_tally_e2e(int *pass, int *fail);
 void ops_tally_precision(int *pass, int *fail);
+void ops_tally_sequence(int *pass, int *fail);
 
 #endif

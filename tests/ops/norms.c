@@ -201,7 +201,9 @@ void test_norms(void) {
     test_layernorm("6x1 over 1", 2, (int64_t[]){6, 1}, 1, true, true, 1e-5f, -2, 3, 2e-5); /* y = beta, dx = 0 */
     test_layernorm("5x1x1 over 1x1", 3, (int64_t[]){5, 1, 1}, 2, false, false, 1e-5f, -2, 3, 2e-5);
     test_layernorm("4099x17 over 17", 2, (int64_t[]){4099, 17}, 1, true, true, 1e-5f, -2, 3, 2e-5); /* threads */
-    test_layernorm("3x1365x3 over 3", 3, (int64_t[]){3, 1365, 3}, 1, true, false, 1e-5f, -2, 3, 2e-5);
+    /* 4095 rows of three values: the row of least variance amplifies float32's
+     * rounding by its rstd, past 2e-5 in some draws (2.1e-5 seen) */
+    test_layernorm("3x1365x3 over 3", 3, (int64_t[]){3, 1365, 3}, 1, true, false, 1e-5f, -2, 3, 4e-5);
     /* eps comparable to the variance: eps inside the square root, as PyTorch */
     test_layernorm("4x9 eps 1e-3, variance ~3e-7", 2, (int64_t[]){4, 9}, 1, true, true, 1e-3f, 0.5, 0.502, 2e-5);
     /* mean 100, spread 1: y from a one-pass variance E[x^2] - mean^2 in float

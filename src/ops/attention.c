@@ -1,0 +1,112 @@
+/* attention.c — causal multi-head self-attention (scaled_dot_product_attention
+ * with is_causal=True over nanoGPT's q|k|v projection): shape rule, backward,
+ * kernel arguments. What it keeps for the backward is its output and one
+ * log-sum-exp a query and head, never the time x time probabilities: the
+ * backward computes them again. */
+#include "ops/ops.h"
+
+#include <math.h>
+
+/* in {qkv (N, T, 3C)}, out {y (N, T, C), lse (N, H, T) in training};
+ * backward: in {qkv, y, lse, dy}, out {dqkv}. q, k and v are qkv's thirds,
+ * each split into H heads of C/H channels (nanoGPT's CausalSelfAttention
+ * after c_attn); the scale is 1/sqrt(C/H). */
+int hr_causal_attention(hr_model_t *m, const char *name, int qkv, int64_t heads) {
+    if (!hr_model_check_tensor(m, qkv, "CausalSelfAttention")) return -1;
+    int L = hr_model_begin_layer(m, name, "CausalSelfAttention");
+    if (L < 0) return -1;
+    const hr_tensor *xt = &m->g.t[qkv];
+    char sb[64];
+    if (xt->shape.ndim != 2 || xt->shape.d[1] % 3)
+        return hr_build_fail(m, L, HR_ERR_SHAPE, "CausalSelfAttention takes (batch, time, 3 x channels), the query, key "
+                             "and value projections side by side, but its input has per-sample shape %s",
+                             hr_shape_str(&xt->shape, sb, sizeof sb));
+    int64_t T = xt->shape.d[0], C = xt->shape.d[1] / 3;
+    if (heads <= 0 || C % heads)
+        return hr_build_fail(m, L, HR_ERR_INVALID_ARG, "num_heads is %lld; it must divide the %lld channels",
+                             (long long)heads, (long long)C);
+    hr_node n = hr_node_make(HR_OP_ATTENTION, L);
+    n.a.in_f = C;
+    n.a.out_f = heads;
+    n.in[0] = qkv;
+    n.nin = 1;
+    n.out[0] = hr_model_add_act(m, L, "out", hr_shape_make(2, (int64_t[]){T, C}));
+    n.out[1] = hr_model_add_act(m, L, "lse", hr_shape_make(2, (int64_t[]){heads, T}));
+    n.nout = 2;
+    if (n.out[0] < 0 || n.out[1] < 0) return -1;
+    return hr_build_node(m, &n);
+}
+
+/* CausalSelfAttention(embed_dim, num_heads): the input is the 3 x embed_dim
+ * projection (a Linear(embed_dim, 3 * embed_dim) before it) */
+static int build(hr_model_t *m, const char *name, const hr_layer_call *c) {
+    int nd = hr_tensor_ndim(m, c->x[0]);
+    if (nd == 2 && hr_tensor_dim(m, c->x[0], 1) != 3 * c->a[0].i)
+        return hr_model_fail(m, HR_ERR_SHAPE, "CausalSelfAttention(%lld, ...) takes the 3 x %lld = %lld channels of "
+                             "q, k and v, but its input has %lld", (long long)c->a[0].i, (long long)c->a[0].i,
+                             (long long)(3 * c->a[0].i), (long long)hr_tensor_dim(m, c->x[0], 1));
+    return hr_causal_attention(m, name, c->x[0], c->a[1].i);
+}
+
+static hr_status backward(hr_autodiff *ad, const hr_node *f) {
+    int dy = hr_ad_grad_in(ad, f->out[0]);
+    if (dy < 0) return HR_OK;
+    bool acc;
+    hr_node n = hr_node_make(HR_OP_ATTENTION_BWD, f->layer);
+    n.a = f->a;
+    n.out[0] = hr_ad_grad_out(ad, f->in[0], &acc);
+    if (n.out[0] == -2) return HR_ERR_OOM;
+    if (n.out[0] < 0) return HR_OK;
+    n.nout = 1;
+    n.in[0] = f->in[0];
+    n.in[1] = f->out[0];
+    n.in[2] = f->out[1];
+    n.in[3] = dy;
+    n.nin = 4;
+    return hr_ad_emit(ad, &n) < 0 ? HR_ERR_OOM : HR_OK;
+}
+
+static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a) {
+    hr_attention_args *p = &a->attn;
+    const hr_shape *s = &g->t[n->in[0]].shape; /* (N, T, 3C) */
+    p->N = s->d[0];
+    p->T = s->d[1];
+    p->C = n->a.in_f;
+    p->H = n->a.out_f;
+    p->scale = (float)(1.0 / sqrt((double)(p->C / p->H)));
+    p->qkv = hr_ptr(ptr, n->in[0]);
+    if (n->op == HR_OP_ATTENTION) {
+        p->y = hr_ptr(ptr, n->out[0]);
+        p->lse = n->nout > 1 ? hr_ptr(ptr, n->out[1]) : NULL;
+        return;
+    }
+    p->y_saved = hr_ptr(ptr, n->in[1]);
+    p->lse_saved = hr_ptr(ptr, n->in[2]);
+    p->dy = hr_ptr(ptr, n->in[3]);
+    p->dqkv = hr_ptr(ptr, n->out[0]);
+    p->acc = n->accum[0];
+}
+
+/* Causal: about T^2/2 query-key pairs a head, each a dot product of C/H in
+ * q.k and again in p.v (4 flops a channel a pair forward); the backward
+ * computes the probabilities again and has four such products. */
+static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
+    hr_kargs a;
+    hr_op_unpack(g, n, NULL, NULL, &a);
+    const hr_attention_args *p = &a.attn;
+    double pairs = (double)p->N * (double)p->H * (double)p->T * (double)(p->T + 1) / 2;
+    double hs = (double)(p->C / p->H);
+    w->flops = pairs * hs * (n->op == HR_OP_ATTENTION ? 4 : 10);
+    w->bytes = hr_work_io_bytes(g, n);
+    w->matmul = true;
+}
+
+static const hr_layer_sig layers[] = {
+    {"CausalSelfAttention", {HR_REQ("embed_dim", HR_ARG_SIZE), HR_REQ("num_heads", HR_ARG_SIZE)}, HR_LAYER_ONE, build},
+    {0},
+};
+
+/* fp32 under autocast for now: the half path (cuDNN's fused attention) is to come */
+const hr_op_desc hr_opdesc_attention = {.layers = layers, .backward = backward, .unpack = unpack,
+                                        .train_outputs = true, .autocast = HR_AC_FP32, .work = work};
+const hr_op_desc hr_opdesc_attention_bwd = {.unpack = unpack, .autocast = HR_AC_FP32, .work = work};

@@ -1,0 +1,210 @@
+/* sequence.c — the ops of sequence models against float64 references and
+ * finite differences: Embedding (repeated ids, the table's gradient),
+ * PositionEmbedding, and causal self-attention (several heads, the saved
+ * log-sum-exp, the backward in every accumulate/overwrite form, inference). */
+#include "harness.h"
+
+/* ---- Embedding and PositionEmbedding ----------------------------------------- */
+typedef struct {
+    const int *ids;
+    double *w, *x, *gw, *y;
+    int64_t N, T, V, C;
+    bool pos;
+} emb_ctx;
+
+static void ref_embed(emb_ctx *c, double *y) {
+    for (int64_t i = 0; i < c->N * c->T; i++)
+        for (int64_t j = 0; j < c->C; j++)
+            y[i * c->C + j] = c->pos ? c->x[i * c->C + j] + c->w[(i % c->T) * c->C + j] : c->w[c->ids[i] * c->C + j];
+}
+static double emb_loss(void *c_) {
+    emb_ctx *c = c_;
+    ref_embed(c, c->y);
+    return wsum(c->gw, c->y, c->N * c->T * c->C);
+}
+
+static void test_embedding(bool pos) {
+    const int64_t N = 3, T = 5, V = pos ? T + 2 : 7, C = 6, n = N * T * C;
+    const char *op = pos ? "PositionEmbedding" : "Embedding";
+    int ids[N * T];
+    for (int64_t i = 0; i < N * T; i++) ids[i] = (int)((i * 5 + i / 4) % V); /* ids repeat, some unused */
+    ids[3] = ids[4] = ids[7];
+    emb_ctx c = {.ids = ids, .N = N, .T = T, .V = V, .C = C, .pos = pos};
+    c.w = dalloc(V * C), c.x = dalloc(n), c.gw = dalloc(n), c.y = dalloc(n);
+    fill(c.w, V * C, -2, 2), fill(c.x, n, -1, 1), fill(c.gw, n, -1, 1);
+    double *y = dalloc(n), *dw = dalloc(V * C), *dx = dalloc(n);
+    ref_embed(&c, y);
+    fd_grad(emb_loss, &c, c.w, V * C, dw);
+    if (pos) fd_grad(emb_loss, &c, c.x, n, dx);
+    double idf[N * T];
+    for (int64_t i = 0; i < N * T; i++) idf[i] = ids[i];
+
+    kt k;
+    kt_init(&k);
+    int tin = pos ? KT(&k, N, T, C) : KT(&k, N, T), tw = KT(&k, V, C), ty = KT(&k, N, T, C), tdy = KT(&k, N, T, C);
+    int tdw = KT(&k, V, C);
+    kt_set(&k, tin, pos ? c.x : idf), kt_set(&k, tw, c.w), kt_set(&k, tdy, c.gw);
+    hr_node f = hr_node_make(pos ? HR_OP_POS_EMBEDDING : HR_OP_EMBEDDING, -1);
+    f.a.in_f = V, f.a.out_f = C, f.a.train = true;
+    f.in[0] = tin, f.in[1] = tw, f.nin = 2, f.out[0] = ty, f.nout = 1;
+    kt_fillf(&k, ty, NAN);
+    kt_run(&k, &f);
+    compare(op, "forward", kf(&k, ty), y, n, 1e-6);
+    if (pos) check_inplace(&k, &f, y, op, 1e-6);
+
+    hr_node b = hr_node_make(pos ? HR_OP_POS_EMBEDDING_BWD : HR_OP_EMBEDDING_BWD, -1);
+    b.a = f.a;
+    if (!pos) b.in[b.nin++] = tin;
+    b.in[b.nin++] = tdy;
+    b.out[0] = tdw, b.nout = 1;
+    check_backward(&k, &b, (double *[]){dw}, op, 1e-5, false);
+    /* PositionEmbedding's input gradient is dy itself (autodiff's Copy): the reference says so */
+    if (pos) compare(op, "input gradient = dy", kf(&k, tdy), dx, n, 1e-6);
+
+    /* an id outside the table is an error, not a read past it */
+    if (!pos) {
+        kf(&k, tin)[2] = (float)V;
+        hr_status st = hr_node_run(k.be, &k.g, &f, k.ptr, NULL);
+        CHECK(st == HR_ERR_INVALID_ARG && strstr(hr_last_error(), "token id 7 at position 2 is outside [0, 7)"),
+              "Embedding of id V: status %d, '%s'", (int)st, hr_last_error());
+    }
+    kt_free(&k);
+    free(c.w), free(c.x), free(c.gw), free(c.y), free(y), free(dw), free(dx);
+}
+
+/* ---- causal self-attention --------------------------------------------------- */
+typedef struct {
+    double *qkv, *w, *y;
+    int64_t N, T, C, H;
+} att_ctx;
+
+/* y and lse of every (sequence, head, query), as softmax(q k^T / sqrt(hs) + causal mask) v */
+static void ref_attention(const att_ctx *c, double *y, double *lse) {
+    int64_t N = c->N, T = c->T, C = c->C, H = c->H, hs = C / H;
+    double scale = 1 / sqrt((double)hs), *s = dalloc(T);
+    for (int64_t n = 0; n < N; n++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t i = 0; i < T; i++) {
+                const double *q = c->qkv + (n * T + i) * 3 * C + h * hs;
+                double mx = -INFINITY, sum = 0;
+                for (int64_t j = 0; j <= i; j++) {
+                    const double *k = c->qkv + (n * T + j) * 3 * C + C + h * hs;
+                    s[j] = 0;
+                    for (int64_t d = 0; d < hs; d++) s[j] += q[d] * k[d];
+                    s[j] *= scale;
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                for (int64_t j = 0; j <= i; j++) sum += exp(s[j] - mx);
+                double *yo = y + (n * T + i) * C + h * hs;
+                for (int64_t d = 0; d < hs; d++) {
+                    yo[d] = 0;
+                    for (int64_t j = 0; j <= i; j++) yo[d] += exp(s[j] - mx) / sum * c->qkv[(n * T + j) * 3 * C + 2 * C + h * hs + d];
+                }
+                if (lse) lse[(n * H + h) * T + i] = mx + log(sum);
+            }
+    free(s);
+}
+static double att_loss(void *c_) {
+    att_ctx *c = c_;
+    ref_attention(c, c->y, NULL);
+    return wsum(c->w, c->y, c->N * c->T * c->C);
+}
+
+static void test_attention(int64_t N, int64_t T, int64_t C, int64_t H) {
+    char op[64];
+    snprintf(op, sizeof op, "CausalSelfAttention N%lld T%lld C%lld H%lld", (long long)N, (long long)T, (long long)C,
+             (long long)H);
+    att_ctx c = {.N = N, .T = T, .C = C, .H = H};
+    int64_t nq = N * T * 3 * C, ny = N * T * C, nl = N * H * T;
+    c.qkv = dalloc(nq), c.w = dalloc(ny), c.y = dalloc(ny);
+    fill(c.qkv, nq, -1.5, 1.5), fill(c.w, ny, -1, 1);
+    double *y = dalloc(ny), *lse = dalloc(nl), *g = dalloc(nq);
+    ref_attention(&c, y, lse);
+    fd_grad(att_loss, &c, c.qkv, nq, g);
+
+    kt k;
+    kt_init(&k);
+    int tq = KT(&k, N, T, 3 * C), ty = KT(&k, N, T, C), tl = KT(&k, N, H, T), tdy = KT(&k, N, T, C);
+    int tdq = KT(&k, N, T, 3 * C);
+    kt_set(&k, tq, c.qkv), kt_set(&k, tdy, c.w);
+    hr_node f = hr_node_make(HR_OP_ATTENTION, -1);
+    f.a.in_f = C, f.a.out_f = H, f.a.train = true;
+    f.in[0] = tq, f.nin = 1, f.out[0] = ty, f.out[1] = tl, f.nout = 2;
+    kt_fillf(&k, ty, NAN), kt_fillf(&k, tl, NAN);
+    kt_run(&k, &f);
+    compare(op, "forward", kf(&k, ty), y, ny, 2e-6);
+    compare(op, "saved log-sum-exp", kf(&k, tl), lse, nl, 2e-6);
+
+    hr_node b = hr_node_make(HR_OP_ATTENTION_BWD, -1);
+    b.a = f.a;
+    b.in[0] = tq, b.in[1] = ty, b.in[2] = tl, b.in[3] = tdy, b.nin = 4;
+    b.out[0] = tdq, b.nout = 1;
+    check_backward(&k, &b, (double *[]){g}, op, 2e-5, false);
+
+    f.a.train = false, f.nout = 1, f.out[1] = -1; /* inference: y alone */
+    kt_fillf(&k, ty, NAN);
+    kt_run(&k, &f);
+    compare(op, "inference forward", kf(&k, ty), y, ny, 2e-6);
+    kt_free(&k);
+    free(c.qkv), free(c.w), free(c.y), free(y), free(lse), free(g);
+}
+
+/* ---- a tiny GPT end to end --------------------------------------------------- */
+/* tokens (B, T) -> 0 Embedding(V, C) -> 1 PositionEmbedding(T + 1, C) ->
+ * 2 LayerNorm(C) -> 3 Linear(C, 3C) -> 4 attention (H heads) -> 5 Linear(C, C)
+ * -> 6 Add(1) -> 7 Linear(C, V) -> CrossEntropyLoss at every position */
+enum { G_B = 2, G_T = 4, G_V = 5, G_C = 6, G_H = 2 };
+
+static double fwd_gpt(void *c_) {
+    e2e *e = c_;
+    const int B = e->B, T = G_T, C = G_C, V = G_V, R = B * T;
+    double x0[G_B * G_T * G_C], ln[G_B * G_T * G_C], qkv[G_B * G_T * 3 * G_C], att[G_B * G_T * G_C];
+    double pr[G_B * G_T * G_C], x1[G_B * G_T * G_C], lg[G_B * G_T * G_V];
+    const double *wte = P(e, "0.weight"), *wpe = P(e, "1.weight"), *g = P(e, "2.weight"), *bt = P(e, "2.bias");
+    for (int r = 0; r < R; r++)
+        for (int j = 0; j < C; j++) x0[r * C + j] = wte[(int)e->x[r] * C + j] + wpe[(r % T) * C + j];
+    for (int r = 0; r < R; r++) { /* LayerNorm over C, biased variance, eps 1e-5 */
+        double mu = 0, var = 0;
+        for (int j = 0; j < C; j++) mu += x0[r * C + j] / C;
+        for (int j = 0; j < C; j++) var += (x0[r * C + j] - mu) * (x0[r * C + j] - mu) / C;
+        for (int j = 0; j < C; j++) ln[r * C + j] = (x0[r * C + j] - mu) / sqrt(var + 1e-5) * g[j] + bt[j];
+    }
+    ref_linear(ln, P(e, "3.weight"), P(e, "3.bias"), R, C, 3 * C, qkv);
+    att_ctx ac = {.qkv = qkv, .N = B, .T = T, .C = C, .H = G_H};
+    ref_attention(&ac, att, NULL);
+    ref_linear(att, P(e, "5.weight"), P(e, "5.bias"), R, C, C, pr);
+    for (int i = 0; i < R * C; i++) x1[i] = x0[i] + pr[i];
+    ref_linear(x1, P(e, "7.weight"), P(e, "7.bias"), R, C, V, lg);
+    int lab[G_B * G_T];
+    for (int i = 0; i < R; i++) lab[i] = e->lab[i];
+    return ref_ce(lg, lab, R, V);
+}
+
+static void test_gpt_e2e(void) {
+    hr_model_t *m = hr_model_new("gpt");
+    int tok = hr_input(m, "tokens", 1, (int64_t[]){G_T});
+    int x0 = hr_embedding(m, NULL, tok, G_V, G_C);
+    x0 = hr_position_embedding(m, NULL, x0, G_T + 1, G_C);
+    int x = hr_layernorm(m, NULL, x0, 1, (int64_t[]){G_C}, 1e-5f, true, true);
+    x = hr_linear(m, NULL, x, G_C, 3 * G_C, true);
+    x = hr_causal_attention(m, NULL, x, G_H);
+    x = hr_linear(m, NULL, x, G_C, G_C, true);
+    x = hr_add(m, NULL, x0, x);
+    x = hr_linear(m, NULL, x, G_C, G_V, true);
+    CHECK(hr_loss_cross_entropy(m, x, G_V) >= 0, "tiny GPT: %s", hr_last_error());
+    e2e_check_model("model tiny GPT (Embedding, positions, LayerNorm, attention, CE at every position)", m, G_B, G_T,
+                    G_T, G_V, G_V, fwd_gpt);
+    hr_model_free(m);
+}
+
+void test_sequence(void) {
+    test_gpt_e2e();
+    test_embedding(false);
+    test_embedding(true);
+    test_attention(1, 1, 4, 1);   /* one position: the softmax of one score */
+    test_attention(2, 5, 8, 2);   /* heads of 4 */
+    test_attention(1, 9, 12, 3);  /* a longer sequence */
+    test_attention(2, 3, 70, 2);  /* heads of 35: a lane holds two channels on the GPU */
+}
+
+OPS_TALLY(ops_tally_sequence)
