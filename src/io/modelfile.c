@@ -76,6 +76,20 @@ static int ident(lexer *lx) {
     return (int)(lx->p - s);
 }
 
+/* A name, dotted as PyTorch's module paths are: ident ("." [A-Za-z0-9_]+)*
+ * (transformer.h.0.attn), so that a layer's parameters take its state_dict
+ * names. Returns its length, 0 if none. */
+static int dotted(lexer *lx) {
+    int n = ident(lx);
+    if (!n) return 0;
+    const char *s = lx->p - n;
+    while (lx->p + 1 < lx->end && lx->p[0] == '.' && is_ident(lx->p[1])) {
+        lx->p++;
+        while (lx->p < lx->end && is_ident(*lx->p)) lx->p++;
+    }
+    return (int)(lx->p - s);
+}
+
 static bool same(const char *s, int len, const char *word) {
     return (int)strlen(word) == len && !strncmp(s, word, (size_t)len);
 }
@@ -112,7 +126,7 @@ static hr_status parse_value(lexer *lx, value *v, bool in_tuple) {
         } while (accept(lx, ',') && (skip_space(lx), lx->p < lx->end && *lx->p != ')'));
         if (!accept(lx, ')'))
             return errf(lx, HR_ERR_PARSE, "expected ')' to close the tuple, found %s", next_text(lx, buf, sizeof buf));
-    } else if (ident(lx)) {
+    } else if (dotted(lx)) {
         int n = (int)(lx->p - v->src);
         if (same(v->src, n, "True") || same(v->src, n, "true")) v->kind = V_BOOL, v->i = 1;
         else if (same(v->src, n, "False") || same(v->src, n, "false")) v->kind = V_BOOL;
@@ -479,7 +493,7 @@ static hr_status input_line(builder *b) {
 static hr_status statement(builder *b) {
     lexer *lx = &b->lx;
     lexer save = *lx;
-    int n = ident(lx);
+    int n = dotted(lx);
     const char *word = lx->p - n;
     skip_space(lx);
     bool call_or_label = lx->p < lx->end && (*lx->p == '(' || *lx->p == '=');
