@@ -6,9 +6,9 @@ set -euo pipefail
 want=(build-essential libopenblas-dev zlib1g-dev)
 for role in "$@"; do
     case "$role" in
-        build) ;;
-        data) want+=(dataset-fashion-mnist) ;;
-        test) want+=(dataset-fashion-mnist valgrind clang libclang-rt-14-dev python3 chromium) ;;  # chromium: test_html opens the --html pages
+        build) want+=(libdnnl-dev) ;;  # oneDNN: CPU convolutions (built against dnnl.h, loaded at run time)
+        data) want+=(dataset-fashion-mnist fortunes) ;;  # fortunes: the default text of --data fortunes
+        test) want+=(dataset-fashion-mnist fortunes valgrind clang libclang-rt-14-dev python3 chromium) ;;  # chromium: test_html opens the --html pages
         bench) want+=(dataset-fashion-mnist python3-torch) ;;
         *) echo "deps.sh: unknown role '$role' (build, data, test, bench)" >&2; exit 2 ;;
     esac

@@ -535,11 +535,11 @@ static void test_huge_synthetic(void) {
     hr_fault_fail_at(0);
     CHECK(hr_synthetic_make(1000000000000LL, 1, 28, 28, 10, 7, &d) == HR_OK, "10^12 samples: %s", hr_last_error());
     CHECK(hr_fault_fail_at(0) == 0, "10^12 samples made without an allocation");
-    CHECK(hr_loader_bytes(d.n, 784, true, 4) == 2 * 4 * (784 + 1) * 4, "its loader's bytes: two slots of 4 samples");
-    CHECK(hr_loader_bytes(d.n, 784, false, 4) == (size_t)2 * 4 * 785 * 4 + 8000000000000ULL,
+    CHECK(hr_loader_bytes(d.n, 784, 1, true, 4) == 2 * 4 * (784 + 1) * 4, "its loader's bytes: two slots of 4 samples");
+    CHECK(hr_loader_bytes(d.n, 784, 1, false, 4) == (size_t)2 * 4 * 785 * 4 + 8000000000000ULL,
           "held, it would need an order of 8 TB");
-    CHECK(hr_loader_bytes(INT64_MAX, INT64_MAX / 2, true, INT64_MAX) == SIZE_MAX &&
-              hr_loader_bytes(10, INT64_MAX, true, 1) == SIZE_MAX, "overflow: SIZE_MAX");
+    CHECK(hr_loader_bytes(INT64_MAX, INT64_MAX / 2, 1, true, INT64_MAX) == SIZE_MAX &&
+              hr_loader_bytes(10, INT64_MAX, 1, true, 1) == SIZE_MAX && hr_loader_bytes(10, 5, INT64_MAX, true, 1) == SIZE_MAX, "overflow: SIZE_MAX");
     hr_loader *l = hr_loader_new(&d, 4, true, false, 1);
     CHECK(l != NULL, "a loader over 10^12 samples: %s", hr_last_error());
     CHECK(hr_fault_fail_at(0) == 5, "the loader allocates itself and two slots, no order");

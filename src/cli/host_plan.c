@@ -191,7 +191,7 @@ static void fill(const hr_host_job *job, int64_t b, hr_host_plan *p) {
     bool eval_only = job->loader_batch <= 0;
     memset(p->bytes, 0, sizeof p->bytes);
     p->bytes[HR_HOST_DATA] = d->bytes;
-    if (!eval_only) p->bytes[HR_HOST_LOADER] = hr_loader_bytes(d->train_n, d->sample, d->synthetic, b);
+    if (!eval_only) p->bytes[HR_HOST_LOADER] = hr_loader_bytes(d->train_n, d->sample, 1, d->synthetic, b);
     int64_t eb = eval_only ? b : eval_at(job, b);
     if (eb > 0) /* evaluation's inputs, labels and outputs (4 bytes each); eval's confusion matrix */
         p->bytes[HR_HOST_EVAL] = add_sat(mul_sat((size_t)eb, ((size_t)d->sample + 1 + (size_t)job->classes) * 4),

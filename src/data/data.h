@@ -16,16 +16,25 @@ typedef struct hr_dataset {
     int nclasses;
     bool synthetic;       /* nothing held: sample i is made from (seed, i) when it is read */
     uint64_t seed;        /* the synthetic set's */
+    /* a token stream (text.c): sample i is window i of seq tokens, given as
+     * floats (c = h = 1, w = seq), and its labels are the next token of each
+     * position (the window shifted by one); nclasses is the vocabulary */
+    uint16_t *tokens;
+    int64_t ntokens, seq; /* seq 0: not a token set */
 } hr_dataset;
 
-/* Sample i of either kind: its c*h*w floats into x and its label into *label
- * (either may be NULL). A synthetic sample is made here, the same bytes
+/* Labels a sample: one, or one a position of a token set's window. */
+static inline int64_t hr_dataset_label_len(const hr_dataset *d) { return d->seq > 0 ? d->seq : 1; }
+
+/* Sample i of any kind: its c*h*w floats into x and its label (a token set:
+ * its seq labels) into label (either may be NULL). A synthetic sample is made here, the same bytes
  * whichever batch, order or thread asks for it. */
 hr_status hr_dataset_sample(const hr_dataset *d, int64_t i, float *x, int32_t *label);
-/* Samples [first, first + count) into x (count*c*h*w floats) and labels (count,
- * or NULL): what an evaluation loop reads, for a held set or a synthetic one. */
+/* Samples [first, first + count) into x (count*c*h*w floats) and labels
+ * (count * hr_dataset_label_len, or NULL): what an evaluation loop reads, for a held set or a synthetic one. */
 hr_status hr_dataset_read(const hr_dataset *d, int64_t first, int64_t count, float *x, int32_t *labels);
-/* Host bytes the set holds: its floats and labels; 0 for a synthetic set. */
+/* Host bytes the set holds: its floats and labels, or its tokens; 0 for a
+ * synthetic set. */
 size_t hr_dataset_host_bytes(const hr_dataset *d);
 
 /* IDX files, gzip'd or raw (zlib's gzread reads both). Checks the magic
@@ -88,12 +97,39 @@ int64_t hr_loader_batches_per_epoch(const hr_loader *l);
  * *n == 0 at the end of the epoch. The pointers stay valid until the next call
  * of hr_loader_next or hr_loader_start_epoch. */
 hr_status hr_loader_next(hr_loader *l, const float **x, const int32_t **labels, int64_t *n);
+/* When the loader's thread began and ended gathering the batch that
+ * hr_loader_next returned last (CLOCK_MONOTONIC seconds; 0 and 0 for none). */
+void hr_loader_times(const hr_loader *l, double *start, double *end);
 void hr_loader_free(hr_loader *l); /* joins the thread; NULL is fine */
 /* The host bytes hr_loader_new allocates for a set of n samples of `sample`
- * floats, held in RAM or synthetic: two slots of min(batch, n) inputs and
- * labels, and a held set's order (8 bytes a sample). SIZE_MAX if that
- * overflows. A memory plan calls it before the data exists. */
-size_t hr_loader_bytes(int64_t n, int64_t sample, bool synthetic, int64_t batch);
+ * floats and `labels` labels, held in RAM or synthetic: two slots of
+ * min(batch, n) inputs and labels, and a held set's order (8 bytes a
+ * sample). SIZE_MAX if that overflows. A memory plan calls it before the
+ * data exists. */
+size_t hr_loader_bytes(int64_t n, int64_t sample, int64_t labels, bool synthetic, int64_t batch);
+
+/* ---- text (text.c): token streams cut into windows for next-token training --
+ * spec names the stream:
+ *   "fortunes"     the text of Debian's fortunes package (HR_FORTUNES_DIR,
+ *                  every file but the .dat indexes, in name order), bytes as tokens
+ *   "text:PATH"    the bytes of a file as tokens (a vocabulary of 256)
+ *   "PATH.bin"     uint16 tokens: nanoGPT's raw files, or llm.c's (a header
+ *                  of 256 int32: magic 20240520, version, token count)
+ * The last val_fraction of the stream (at least one window) is the
+ * validation set, the rest the training set; each is cut into windows of seq
+ * tokens (samples), each with seq next-token labels. Errors name the file.
+ * On failure both sets are zeroed. */
+#define HR_FORTUNES_DIR "/usr/share/games/fortunes"
+typedef struct {
+    int64_t ntokens;     /* in the whole stream */
+    int64_t vocab;       /* 256 for bytes; a token file's largest id + 1 */
+    size_t bytes;        /* what the two sets hold: 2 bytes a token */
+    char what[160];      /* "fortunes: 43 files, 2576674 bytes" */
+} hr_text_info;
+hr_status hr_text_peek(const char *spec, hr_text_info *out);
+hr_status hr_text_load(const char *spec, int64_t seq, double val_fraction, hr_dataset *train, hr_dataset *val);
+/* Is spec a text source (fortunes, text:..., *.bin)? */
+bool hr_text_spec(const char *spec);
 
 /* ---- the generator shared by synthetic.c and loader.c ---------------------- */
 /* xoshiro256** seeded through splitmix64: fast, well tested, and fully
@@ -139,5 +175,8 @@ static inline uint64_t hr_rng_below(hr_rng *r, uint64_t bound) {
 
 /* Sample i of a synthetic set (d->synthetic), for dataset.c; no checks. */
 void hr_synthetic_sample(const hr_dataset *d, int64_t i, float *x, int32_t *label);
+/* Window i of a token set (d->tokens): seq ids as floats into x, the seq
+ * next ids into labels (either may be NULL); no checks. */
+void hr_token_window(const hr_dataset *d, int64_t i, float *x, int32_t *labels);
 
 #endif

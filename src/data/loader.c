@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/core.h"
 
@@ -19,6 +20,7 @@
 struct hr_loader {
     const hr_dataset *d;
     int64_t batch, nbatches, sample; /* sample: floats per sample */
+    int64_t labels;                  /* labels per sample */
     bool shuffle;
     uint64_t seed;
     int64_t *perm; /* a held set's order this epoch; rewritten only while the worker is idle */
@@ -29,6 +31,7 @@ struct hr_loader {
     float *x[2];
     int32_t *y[2];
     int64_t count[2]; /* samples in each slot's batch */
+    double when[2][2]; /* when the worker began and ended gathering each slot's batch (traces) */
 
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -95,6 +98,8 @@ static void gather(hr_loader *l, int64_t b, int s) {
         if (d->synthetic) {
             int64_t k = l->shuffle ? feistel(l, first + i) : first + i;
             hr_synthetic_sample(d, k, l->x[s] + i * l->sample, &l->y[s][i]);
+        } else if (d->tokens) {
+            hr_token_window(d, l->perm[first + i], l->x[s] + i * l->sample, l->y[s] + i * l->labels);
         } else {
             int64_t k = l->perm[first + i];
             memcpy(l->x[s] + i * l->sample, d->images + k * l->sample, bytes);
@@ -102,6 +107,12 @@ static void gather(hr_loader *l, int64_t b, int s) {
         }
     }
     l->count[s] = m;
+}
+
+static double loader_clock(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void *worker(void *arg) {
@@ -117,7 +128,9 @@ static void *worker(void *arg) {
         int64_t b = l->fill;
         l->busy = true;
         pthread_mutex_unlock(&l->mu);
+        double t0 = loader_clock();
         gather(l, b, s);
+        l->when[s][0] = t0, l->when[s][1] = loader_clock(); /* handed over with the slot, under the lock below */
         pthread_mutex_lock(&l->mu);
         l->busy = false;
         l->ready[s] = true;
@@ -138,7 +151,8 @@ static void loader_release(hr_loader *l) {
 }
 
 hr_loader *hr_loader_new(const hr_dataset *d, int64_t batch, bool shuffle, bool drop_last, uint64_t seed) {
-    if (!d || d->n < 1 || d->c < 1 || d->h < 1 || d->w < 1 || (!d->synthetic && (!d->images || !d->labels))) {
+    if (!d || d->n < 1 || d->c < 1 || d->h < 1 || d->w < 1 ||
+        (!d->synthetic && !d->tokens && (!d->images || !d->labels))) {
         hr_error_set(HR_ERR_INVALID_ARG, "hr_loader_new: the data set is NULL or empty; load one first");
         return NULL;
     }
@@ -156,6 +170,7 @@ hr_loader *hr_loader_new(const hr_dataset *d, int64_t batch, bool shuffle, bool 
     l->shuffle = shuffle;
     l->seed = seed;
     l->sample = (int64_t)d->c * d->h * d->w;
+    l->labels = hr_dataset_label_len(d);
     l->nbatches = drop_last ? d->n / batch : (d->n + batch - 1) / batch;
     l->held = -1;
     /* A batch never holds more than n samples, whatever was asked for. */
@@ -172,7 +187,8 @@ hr_loader *hr_loader_new(const hr_dataset *d, int64_t batch, bool shuffle, bool 
     while (d->synthetic && l->half < 32 && ((uint64_t)d->n - 1) >> 2 * l->half) l->half++;
     bool ok = d->synthetic || (l->perm = hr_malloc((size_t)d->n * sizeof(int64_t))) != NULL;
     for (int s = 0; s < 2 && ok; s++)
-        ok = (l->x[s] = hr_malloc((size_t)floats * sizeof(float))) && (l->y[s] = hr_malloc((size_t)rows * sizeof(int32_t)));
+        ok = (l->x[s] = hr_malloc((size_t)floats * sizeof(float))) &&
+             (l->y[s] = hr_malloc((size_t)(rows * l->labels) * sizeof(int32_t)));
     if (!ok) {
         loader_release(l);
         return NULL;
@@ -242,12 +258,19 @@ hr_status hr_loader_next(hr_loader *l, const float **x, const int32_t **labels, 
     return HR_OK;
 }
 
-size_t hr_loader_bytes(int64_t n, int64_t sample, bool synthetic, int64_t batch) {
-    int64_t rows = batch < n ? batch : n, slot, order = 0, all;
-    if (n < 0 || sample < 0 || sample == INT64_MAX || rows < 0 || !hr_mul_ok(rows, sample + 1, &slot) || !hr_mul_ok(slot, 2 * 4, &slot) ||
-        (!synthetic && !hr_mul_ok(n, 8, &order)) || !hr_add_ok(slot, order, &all))
+void hr_loader_times(const hr_loader *l, double *start, double *end) {
+    bool held = l && l->held >= 0; /* the caller's slot: the worker does not touch it */
+    *start = held ? l->when[l->held][0] : 0;
+    *end = held ? l->when[l->held][1] : 0;
+}
+
+size_t hr_loader_bytes(int64_t n, int64_t sample, int64_t labels, bool synthetic, int64_t batch) {
+    int64_t rows = batch < n ? batch : n, per, slot, order = 0, all;
+    if (n < 0 || sample < 0 || labels < 0 || rows < 0 || !hr_add_ok(sample, labels, &per) ||
+        !hr_mul_ok(rows, per, &slot) || !hr_mul_ok(slot, 2 * 4, &slot) || (!synthetic && !hr_mul_ok(n, 8, &order)) ||
+        !hr_add_ok(slot, order, &all))
         return SIZE_MAX;
-    return (size_t)all; /* sample floats and one int32 label a row, 4 bytes each; 2 slots */
+    return (size_t)all; /* sample floats and its int32 labels a row, 4 bytes each; 2 slots */
 }
 
 void hr_loader_free(hr_loader *l) {
