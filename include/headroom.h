@@ -141,6 +141,8 @@ typedef struct {
     bool nesterov;             /* SGD */
     float beta1, beta2, eps;   /* Adam, AdamW */
     float weight_decay;        /* SGD/Adam: L2 added to the gradient; AdamW: decoupled */
+    bool decay_matrices_only;  /* weight decay only for parameters of 2 or more dims: biases and norm
+                                  weights get none (GPT-2's and nanoGPT's optimizer groups) */
     float clip_norm;           /* > 0: clip by global gradient norm, as clip_grad_norm_ */
 } hr_optim_t;
 

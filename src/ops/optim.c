@@ -21,6 +21,7 @@ static void unpack_update(const hr_graph *g, const hr_node *n, void *const *ptr,
     o->n = hr_shape_numel(&g->t[n->in[0]].shape);
     if (si) {
         o->o = si->optim;
+        if (o->o.decay_matrices_only && g->t[n->in[0]].shape.ndim < 2) o->o.weight_decay = 0;
         o->lr = si->lr;
         o->t = si->t;
         if (si->sqnorm >= 0 && si->optim.clip_norm > 0) o->sqnorm = hr_ptr(ptr, si->sqnorm);

@@ -197,7 +197,41 @@ static void test_gpt_e2e(void) {
     hr_model_free(m);
 }
 
+/* ---- AdamW's groups: decay_matrices_only -------------------------------------- */
+/* One step of AdamW (weight_decay 0.5) on Linear(3, 2): with decay for
+ * matrices only, the weight moves as with decay everywhere and the bias as
+ * with no decay at all. */
+static void adamw_step(bool matrices_only, float wd, float *w, float *b) {
+    hr_model_t *m = hr_model_new("wd");
+    int x = hr_input(m, "x", 1, (int64_t[]){3});
+    x = hr_linear(m, NULL, x, 3, 2, true);
+    hr_loss_mse(m, x);
+    hr_config_t cfg = hr_config_default();
+    cfg.batch = 2, cfg.optim.kind = HR_OPTIM_ADAMW, cfg.optim.lr = 0.1f, cfg.optim.weight_decay = wd, cfg.seed = 3;
+    cfg.optim.decay_matrices_only = matrices_only;
+    hr_session_t *s = hr_compile(m, &cfg);
+    CHECK(s && hr_session_alloc(s) == HR_OK, "AdamW session: %s", hr_last_error());
+    const float xs[6] = {1, -2, 0.5f, 0.25f, 1, -1}, ts[4] = {0.5f, -1, 2, 0};
+    CHECK(s && hr_train_step(s, xs, ts, NULL) == HR_OK, "AdamW step: %s", hr_last_error());
+    if (s) {
+        hr_state_read(s, hr_state_find(s, "0.weight"), w);
+        hr_state_read(s, hr_state_find(s, "0.bias"), b);
+    }
+    hr_session_free(s);
+    hr_model_free(m);
+}
+
+static void test_decay_groups(void) {
+    float wa[6], ba[2], wb[6], bb[2], wc[6], bc[2];
+    adamw_step(true, 0.5f, wa, ba);
+    adamw_step(false, 0.5f, wb, bb);
+    adamw_step(false, 0.0f, wc, bc);
+    CHECK(!memcmp(wa, wb, sizeof wa), "decay_matrices_only: the weight (2 dims) is decayed");
+    CHECK(!memcmp(ba, bc, sizeof ba) && memcmp(ba, bb, sizeof ba), "decay_matrices_only: the bias (1 dim) is not");
+}
+
 void test_sequence(void) {
+    test_decay_groups();
     test_gpt_e2e();
     test_embedding(false);
     test_embedding(true);
