@@ -74,8 +74,18 @@ void hr_model_set_source(hr_model_t *m, const char *file, int line);
  * the batch dimension: an image input is (C, H, W). */
 int hr_input(hr_model_t *m, const char *name, int ndim, const int64_t *dims);
 int hr_linear(hr_model_t *m, const char *name, int x, int64_t in_features, int64_t out_features, bool bias);
+/* A Linear whose weight is layer `tied_to`'s weight, (out_features, in_features),
+ * one parameter with one gradient (weight tying: GPT's lm_head and its token
+ * Embedding). Checkpoints hold it under both names, as PyTorch's state_dict. */
+int hr_linear_tied(hr_model_t *m, const char *name, int x, int64_t in_features, int64_t out_features, bool bias,
+                   const char *tied_to);
 int hr_conv2d(hr_model_t *m, const char *name, int x, int64_t in_ch, int64_t out_ch, int kernel, int stride,
               int padding, bool bias);
+/* nn.Conv2d's dilation (the kernel's taps that far apart; 1: adjacent) and
+ * groups (in_ch and out_ch split into that many independent convolutions;
+ * groups == in_ch: depthwise); the weight is (out_ch, in_ch / groups, k, k). */
+int hr_conv2d_ex(hr_model_t *m, const char *name, int x, int64_t in_ch, int64_t out_ch, int kernel, int stride,
+                 int padding, int dilation, int groups, bool bias);
 int hr_relu(hr_model_t *m, const char *name, int x);
 int hr_leaky_relu(hr_model_t *m, const char *name, int x, float negative_slope);
 int hr_gelu(hr_model_t *m, const char *name, int x, bool tanh_approximation); /* approximate='tanh' */

@@ -142,6 +142,10 @@ static int name_slot(const hr_model_t *m, const char *name) {
     return i;
 }
 
+int hr_model_find_layer(const hr_model_t *m, const char *name) {
+    return m && name && m->names_cap ? m->names[name_slot(m, name)] : -1;
+}
+
 /* Room for one more layer name (rehashed at half full); false: out of memory. */
 static bool names_reserve(hr_model_t *m) {
     if (2 * (m->g.nl + 1) <= m->names_cap) return true;

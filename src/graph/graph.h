@@ -77,6 +77,7 @@ typedef struct {
     char *file;       /* model file, may be NULL */
     int line;
     int out;          /* output tensor */
+    bool tied;        /* its weight is another layer's (weight tying): its node's input 1 */
 } hr_layer;
 
 typedef struct {
@@ -110,6 +111,7 @@ struct hr_model {
 
 /* Helpers for the builders in src/ops/. */
 int hr_model_begin_layer(hr_model_t *m, const char *name, const char *type); /* layer index or -1 */
+int hr_model_find_layer(const hr_model_t *m, const char *name);               /* layer index or -1 */
 /* "layer 3 (Conv2d, model.txt:7)" for messages */
 const char *hr_layer_where(const hr_model_t *m, int layer, char *buf, size_t n);
 /* The same for a layer of any graph (a step program's); "the update" for none. */

@@ -61,37 +61,77 @@ void hr_checkpoint_fingerprint(const hr_session_t *s, char *buf, size_t n) {
 typedef struct {
     hr_session_t *s;
     int n_state;
+    const int *alias; /* entries past the state: the state each repeats (a tied weight's second name) */
 } save_ctx;
 
 static hr_status fill_state(void *ctx, int i, void *dst) {
     save_ctx *c = ctx;
-    return hr_state_read(c->s, i, dst); /* only state entries have no data pointer */
+    /* only state entries and aliases have no data pointer */
+    return hr_state_read(c->s, i < c->n_state ? i : c->alias[i - c->n_state], dst);
+}
+
+/* A layer whose weight is another's (weight tying): its own name for it,
+ * "lm_head.weight", and the state that holds it. The k-th such layer; false
+ * past the last. */
+static bool tied_name(const hr_session_t *s, int k, char *name, size_t n, int *state) {
+    const hr_graph *g = &hr_session_program(s)->g;
+    for (int L = 0; L < g->nl; L++) {
+        if (!g->l[L].tied || k--) continue;
+        for (int j = 0; j < g->nn; j++)
+            if (g->n[j].layer == L && g->n[j].op == HR_OP_LINEAR) {
+                snprintf(name, n, "%s.weight", g->l[L].name);
+                *state = hr_state_find(s, g->t[g->n[j].in[1]].name);
+                return *state >= 0;
+            }
+    }
+    return false;
+}
+
+/* Is name a tied layer's own name for its weight? */
+static bool is_tied_name(const hr_session_t *s, const char *name) {
+    char nm[320];
+    int st;
+    for (int k = 0; tied_name(s, k, nm, sizeof nm, &st); k++)
+        if (!strcmp(nm, name)) return true;
+    return false;
 }
 
 /* Is there a state tensor with this exact name? */
 static bool has_state(const hr_session_t *s, const char *name) { return hr_state_find(s, name) >= 0; }
 
 hr_status hr_checkpoint_save(hr_session_t *s, const char *path, const hr_ckpt_meta *meta) {
-    int n = hr_state_count(s), extra = 0;
+    int n = hr_state_count(s), extra = 0, ntied = 0, tstate;
+    char tname[320];
     /* PyTorch keeps num_batches_tracked beside running statistics; write it (as the step
-     * count) so load_state_dict(strict=True) finds every key it expects. */
+     * count) so load_state_dict(strict=True) finds every key it expects. A tied
+     * weight is written under each layer's name, as PyTorch's state_dict has it. */
     for (int i = 0; i < n; i++) {
         const char *name = hr_state_name(s, i);
         if (hr_state_is_param(s, i) && ends_with(name, MEAN_SUFFIX)) extra++;
     }
-    hr_st_entry *t = hr_calloc((size_t)(n + extra + 1), sizeof *t);
-    char **names = hr_calloc((size_t)(n + extra + 1), sizeof *names);
+    while (tied_name(s, ntied, tname, sizeof tname, &tstate)) ntied++;
+    hr_st_entry *t = hr_calloc((size_t)(n + ntied + extra + 1), sizeof *t);
+    char **names = hr_calloc((size_t)(n + ntied + extra + 1), sizeof *names);
     int64_t *dims = hr_calloc((size_t)(n + 1) * HR_ST_MAX_DIMS, sizeof *dims);
+    int *alias = hr_calloc((size_t)ntied + 1, sizeof *alias);
     hr_status st = HR_OK;
     int m = 0;
     int64_t step = hr_step_count(s);
-    if (!t || !names || !dims) { st = HR_ERR_OOM; goto done; }
+    if (!t || !names || !dims || !alias) { st = HR_ERR_OOM; goto done; }
     for (int i = 0; i < n; i++, m++) {
         if (!(names[m] = file_name(s, i))) { st = HR_ERR_OOM; goto done; }
         t[m].name = names[m];
         t[m].dtype = "F32";
         t[m].dims = dims + (size_t)i * HR_ST_MAX_DIMS;
         state_dims(s, i, &t[m].ndim, dims + (size_t)i * HR_ST_MAX_DIMS);
+    }
+    for (int k = 0; k < ntied; k++, m++) { /* the tied weights' second names: filled from their state */
+        tied_name(s, k, tname, sizeof tname, &tstate);
+        if (!(names[m] = hr_malloc(strlen(tname) + 1))) { st = HR_ERR_OOM; goto done; }
+        strcpy(names[m], tname);
+        t[m] = t[tstate];
+        t[m].name = names[m];
+        alias[k] = tstate;
     }
     for (int i = 0; i < n; i++) {
         const char *name = hr_state_name(s, i);
@@ -136,13 +176,14 @@ hr_status hr_checkpoint_save(hr_session_t *s, const char *path, const hr_ckpt_me
         keys[n_meta] = "headroom.input_mean", values[n_meta++] = imean;
         keys[n_meta] = "headroom.input_std", values[n_meta++] = istd;
     }
-    save_ctx ctx = {s, n};
+    save_ctx ctx = {s, n, alias};
     st = hr_safetensors_write(path, t, m, keys, values, n_meta, fill_state, &ctx);
     if (st != HR_OK) hr_error_prefix("saving checkpoint %s", path);
 done:
     if (names)
-        for (int i = 0; i < n + extra; i++) hr_free(names[i]);
+        for (int i = 0; i < n + ntied + extra; i++) hr_free(names[i]);
     hr_free(names);
+    hr_free(alias);
     hr_free(t);
     hr_free(dims);
     return st;
@@ -207,6 +248,7 @@ static void first_difference(const hr_session_t *s, const hr_safetensors_t *f, c
  * file's optimizer state aside. */
 static bool unexpected(const hr_session_t *s, const char *name, bool session_has_optim) {
     if (ends_with(name, NBT_SUFFIX)) return false; /* PyTorch's counter beside running statistics */
+    if (is_tied_name(s, name)) return false;       /* a tied weight's second name: the same values */
     if (!strncmp(name, OPTIM_PREFIX, strlen(OPTIM_PREFIX))) {
         if (!session_has_optim) return false;
         int i = hr_state_find(s, name + strlen(OPTIM_PREFIX));

@@ -270,7 +270,7 @@ static hr_status check_type(const lexer *lx, const spec *s, const param *p, valu
     case HR_ARG_BOOL: ok = v->kind == V_BOOL; break;
     case HR_ARG_PAD: ok = (v->kind == V_INT && v->i >= 0) || v->kind == V_STR; break;
     case HR_ARG_INT: ok = v->kind == V_INT; break;
-    case HR_ARG_STR: ok = v->kind == V_STR; break;
+    case HR_ARG_STR: ok = v->kind == V_STR || v->kind == V_NONE; break; /* None: not given (tied_to) */
     default: ok = false;
     }
     if (!ok)

@@ -2,10 +2,12 @@
  * parameters and their init, backward node and kernel arguments. */
 #include "ops/ops.h"
 
+#include <string.h>
+
 /* Linear: in {x (N,..., in), W (out,in), b (out)?}, out {y (N,..., out)}: the
  * rows are every position of every sample, as nn.Linear on (batch, time, in)
  * Linear.backward: in {x, W, dy}, out {dx, dW, db} */
-int hr_linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_f, bool bias) {
+static int linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_f, bool bias, const char *tied_to) {
     if (!hr_model_check_tensor(m, x, "Linear")) return -1;
     int L = hr_model_begin_layer(m, name, "Linear");
     if (L < 0) return -1;
@@ -34,7 +36,25 @@ int hr_linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_
     n.a.out_f = out_f;
     n.a.bias = bias;
     n.in[0] = x;
-    n.in[1] = hr_model_add_param(m, L, "weight", 2, (int64_t[]){out_f, in_f}, HR_T_PARAM);
+    if (tied_to) { /* the other layer's weight: the same tensor, so one gradient sums both uses */
+        int T = hr_model_find_layer(m, tied_to), w = -1;
+        char wn[300];
+        snprintf(wn, sizeof wn, "%s.weight", tied_to);
+        for (int t = 0; T >= 0 && t < m->g.nt && w < 0; t++)
+            if (m->g.t[t].kind == HR_T_PARAM && m->g.t[t].layer == T && !strcmp(m->g.t[t].name, wn)) w = t;
+        if (w < 0)
+            return hr_build_fail(m, L, HR_ERR_SHAPE, "tied_to='%s': %s", tied_to,
+                                 T < 0 ? "no layer before this one has that name" : "that layer has no weight");
+        const hr_shape *ws = &m->g.t[w].shape;
+        if (ws->ndim != 2 || ws->d[0] != out_f || ws->d[1] != in_f)
+            return hr_build_fail(m, L, HR_ERR_SHAPE, "tied_to='%s': its weight is %s, but this layer's must be "
+                                 "(%lld, %lld), (out_features, in_features)", tied_to,
+                                 hr_shape_str(ws, sb, sizeof sb), (long long)out_f, (long long)in_f);
+        n.in[1] = w;
+        m->g.l[L].tied = true;
+    } else {
+        n.in[1] = hr_model_add_param(m, L, "weight", 2, (int64_t[]){out_f, in_f}, HR_T_PARAM);
+    }
     n.nin = 2;
     if (n.in[1] < 0) return -1;
     if (bias) {
@@ -50,8 +70,29 @@ int hr_linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_
     return hr_build_node(m, &n);
 }
 
+int hr_linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_f, bool bias) {
+    return linear(m, name, x, in_f, out_f, bias, NULL);
+}
+
+int hr_linear_tied(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_f, bool bias, const char *tied_to) {
+    if (!tied_to) {
+        hr_error_set(HR_ERR_INVALID_ARG, "hr_linear_tied: tied_to is NULL; name the layer whose weight to share");
+        return -1;
+    }
+    return linear(m, name, x, in_f, out_f, bias, tied_to);
+}
+
+/* Linear(in, out, bias=True, tied_to='layer'): tied_to is headroom's, the
+ * model file's way of writing nanoGPT's `wte.weight = lm_head.weight` */
 static int build(hr_model_t *m, const char *name, const hr_layer_call *c) {
-    return hr_linear(m, name, c->x[0], c->a[0].i, c->a[1].i, c->a[2].i);
+    char tied[128] = "";
+    const hr_arg *t = &c->a[3];
+    if (!t->none) {
+        if (t->len < 3 || t->len - 2 >= (int)sizeof tied)
+            return hr_model_fail(m, HR_ERR_PARSE, "Linear tied_to=%.*s: give a layer's name in quotes", t->len, t->src);
+        snprintf(tied, sizeof tied, "%.*s", t->len - 2, t->src + 1); /* the name without its quotes */
+    }
+    return linear(m, name, c->x[0], c->a[0].i, c->a[1].i, c->a[2].i, tied[0] ? tied : NULL);
 }
 
 /* Shared with Conv2d's (conv2d.c): both take {x, W, b} and give {dx, dW, db}. */
@@ -121,7 +162,8 @@ static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
 }
 
 static const hr_layer_sig layers[] = {
-    {"Linear", {HR_REQ("in_features", HR_ARG_SIZE), HR_REQ("out_features", HR_ARG_SIZE), HR_OPT("bias", HR_ARG_BOOL, "True")},
+    {"Linear", {HR_REQ("in_features", HR_ARG_SIZE), HR_REQ("out_features", HR_ARG_SIZE), HR_OPT("bias", HR_ARG_BOOL, "True"),
+                HR_OPT("tied_to", HR_ARG_STR, "None")},
      HR_LAYER_ONE, build},
     {0},
 };

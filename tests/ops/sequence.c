@@ -154,6 +154,7 @@ static void test_attention(int64_t N, int64_t T, int64_t C, int64_t H) {
  * 2 LayerNorm(C) -> 3 Linear(C, 3C) -> 4 attention (H heads) -> 5 Linear(C, C)
  * -> 6 Add(1) -> 7 Linear(C, V) -> CrossEntropyLoss at every position */
 enum { G_B = 2, G_T = 4, G_V = 5, G_C = 6, G_H = 2 };
+static bool g_tied; /* 7 Linear shares 0's weight (weight tying) */
 
 static double fwd_gpt(void *c_) {
     e2e *e = c_;
@@ -174,13 +175,14 @@ static double fwd_gpt(void *c_) {
     ref_attention(&ac, att, NULL);
     ref_linear(att, P(e, "5.weight"), P(e, "5.bias"), R, C, C, pr);
     for (int i = 0; i < R * C; i++) x1[i] = x0[i] + pr[i];
-    ref_linear(x1, P(e, "7.weight"), P(e, "7.bias"), R, C, V, lg);
+    ref_linear(x1, g_tied ? wte : P(e, "7.weight"), P(e, "7.bias"), R, C, V, lg);
     int lab[G_B * G_T];
     for (int i = 0; i < R; i++) lab[i] = e->lab[i];
     return ref_ce(lg, lab, R, V);
 }
 
-static void test_gpt_e2e(void) {
+static void test_gpt_e2e(bool tied) {
+    g_tied = tied;
     hr_model_t *m = hr_model_new("gpt");
     int tok = hr_input(m, "tokens", 1, (int64_t[]){G_T});
     int x0 = hr_embedding(m, NULL, tok, G_V, G_C);
@@ -190,10 +192,11 @@ static void test_gpt_e2e(void) {
     x = hr_causal_attention(m, NULL, x, G_H);
     x = hr_linear(m, NULL, x, G_C, G_C, true);
     x = hr_add(m, NULL, x0, x);
-    x = hr_linear(m, NULL, x, G_C, G_V, true);
+    x = tied ? hr_linear_tied(m, NULL, x, G_C, G_V, true, "0") : hr_linear(m, NULL, x, G_C, G_V, true);
     CHECK(hr_loss_cross_entropy(m, x, G_V) >= 0, "tiny GPT: %s", hr_last_error());
-    e2e_check_model("model tiny GPT (Embedding, positions, LayerNorm, attention, CE at every position)", m, G_B, G_T,
-                    G_T, G_V, G_V, fwd_gpt);
+    e2e_check_model(tied ? "model tiny GPT, lm_head tied to the Embedding (one weight, both gradients)"
+                         : "model tiny GPT (Embedding, positions, LayerNorm, attention, CE at every position)",
+                    m, G_B, G_T, G_T, G_V, G_V, fwd_gpt);
     hr_model_free(m);
 }
 
@@ -232,7 +235,8 @@ static void test_decay_groups(void) {
 
 void test_sequence(void) {
     test_decay_groups();
-    test_gpt_e2e();
+    test_gpt_e2e(false);
+    test_gpt_e2e(true);
     test_embedding(false);
     test_embedding(true);
     test_attention(1, 1, 4, 1);   /* one position: the softmax of one score */
