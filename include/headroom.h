@@ -121,6 +121,12 @@ int hr_log_softmax(hr_model_t *m, const char *name, int x);
  * inputs. The loss is a mean over the batch, as PyTorch's default. */
 int hr_loss_cross_entropy(hr_model_t *m, int logits, int64_t num_classes);
 int hr_loss_mse(hr_model_t *m, int pred);
+/* Initial values: "pytorch" (each layer's default, nn.Linear's uniform, nn.Embedding's
+ * N(0, 1), ...) or "gpt2" (GPT-2's and nanoGPT's: the weights of Linear and the
+ * embeddings N(0, 0.02), biases 0, each residual projection's weight (a layer
+ * named *c_proj right before an Add) N(0, 0.02 / sqrt(2 x the attention
+ * layers)); norms as PyTorch's). A model file writes `init gpt2`. */
+hr_status hr_model_set_init(hr_model_t *m, const char *scheme);
 /* A frozen parameter gets no gradient and no optimizer state. */
 hr_status hr_model_freeze(hr_model_t *m, const char *param_name);
 

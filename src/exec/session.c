@@ -174,7 +174,10 @@ const hr_report_t *hr_session_report(const hr_session_t *s) { return s ? &s->pla
 /* Each parameter and buffer takes its initial values from the descriptor of
  * the forward node that reads it (PyTorch's default init of that layer);
  * parameter k (in state order) draws from stream 1000 + k. */
-static void init_state(const hr_graph *g, int n_fwd, int tensor, int index, uint64_t seed, float *v) {
+static bool gpt2_init(const hr_graph *g, int n_fwd, const hr_node *n, int slot, uint64_t seed, uint64_t stream,
+                      float *v);
+
+static void init_state(const hr_graph *g, int n_fwd, int tensor, int index, uint64_t seed, bool gpt2, float *v) {
     int copy = -1; /* mixed precision: the layer reads the tensor's half copy */
     for (int s = 0; s < n_fwd; s++) {
         const hr_node *n = &g->n[s];
@@ -182,11 +185,35 @@ static void init_state(const hr_graph *g, int n_fwd, int tensor, int index, uint
         if (n->op == HR_OP_CAST && n->in[0] == tensor) copy = n->out[0];
         for (int i = 0; i < n->nin; i++)
             if ((n->in[i] == tensor || (copy >= 0 && n->in[i] == copy)) && d->init) {
-                d->init(g, n, i, seed, 1000 + (uint64_t)index, v);
+                if (!gpt2 || !gpt2_init(g, n_fwd, n, i, seed, 1000 + (uint64_t)index, v))
+                    d->init(g, n, i, seed, 1000 + (uint64_t)index, v);
                 return;
             }
     }
     memset(v, 0, sizeof(float) * (size_t)hr_shape_numel(&g->t[tensor].shape));
+}
+
+/* GPT-2's scheme (nanoGPT's _init_weights): Linear and embedding weights
+ * N(0, 0.02), a *c_proj weight N(0, 0.02 / sqrt(2 n_layer)) with n_layer the
+ * attention layers, biases 0; false for what it leaves to the layer's default. */
+static bool gpt2_init(const hr_graph *g, int n_fwd, const hr_node *n, int slot, uint64_t seed, uint64_t stream,
+                      float *v) {
+    if (n->op != HR_OP_LINEAR && n->op != HR_OP_EMBEDDING && n->op != HR_OP_POS_EMBEDDING) return false;
+    const hr_tensor *t = &g->t[n->in[slot]];
+    int64_t cnt = hr_shape_numel(&t->shape);
+    if (slot == 2) { /* a bias */
+        memset(v, 0, sizeof(float) * (size_t)cnt);
+        return true;
+    }
+    double std = 0.02;
+    size_t len = strlen(t->name), tail = strlen("c_proj.weight");
+    if (n->op == HR_OP_LINEAR && len >= tail && !strcmp(t->name + len - tail, "c_proj.weight")) {
+        int layers = 0;
+        for (int k = 0; k < n_fwd; k++) layers += g->n[k].op == HR_OP_ATTENTION;
+        if (layers) std /= sqrt(2.0 * layers);
+    }
+    hr_init_normal(cnt, std, seed, stream, v);
+    return true;
 }
 
 static hr_status upload_initial_state(hr_session_t *s) {
@@ -206,7 +233,8 @@ static hr_status upload_initial_state(hr_session_t *s) {
         if (t->kind == HR_T_OPTSTATE)
             memset(buf, 0, sizeof(float) * (size_t)n);
         else
-            init_state(g, s->prog.n_fwd, s->state[k], t->kind == HR_T_PARAM ? index : -1, s->prog.cfg.seed, buf);
+            init_state(g, s->prog.n_fwd, s->state[k], t->kind == HR_T_PARAM ? index : -1, s->prog.cfg.seed,
+                       s->model && s->model->init_gpt2, buf);
         if (t->kind == HR_T_PARAM) index++;
         st = s->be->upload(s->be, s->ptr[s->state[k]], buf, sizeof(float) * (size_t)n);
     }

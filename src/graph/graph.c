@@ -142,6 +142,15 @@ static int name_slot(const hr_model_t *m, const char *name) {
     return i;
 }
 
+hr_status hr_model_set_init(hr_model_t *m, const char *scheme) {
+    if (!m || !scheme) return hr_error_set(HR_ERR_INVALID_ARG, "hr_model_set_init: NULL argument");
+    if (strcmp(scheme, "pytorch") && strcmp(scheme, "gpt2"))
+        return hr_error_set(HR_ERR_INVALID_ARG, "init '%s': the schemes are pytorch (each layer's default) and gpt2",
+                            scheme);
+    m->init_gpt2 = !strcmp(scheme, "gpt2");
+    return HR_OK;
+}
+
 int hr_model_find_layer(const hr_model_t *m, const char *name) {
     return m && name && m->names_cap ? m->names[name_slot(m, name)] : -1;
 }

@@ -100,6 +100,7 @@ struct hr_model {
     char *src_file; /* where the next layer comes from, for messages */
     int src_line;
     int input, label, output, loss;
+    bool init_gpt2; /* hr_model_set_init(m, "gpt2"): GPT-2's initial values, not each layer's default */
     int nparams;    /* layers with parameters get them in this order (state_dict order) */
     bool broken;    /* a builder failed: compile refuses */
     bool oom;       /* ... because host memory ran out */

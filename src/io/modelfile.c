@@ -490,6 +490,19 @@ static hr_status input_line(builder *b) {
     return add_name(b, "input", b->input);
 }
 
+/* `init gpt2` (or `init pytorch`, the default): the model's initial values */
+static hr_status init_line(builder *b) {
+    lexer *lx = &b->lx;
+    char buf[40];
+    int n = ident(lx);
+    const char *w = lx->p - n;
+    if (!n || (!same(w, n, "gpt2") && !same(w, n, "pytorch")))
+        return errf(lx, HR_ERR_PARSE, "init takes gpt2 (GPT-2's initial values) or pytorch (each layer's default), "
+                    "found %s", n ? (snprintf(buf, sizeof buf, "%.*s", n < 30 ? n : 30, w), buf) : next_text(lx, buf, sizeof buf));
+    if (line_end(lx) != HR_OK) return HR_ERR_PARSE;
+    return same(w, n, "gpt2") ? hr_model_set_init(b->m, "gpt2") : hr_model_set_init(b->m, "pytorch");
+}
+
 static hr_status statement(builder *b) {
     lexer *lx = &b->lx;
     lexer save = *lx;
@@ -498,6 +511,7 @@ static hr_status statement(builder *b) {
     skip_space(lx);
     bool call_or_label = lx->p < lx->end && (*lx->p == '(' || *lx->p == '=');
     if (n && same(word, n, "input") && !call_or_label) return input_line(b);
+    if (n && same(word, n, "init") && !call_or_label) return init_line(b);
     if (b->loss_line) return errf(lx, HR_ERR_PARSE, "nothing may follow the loss line (line %d)", b->loss_line);
     call c;
     if (n && same(word, n, "loss") && !call_or_label) {

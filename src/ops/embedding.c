@@ -101,14 +101,9 @@ static hr_status backward(hr_autodiff *ad, const hr_node *f) {
     return hr_ad_emit(ad, &n) < 0 ? HR_ERR_OOM : HR_OK;
 }
 
-/* N(0, 1), as nn.Embedding.reset_parameters: Box-Muller on two uniforms
- * of the parameter's stream a value. */
+/* N(0, 1), as nn.Embedding.reset_parameters. */
 static void init(const hr_graph *g, const hr_node *n, int slot, uint64_t seed, uint64_t stream, float *v) {
-    int64_t cnt = hr_shape_numel(&g->t[n->in[slot]].shape);
-    for (int64_t i = 0; i < cnt; i++) {
-        double u1 = hr_rng_uniform(seed, stream, 2 * (uint64_t)i), u2 = hr_rng_uniform(seed, stream, 2 * (uint64_t)i + 1);
-        v[i] = (float)(sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2));
-    }
+    hr_init_normal(hr_shape_numel(&g->t[n->in[slot]].shape), 1.0, seed, stream, v);
 }
 
 static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a) {

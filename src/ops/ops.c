@@ -215,6 +215,13 @@ int64_t hr_numel_from(const hr_graph *g, int t, int from) {
     return r;
 }
 
+void hr_init_normal(int64_t n, double std, uint64_t seed, uint64_t stream, float *v) {
+    for (int64_t i = 0; i < n; i++) {
+        double u1 = hr_rng_uniform(seed, stream, 2 * (uint64_t)i), u2 = hr_rng_uniform(seed, stream, 2 * (uint64_t)i + 1);
+        v[i] = (float)(std * sqrt(-2.0 * log(1.0 - u1)) * cos(6.283185307179586 * u2));
+    }
+}
+
 void hr_init_fan_in(const hr_tensor *w, int64_t n, uint64_t seed, uint64_t stream, float *v) {
     int64_t fan_in = 1;
     for (int d = 1; d < w->shape.ndim; d++) fan_in *= w->shape.d[d];

@@ -206,5 +206,7 @@ int64_t hr_numel_from(const hr_graph *g, int t, int from);
 /* PyTorch's default init of a weighted layer's weight or bias:
  * U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in = the weight's dims past the first. */
 void hr_init_fan_in(const hr_tensor *w, int64_t n, uint64_t seed, uint64_t stream, float *v);
+/* N(0, std^2), Box-Muller on two uniforms of (seed, stream) a value. */
+void hr_init_normal(int64_t n, double std, uint64_t seed, uint64_t stream, float *v);
 
 #endif

@@ -233,7 +233,57 @@ static void test_decay_groups(void) {
     CHECK(!memcmp(ba, bc, sizeof ba) && memcmp(ba, bb, sizeof ba), "decay_matrices_only: the bias (1 dim) is not");
 }
 
+/* ---- GPT-2's initial values ------------------------------------------------ */
+static double state_std(hr_session_t *s, const char *name, double *mean) {
+    int i = hr_state_find(s, name);
+    int64_t n = 1;
+    for (int d = 0; i >= 0 && d < hr_state_ndim(s, i); d++) n *= hr_state_dim(s, i, d);
+    float *v = malloc(sizeof(float) * (size_t)n);
+    CHECK(i >= 0 && hr_state_read(s, i, v) == HR_OK, "read %s", name);
+    double m = 0, q = 0;
+    for (int64_t k = 0; k < n; k++) m += v[k] / (double)n;
+    for (int64_t k = 0; k < n; k++) q += (v[k] - m) * (v[k] - m) / (double)n;
+    free(v);
+    *mean = m;
+    return sqrt(q);
+}
+
+static void test_gpt2_init(void) {
+    for (int gpt2 = 0; gpt2 < 2; gpt2++) {
+        hr_model_t *m = hr_model_new("init");
+        int x = hr_input(m, "tokens", 1, (int64_t[]){8});
+        x = hr_embedding(m, "wte", x, 256, 64);
+        x = hr_linear(m, "attn.c_attn", x, 64, 192, true);
+        x = hr_causal_attention(m, NULL, x, 2);
+        x = hr_linear(m, "attn.c_proj", x, 64, 64, true);
+        x = hr_linear(m, "head", x, 64, 256, true);
+        hr_loss_cross_entropy(m, x, 256);
+        CHECK(hr_model_set_init(m, gpt2 ? "gpt2" : "pytorch") == HR_OK, "set_init");
+        CHECK(hr_model_set_init(m, "xavier") == HR_ERR_INVALID_ARG && strstr(hr_last_error(), "'xavier'"),
+              "an unknown scheme is refused");
+        hr_config_t cfg = hr_config_default();
+        cfg.batch = 1;
+        hr_session_t *s = hr_compile(m, &cfg);
+        CHECK(s && hr_session_alloc(s) == HR_OK, "init session: %s", hr_last_error());
+        if (s) {
+            double mw, mb, mp, me;
+            double sw = state_std(s, "attn.c_attn.weight", &mw), sb = state_std(s, "attn.c_attn.bias", &mb);
+            double sp = state_std(s, "attn.c_proj.weight", &mp), se = state_std(s, "wte.weight", &me);
+            if (gpt2)
+                CHECK(fabs(sw / 0.02 - 1) < 0.05 && sb == 0 && mb == 0 && fabs(sp / (0.02 / sqrt(2.0)) - 1) < 0.08 &&
+                          fabs(se / 0.02 - 1) < 0.05 && fabs(mw) < 0.002,
+                      "gpt2: std %.4f (0.02), bias %.3g/%.3g (0), c_proj %.4f (0.0141), wte %.4f (0.02)", sw, sb, mb, sp, se);
+            else /* nn.Linear's U(+-1/8): std 1/8/sqrt(3); nn.Embedding's N(0, 1) */
+                CHECK(fabs(sw / (0.125 / sqrt(3.0)) - 1) < 0.05 && sb > 0.05 && fabs(se - 1) < 0.05,
+                      "pytorch: std %.4f (0.0722), bias std %.4f, wte %.4f (1)", sw, sb, se);
+        }
+        hr_session_free(s);
+        hr_model_free(m);
+    }
+}
+
 void test_sequence(void) {
+    test_gpt2_init();
     test_decay_groups();
     test_gpt_e2e(false);
     test_gpt_e2e(true);
