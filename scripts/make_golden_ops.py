@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """make_golden_ops.py — reference values from PyTorch (CPU, float32, one thread)
 for the ops that no seed model uses: GELU (erf and tanh), SiLU, Sigmoid, Tanh,
-LeakyReLU and LayerNorm, forward and backward, into tests/golden/ops.safetensors
-(read by tests/test_golden_ops.c).
+LeakyReLU, LayerNorm, and Conv2d with groups and dilation (CONV_CASES),
+forward and backward, into tests/golden/ops.safetensors (read by
+tests/test_golden_ops.c).
 
     /usr/bin/python3 scripts/make_golden_ops.py                 # writes tests/golden/ops.safetensors
     /usr/bin/python3 scripts/make_golden_ops.py --out /tmp/g    # elsewhere
@@ -59,6 +60,19 @@ CASES = [
 ]
 LN_EPS = 1e-5  # nn.LayerNorm's default
 
+# Conv2d with groups and dilation: name, x (N, C, H, W), out_channels,
+# kernel_size, stride, padding, dilation, groups, bias, first stream s.
+# x = 2u-1 on s, weight (K, C/groups, k, k) = (2u-1)/2 on s+1, bias = 2u-1 on
+# s+2, dy = 2u-1 on s+3. Stored: y, dx, dweight, dbias (with a bias).
+CONV_CASES = [
+    ("conv_g2", (2, 4, 7, 7), 6, 3, 1, 1, 1, 2, True, 3200),
+    ("conv_dw", (2, 8, 9, 9), 8, 3, 1, 1, 1, 8, True, 3210),
+    ("conv_dw_x2", (2, 4, 8, 8), 8, 3, 2, 1, 1, 4, False, 3220),
+    ("conv_dil2", (2, 3, 11, 10), 5, 3, 2, 2, 2, 1, True, 3230),
+    ("conv_dw_dil2", (2, 6, 9, 9), 6, 3, 1, 2, 2, 6, True, 3240),
+    ("conv_g3_dil3", (2, 6, 10, 10), 9, 2, 1, 1, 3, 3, True, 3250),
+]
+
 
 def draw(stream, shape, scale):
     n = int(np.prod(shape))
@@ -103,6 +117,21 @@ def run_case(case, dtype):
             raise ValueError(op)
         y.backward(dy)
         out["y"], out["dx"] = y.detach(), x.grad
+    return out
+
+
+def run_conv_case(case, dtype):
+    """The conv case's stored tensors (name -> tensor), computed in dtype."""
+    name, xs, K, k, stride, pad, dil, groups, bias, s = case
+    x = draw(s, xs, 1).to(dtype).requires_grad_(True)
+    w = draw(s + 1, (K, xs[1] // groups, k, k), 0.5).to(dtype).requires_grad_(True)
+    b = draw(s + 2, (K,), 1).to(dtype).requires_grad_(True) if bias else None
+    y = F.conv2d(x, w, b, stride=stride, padding=pad, dilation=dil, groups=groups)
+    dy = draw(s + 3, tuple(y.shape), 1).to(dtype)
+    y.backward(dy)
+    out = {"y": y.detach(), "dx": x.grad, "dweight": w.grad}
+    if bias:
+        out["dbias"] = b.grad
     return out
 
 
@@ -225,6 +254,19 @@ def main():
             recs.append(("%s.%s" % (name, k), v.numpy().astype(np.float32)))
         if not args.no_f64:
             r64 = run_case(case, torch.float64)
+            for k, v in r32.items():
+                a, b = v.to(torch.float64), r64[k]
+                scale = b.abs().max().item() or 1.0
+                report.append(("%s.%s" % (name, k), v.numel(), (a - b).abs().max().item() / scale))
+
+    for case in CONV_CASES:
+        name = case[0]
+        recs.append((name + ".x_head", draw(case[-1], case[1], 1).reshape(-1)[:X_HEAD].numpy()))
+        r32 = run_conv_case(case, torch.float32)
+        for k, v in r32.items():
+            recs.append(("%s.%s" % (name, k), v.numpy().astype(np.float32)))
+        if not args.no_f64:
+            r64 = run_conv_case(case, torch.float64)
             for k, v in r32.items():
                 a, b = v.to(torch.float64), r64[k]
                 scale = b.abs().max().item() or 1.0

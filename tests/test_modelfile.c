@@ -30,6 +30,17 @@ static void check_output(const char *path, int ndim, const int64_t *dims) {
     hr_model_free(m);
 }
 
+static void check_output_text(const char *path, const char *text, int ndim, const int64_t *dims) {
+    hr_model_t *m = hr_modelfile_parse(text, path);
+    CHECK(m != NULL, "%s: %s", path, hr_last_error());
+    if (!m) return;
+    int o = hr_model_output(m);
+    bool ok = hr_tensor_ndim(m, o) == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = hr_tensor_dim(m, o, i) == dims[i];
+    CHECK(ok, "%s: output shape", path);
+    hr_model_free(m);
+}
+
 /* Compiles a model and checks that a parameter has the given shape. */
 static void check_param(const char *path, const char *text, const char *param, int ndim, const int64_t *dims) {
     hr_model_t *m = text ? hr_modelfile_parse(text, path) : hr_modelfile_load(path);
@@ -57,6 +68,8 @@ static void test_examples(void) {
     check_output("examples/deep_cnn.model", 1, ten);
     check_output("examples/fashion.model", 1, ten);
     check_output("examples/resnet_tiny.model", 1, ten);
+    check_output("examples/resnet20.model", 1, ten);
+    check_output("bench/models/mobilenet_v1.model", 1, ten);
     /* Names as nn.Sequential gives them: every layer line counts. */
     check_param("examples/fashion.model", NULL, "0.weight", 4, (int64_t[]){32, 1, 3, 3});
     check_param("examples/fashion.model", NULL, "5.running_var", 1, (int64_t[]){64});
@@ -67,6 +80,20 @@ static void test_examples(void) {
     check_param("examples/resnet_tiny.model", NULL, "right.weight", 4, (int64_t[]){16, 16, 3, 3});
     check_param("examples/resnet_tiny.model", NULL, "left.weight", 4, (int64_t[]){16, 16, 1, 1});
     check_param("examples/resnet_tiny.model", NULL, "17.weight", 2, (int64_t[]){10, 32});
+    check_param("examples/resnet20.model", NULL, "l2_0_sc.weight", 4, (int64_t[]){32, 16, 1, 1});
+    check_param("examples/resnet20.model", NULL, "l3_2_conv2.weight", 4, (int64_t[]){64, 64, 3, 3});
+    check_param("bench/models/mobilenet_v1.model", NULL, "3.weight", 4, (int64_t[]){32, 1, 3, 3}); /* depthwise */
+    /* grouped, depthwise and dilated convolutions: the weight is (K, C/groups, k, k) */
+    const char *gd = "input 4 9 9\ng = Conv2d(4, 6, 3, groups=2)\ndw = Conv2d(6, 6, 3, padding=1, groups=6, bias=False)\n"
+                     "dm = Conv2d(6, 12, 3, stride=2, padding=2, dilation=2, groups=6)\n"
+                     "same = Conv2d(12, 4, 3, padding='same', dilation=2)\nFlatten()\nloss MSELoss";
+    check_param("gd.model", gd, "g.weight", 4, (int64_t[]){6, 2, 3, 3});
+    check_param("gd.model", gd, "dw.weight", 4, (int64_t[]){6, 1, 3, 3});
+    check_param("gd.model", gd, "dm.weight", 4, (int64_t[]){12, 1, 3, 3});
+    check_param("gd.model", gd, "dm.bias", 1, (int64_t[]){12});
+    check_param("gd.model", gd, "same.weight", 4, (int64_t[]){4, 12, 3, 3});
+    /* 9 -> 7 (k3) -> 7 (k3 p1) -> 4 ((7 + 4 - 5) / 2 + 1) -> 4 (same): 4 x 4 x 4 */
+    check_output_text("gd.model", gd, 1, (int64_t[]){64});
 
     hr_model_t *m = hr_modelfile_load("examples/deep_cnn_broken.model");
     const char *msg = hr_last_error();
@@ -119,7 +146,7 @@ static const bad_case bad[] = {
     {HEAD "ReLU(x=1)\nloss MSELoss", HR_ERR_PARSE, 2, "ReLU has no argument 'x'"},
     {HEAD "Linear(4)\nloss MSELoss", HR_ERR_PARSE, 2, "Linear is missing its argument 'out_features'"},
     {HEAD "Linear\nloss MSELoss", HR_ERR_PARSE, 2, "Linear is missing its argument 'in_features'"},
-    {HEAD "Linear(4, 2, True, 5)\nloss MSELoss", HR_ERR_PARSE, 2, "at most 3 positional arguments but 4 were given"},
+    {HEAD "ReLU(True, 5)\nloss MSELoss", HR_ERR_PARSE, 2, "ReLU takes at most 1 positional argument but 2 were given"},
     {HEAD "Flatten(0)\nloss MSELoss", HR_ERR_UNSUPPORTED, 2, "Flatten with start_dim=0 is not supported"},
     {HEAD "Linear(4, 2.5)\nloss MSELoss", HR_ERR_PARSE, 2, "out_features must be a positive integer, got 2.5"},
     {HEAD "Linear(4, x)\nloss MSELoss", HR_ERR_PARSE, 2, "out_features must be a positive integer, got x"},
@@ -160,7 +187,26 @@ static const bad_case bad[] = {
     {HEAD "Linear(5, 2)\nloss MSELoss", HR_ERR_SHAPE, 2, "in_features is 5"},
     {IMG "Linear(64, 2)\nloss MSELoss", HR_ERR_SHAPE, 2, "add Flatten()"},
     {IMG "Conv2d(3, 2, 3)\nloss MSELoss", HR_ERR_SHAPE, 2, "in_channels is 3"},
-    {IMG "Conv2d(1, 2, 3, dilation=2)\nloss MSELoss", HR_ERR_UNSUPPORTED, 2, "dilation=2 is not supported by headroom"},
+    /* groups and dilation: nn.Conv2d's rules */
+    {IMG "Conv2d(1, 2, 3, groups=2)\nloss MSELoss", HR_ERR_INVALID_ARG, 2, "in_channels (1) must be divisible by groups (2)"},
+    {"input 4 8 8\nConv2d(4, 6, 3, groups=4)\nloss MSELoss", HR_ERR_INVALID_ARG, 2,
+     "out_channels (6) must be divisible by groups (4)"},
+    {"input 4 8 8\nConv2d(4, 8, 3, groups=8)\nloss MSELoss", HR_ERR_INVALID_ARG, 2,
+     "in_channels (4) must be divisible by groups (8)"},
+    {IMG "Conv2d(1, 2, 3, groups=0)\nloss MSELoss", HR_ERR_PARSE, 2, "groups must be a positive integer, got 0"},
+    {IMG "Conv2d(1, 2, 3, dilation=0)\nloss MSELoss", HR_ERR_PARSE, 2, "dilation must be a positive integer, got 0"},
+    {IMG "Conv2d(1, 2, 3, dilation=-2)\nloss MSELoss", HR_ERR_PARSE, 2, "dilation must be a positive integer, got -2"},
+    {IMG "Conv2d(1, 2, 3, groups=1.5)\nloss MSELoss", HR_ERR_PARSE, 2, "groups must be a positive integer, got 1.5"},
+    {IMG "Conv2d(1, 2, 3, dilation=(2, 1))\nloss MSELoss", HR_ERR_UNSUPPORTED, 2, "dilation=(2, 1): headroom supports only"},
+    {IMG "Conv2d(1, 2, 3, dilation=4)\nloss MSELoss", HR_ERR_SHAPE, 2,
+     "kernel_size 3 with dilation 4 reaches over 9 pixels, more than the padded input 8x8"},
+    {IMG "Conv2d(1, 2, 2, dilation=3, padding='same')\nloss MSELoss", HR_ERR_UNSUPPORTED, 2,
+     "padding='same' needs stride 1 and an even dilation * (kernel_size - 1)"},
+    {IMG "Conv2d(1, 2, 3, dilation=2000000)\nloss MSELoss", HR_ERR_PARSE, 2, "dilation or groups is too large"},
+    {IMG "Conv2d(1, 2, 3, dilation=2000000, padding='same')\nloss MSELoss", HR_ERR_PARSE, 2,
+     "kernel_size or dilation is too large"},
+    {IMG "Conv2d(1, 2, 3, padding_mode='reflect')\nloss MSELoss", HR_ERR_UNSUPPORTED, 2,
+     "padding_mode='reflect' is not supported by headroom"},
     {IMG "Conv2d(1, 2, (3, 5))\nloss MSELoss", HR_ERR_UNSUPPORTED, 2, "only square kernels"},
     {IMG "Conv2d(1, 2, 4, padding='same')\nloss MSELoss", HR_ERR_UNSUPPORTED, 2, "odd kernel_size"},
     {IMG "Conv2d(1, 2, 3, padding='full')\nloss MSELoss", HR_ERR_PARSE, 2, "'same' or 'valid'"},
@@ -177,6 +223,25 @@ static const bad_case bad[] = {
     {HEAD "Linear(4, 2, bias='yes)\nloss MSELoss", HR_ERR_PARSE, 2, "unterminated string"},
     {HEAD "\xc3\xa9\nloss MSELoss", HR_ERR_PARSE, 2, "expected a layer"},
     {HEAD "= ReLU()\nloss MSELoss", HR_ERR_PARSE, 2, "expected a layer"},
+    /* sequences: token ids, attention, tied weights, initial values */
+    {HEAD "init xavier\nloss MSELoss", HR_ERR_PARSE, 2, "init takes gpt2 (GPT-2's initial values) or pytorch"},
+    {HEAD "init\nloss MSELoss", HR_ERR_PARSE, 2, "init takes gpt2"},
+    {HEAD "a. = ReLU()\nloss MSELoss", HR_ERR_PARSE, 2, "unknown layer 'a'"},
+    {IMG "Embedding(10, 4)\nloss MSELoss", HR_ERR_SHAPE, 2, "Embedding takes (batch, time) token ids"},
+    {IMG "Conv2d(1, 1, 1)\nEmbedding(10, 4)\nloss MSELoss", HR_ERR_SHAPE, 3, "cannot follow another layer"},
+    {"input 8\nEmbedding(10, 4)\nCausalSelfAttention(4, 2)\nloss MSELoss", HR_ERR_SHAPE, 3,
+     "takes the 3 x 4 = 12 channels of q, k and v, but its input has 4"},
+    {"input 8\nEmbedding(10, 6)\nCausalSelfAttention(2, 4)\nloss MSELoss", HR_ERR_INVALID_ARG, 3,
+     "num_heads is 4; it must divide the 2 channels"},
+    {"input 8\nEmbedding(10, 4)\nPositionEmbedding(6, 4)\nloss MSELoss", HR_ERR_SHAPE, 3,
+     "the sequence has 8 positions but the table only 6"},
+    {"input 8\nwte = Embedding(10, 4)\nLinear(4, 10, tied_to='wpe')\nloss CrossEntropyLoss", HR_ERR_SHAPE, 3,
+     "tied_to='wpe': no layer before this one has that name"},
+    {"input 8\nwte = Embedding(10, 4)\nLinear(4, 12, tied_to='wte')\nloss CrossEntropyLoss", HR_ERR_SHAPE, 3,
+     "its weight is [10, 4], but this layer's must be (12, 4)"},
+    {"input 8\nwte = Embedding(10, 4)\nLinear(4, 10, tied_to=wte)\nloss CrossEntropyLoss", HR_ERR_PARSE, 3,
+     "tied_to must be a string"},
+    {"input 8\nEmbedding(10, 4, padding_idx=1)\nloss MSELoss", HR_ERR_UNSUPPORTED, 2, "padding_idx"},
 };
 
 static void test_bad(void) {
@@ -216,6 +281,33 @@ static void test_files(void) {
     hr_model_free(m);
 }
 
+/* hr_conv2d_ex's own checks (the model files' parser catches non-positive
+ * values before it): status, layer and numbers in the message. */
+static void test_conv_api(void) {
+    static const struct { int k, stride, pad, dil, groups; int64_t cin, cout; hr_status st; const char *needle; } c[] = {
+        {3, 1, 1, 0, 1, 4, 8, HR_ERR_INVALID_ARG, "dilation and groups must be positive (got dilation=0 groups=1)"},
+        {3, 1, 1, 1, -2, 4, 8, HR_ERR_INVALID_ARG, "(got dilation=1 groups=-2)"},
+        {3, 1, 1, 1, 3, 4, 6, HR_ERR_INVALID_ARG, "in_channels (4) must be divisible by groups (3)"},
+        {3, 1, 1, 1, 4, 4, 6, HR_ERR_INVALID_ARG, "out_channels (6) must be divisible by groups (4)"},
+        {3, 1, 0, 3, 1, 4, 8, HR_ERR_SHAPE, "kernel_size 3 with dilation 3 reaches over 7 pixels"},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        hr_model_t *m = hr_model_new("conv_api");
+        int x = hr_input(m, "x", 3, (int64_t[]){4, 6, 6});
+        int y = hr_conv2d_ex(m, "dwc", x, c[i].cin, c[i].cout, c[i].k, c[i].stride, c[i].pad, c[i].dil, c[i].groups, true);
+        const char *msg = hr_last_error();
+        CHECK(y < 0 && last_status() == c[i].st && strstr(msg, c[i].needle) && strstr(msg, "dwc"),
+              "conv api case %zu: %d, %s: %s", i, y, hr_status_name(last_status()), msg);
+        hr_model_free(m);
+    }
+    hr_model_t *m = hr_model_new("conv_api");
+    int x = hr_input(m, "x", 3, (int64_t[]){4, 6, 6});
+    int y = hr_conv2d_ex(m, NULL, x, 4, 8, 3, 2, 2, 2, 4, false); /* (6 + 4 - 5) / 2 + 1 = 3 */
+    CHECK(y >= 0 && hr_tensor_dim(m, y, 0) == 8 && hr_tensor_dim(m, y, 1) == 3 && hr_tensor_dim(m, y, 2) == 3,
+          "hr_conv2d_ex output: %s", hr_last_error());
+    hr_model_free(m);
+}
+
 /* Every allocation fails in turn: NULL with HR_ERR_OOM, nothing leaked (valgrind). */
 static void test_faults(void) {
     FILE *f = fopen("examples/resnet_tiny.model", "rb");
@@ -240,11 +332,34 @@ static void test_faults(void) {
           (long long)total);
 }
 
+/* Dotted names (PyTorch's module paths) name parameters and are referenced;
+ * `init gpt2` and a tied weight parse; a next-token model's output is (time, vocabulary). */
+static void test_sequences(void) {
+    const char *gpt = "input 8\ninit gpt2\ntransformer.wte = Embedding(10, 4)\nx0 = PositionEmbedding(8, 4)\n"
+                      "transformer.h.0.attn.c_attn = Linear(4, 12)\nCausalSelfAttention(4, 2)\n"
+                      "transformer.h.0.attn.c_proj = Linear(4, 4)\nr = Add(x0)\nAdd(transformer.h.0.attn.c_proj)\n"
+                      "lm_head = Linear(4, 10, bias=False, tied_to='transformer.wte')\nloss CrossEntropyLoss\n";
+    check_param("gpt.model", gpt, "transformer.h.0.attn.c_attn.weight", 2, (int64_t[]){12, 4});
+    check_param("gpt.model", gpt, "transformer.wte.weight", 2, (int64_t[]){10, 4});
+    check_output_text("gpt.model", gpt, 2, (int64_t[]){8, 10});
+    hr_model_t *m = hr_modelfile_parse(gpt, "gpt.model");
+    hr_config_t cfg = hr_config_default();
+    cfg.batch = 2;
+    hr_session_t *s = m ? hr_compile(m, &cfg) : NULL;
+    CHECK(s && hr_state_find(s, "lm_head.weight") < 0, "a tied Linear has no weight of its own");
+    hr_session_free(s);
+    hr_model_free(m);
+    check_output("examples/char_gpt.model", 2, (int64_t[]){256, 256});
+    check_output("examples/gpt2.model", 2, (int64_t[]){1024, 50257});
+}
+
 int main(void) {
     test_examples();
+    test_sequences();
     test_syntax();
     test_bad();
     test_files();
+    test_conv_api();
     test_faults();
     TEST_END();
 }

@@ -63,35 +63,66 @@ static void test_linear(bool bias) {
 }
 
 /* ---- Conv2d ----------------------------------------------------------------- */
+/* nn.Conv2d with dilation and groups, from its definition: output channel o
+ * of group g = o / (K/G) sums input channels g C/G .. (g+1) C/G - 1 at
+ * (oh s - p + i dil, ow s - p + j dil); W is (K, C/G, k, k). */
+static void ref_conv_gd(const double *x, const double *W, const double *b, int N, int C, int H, int Wd, int K, int k,
+                        int s, int p, int dil, int G, double *y) {
+    int ke = dil * (k - 1) + 1, OH = (H + 2 * p - ke) / s + 1, OW = (Wd + 2 * p - ke) / s + 1, Cg = C / G, Kg = K / G;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < K; o++)
+            for (int oh = 0; oh < OH; oh++)
+                for (int ow = 0; ow < OW; ow++) {
+                    double acc = b ? b[o] : 0;
+                    for (int cg = 0; cg < Cg; cg++) {
+                        int c = o / Kg * Cg + cg;
+                        for (int i = 0; i < k; i++)
+                            for (int j = 0; j < k; j++) {
+                                int ih = oh * s - p + i * dil, iw = ow * s - p + j * dil;
+                                if (ih < 0 || ih >= H || iw < 0 || iw >= Wd) continue;
+                                acc += x[((n * C + c) * H + ih) * Wd + iw] * W[((o * Cg + cg) * k + i) * k + j];
+                            }
+                    }
+                    y[((n * K + o) * OH + oh) * OW + ow] = acc;
+                }
+}
+
 typedef struct {
     double *x, *W, *b, *w, *y;
-    int N, C, H, Wd, K, k, s, p, OH, OW;
+    int N, C, H, Wd, K, k, s, p, dil, G, OH, OW;
 } conv_ctx;
 static double conv_loss(void *c_) {
     conv_ctx *c = c_;
-    ref_conv(c->x, c->W, c->b, c->N, c->C, c->H, c->Wd, c->K, c->k, c->s, c->p, c->y);
+    if (c->dil == 1 && c->G == 1)
+        ref_conv(c->x, c->W, c->b, c->N, c->C, c->H, c->Wd, c->K, c->k, c->s, c->p, c->y);
+    else
+        ref_conv_gd(c->x, c->W, c->b, c->N, c->C, c->H, c->Wd, c->K, c->k, c->s, c->p, c->dil, c->G, c->y);
     return wsum(c->w, c->y, (int64_t)c->N * c->K * c->OH * c->OW);
 }
 
-static void test_conv(int N, int C, int H, int Wd, int K, int ks, int s, int p, bool bias) {
+/* groups G and dilation dil as nn.Conv2d's; the node is made as
+ * hr_conv2d_ex makes it */
+static void test_conv_ex(int N, int C, int H, int Wd, int K, int ks, int s, int p, int dil, int G, bool bias) {
     char op[64];
-    snprintf(op, sizeof op, "Conv2d(k%d,s%d,p%d%s)", ks, s, p, bias ? "" : ",nobias");
+    snprintf(op, sizeof op, "Conv2d(k%d,s%d,p%d,d%d,g%d%s)", ks, s, p, dil, G, bias ? "" : ",nobias");
     const double tol = 1e-4;
-    conv_ctx c = {.N = N, .C = C, .H = H, .Wd = Wd, .K = K, .k = ks, .s = s, .p = p};
-    c.OH = (H + 2 * p - ks) / s + 1, c.OW = (Wd + 2 * p - ks) / s + 1;
-    int nx = N * C * H * Wd, nw = K * C * ks * ks, ny = N * K * c.OH * c.OW;
+    conv_ctx c = {.N = N, .C = C, .H = H, .Wd = Wd, .K = K, .k = ks, .s = s, .p = p, .dil = dil, .G = G};
+    int ke = dil * (ks - 1) + 1;
+    c.OH = (H + 2 * p - ke) / s + 1, c.OW = (Wd + 2 * p - ke) / s + 1;
+    int nx = N * C * H * Wd, nw = K * (C / G) * ks * ks, ny = N * K * c.OH * c.OW;
     c.x = dalloc(nx), c.W = dalloc(nw), c.b = bias ? dalloc(K) : NULL, c.w = dalloc(ny), c.y = dalloc(ny);
     fill(c.x, nx, -1, 1), fill(c.W, nw, -1, 1), fill(c.w, ny, -1, 1);
     if (bias) fill(c.b, K, -1, 1);
     kt k;
     kt_init(&k);
-    int x = KT(&k, N, C, H, Wd), W = KT(&k, K, C, ks, ks), b = bias ? KT(&k, K) : -1;
+    int x = KT(&k, N, C, H, Wd), W = KT(&k, K, C / G, ks, ks), b = bias ? KT(&k, K) : -1;
     int y = KT(&k, N, K, c.OH, c.OW), dy = KT(&k, N, K, c.OH, c.OW);
-    int dx = KT(&k, N, C, H, Wd), dW = KT(&k, K, C, ks, ks), db = bias ? KT(&k, K) : -1;
+    int dx = KT(&k, N, C, H, Wd), dW = KT(&k, K, C / G, ks, ks), db = bias ? KT(&k, K) : -1;
     kt_set(&k, x, c.x), kt_set(&k, W, c.W), kt_set(&k, dy, c.w);
     if (bias) kt_set(&k, b, c.b);
     hr_node n = hr_node_make(HR_OP_CONV2D, -1);
     n.a.in_f = C, n.a.out_f = K, n.a.kh = n.a.kw = ks, n.a.sh = n.a.sw = s, n.a.ph = n.a.pw = p, n.a.bias = bias;
+    n.a.groups = G, n.a.dil_h = n.a.dil_w = dil;
     n.in[0] = x, n.in[1] = W, n.in[2] = b, n.nin = bias ? 3 : 2;
     n.out[0] = y, n.nout = 1;
     kt_fillf(&k, y, NAN);
@@ -111,6 +142,10 @@ static void test_conv(int N, int C, int H, int Wd, int K, int ks, int s, int p, 
     check_backward(&k, &bw, refs, op, tol, true);
     kt_free(&k);
     free(c.x), free(c.W), free(c.b), free(c.w), free(c.y), free(gx), free(gW), free(gb);
+}
+
+static void test_conv(int N, int C, int H, int Wd, int K, int ks, int s, int p, bool bias) {
+    test_conv_ex(N, C, H, Wd, K, ks, s, p, 1, 1, bias);
 }
 
 /* ---- elementwise: ReLU, Add, Reshape/Copy, Dropout ------------------------- */
@@ -513,7 +548,8 @@ static void test_loss(bool ce) {
 static const char *const op_tests[HR_OP_COUNT] = {
     [HR_OP_LINEAR] = "test_linear: forward, bias and bias=False",
     [HR_OP_LINEAR_BWD] = "test_linear: Linear's gradient check (dx, dW, db)",
-    [HR_OP_CONV2D] = "test_conv: forward, 8 shapes (1x1, strides, padding, even and 5x5 kernels)",
+    [HR_OP_CONV2D] = "test_conv: forward, 8 shapes (1x1, strides, padding, even and 5x5 kernels); test_conv_ex: "
+                     "groups, depthwise (x1, x2), dilation",
     [HR_OP_CONV2D_BWD] = "test_conv: Conv2d's gradient check (dx, dW, db)",
     [HR_OP_RELU] = "test_relu: forward, in place",
     [HR_OP_RELU_BWD] = "test_relu: ReLU's gradient check (from float y), in place",
@@ -587,6 +623,16 @@ int main(void) {
     test_conv(2, 2, 5, 6, 2, 2, 1, 0, true);  /* even kernel */
     test_conv(5, 1, 4, 4, 2, 3, 1, 0, false); /* no padding */
     test_conv(2, 2, 6, 6, 3, 3, 3, 2, true);  /* stride 3, padding 2 */
+    /* (N, C, H, W, K, kernel, stride, padding, dilation, groups, bias) */
+    test_conv_ex(3, 4, 5, 5, 6, 3, 1, 1, 1, 2, true);  /* groups 2 */
+    test_conv_ex(3, 3, 5, 5, 3, 3, 1, 1, 1, 3, true);  /* depthwise: groups = C = K */
+    test_conv_ex(2, 3, 5, 6, 6, 3, 2, 1, 1, 3, false); /* depthwise, channel multiplier 2 (K = 2C), stride 2 */
+    test_conv_ex(3, 2, 9, 8, 3, 3, 2, 2, 2, 1, true);  /* dilation 2, stride 2, padding 2 */
+    test_conv_ex(2, 3, 6, 7, 2, 2, 1, 1, 3, 1, true);  /* even kernel, dilation 3 */
+    test_conv_ex(2, 4, 7, 7, 4, 3, 1, 2, 2, 4, true);  /* depthwise and dilated */
+    test_conv_ex(3, 4, 4, 4, 6, 1, 1, 0, 1, 2, true);  /* 1x1 grouped: the direct path, a group at a time */
+    test_conv_ex(2, 6, 6, 5, 4, 3, 2, 1, 2, 2, false); /* groups 2, dilation 2, stride 2 */
+    test_conv_ex(2, 3, 1, 4, 6, 3, 1, 2, 2, 3, true);  /* depthwise x2 on one row: taps that read only padding */
     test_relu();
     test_pool(true, 2, 3, 4, 4, 2, 2, 2, false);
     test_pool(true, 2, 2, 7, 7, 3, 3, 2, false); /* overlapping windows */

@@ -254,7 +254,7 @@ static hr_status check_type(const lexer *lx, const spec *s, const param *p, valu
         for (int i = 1; i < v->n; i++)
             if (v->tup[i] != v->tup[0])
                 return errf(lx, HR_ERR_UNSUPPORTED, "%s %s=%.*s: headroom supports only square kernels and equal "
-                            "strides and paddings; write one number", s->name, p->name, v->len, v->src);
+                            "strides, paddings and dilations; write one number", s->name, p->name, v->len, v->src);
         if (v->n > 2)
             return errf(lx, HR_ERR_PARSE, "%s %s=%.*s: expected 1 or 2 sizes", s->name, p->name, v->len, v->src);
         v->kind = V_INT;

@@ -68,39 +68,58 @@ hr_status hr_cpu_linear_bwd(void *ctx, const hr_kargs *a) {
 }
 
 /* ---- Conv2d ---------------------------------------------------------------- */
+/* groups G: group g convolves channels [g Cg, (g+1) Cg) of x with weight rows
+ * [g Kg, (g+1) Kg) into those output channels, one GEMM each; C and the
+ * column buffer below are a group's (Cg = C/G channels, ckk = Cg kh kw rows). */
 typedef struct {
-    int N, C, H, W, K, kh, kw, sh, sw, ph, pw, OH, OW;
-    int ckk, ohw;
+    int N, C, H, W, K, kh, kw, sh, sw, ph, pw, dh, dw, OH, OW;
+    int G, Kg;    /* groups; output channels a group */
+    int ckk, ohw; /* a group's column rows; output pixels */
 } conv_dims;
 
 static conv_dims dims_of(const hr_conv_args *c) {
     conv_dims d;
-    d.N = (int)c->N, d.C = (int)c->C, d.H = (int)c->H, d.W = (int)c->W;
+    d.G = c->groups > 0 ? c->groups : 1; /* 0: args made without them, as before groups */
+    d.N = (int)c->N, d.C = (int)c->C / d.G, d.H = (int)c->H, d.W = (int)c->W;
     d.K = (int)c->K, d.kh = c->kh, d.kw = c->kw, d.sh = c->sh, d.sw = c->sw, d.ph = c->ph, d.pw = c->pw;
+    d.dh = c->dil_h > 0 ? c->dil_h : 1, d.dw = c->dil_w > 0 ? c->dil_w : 1;
     d.OH = (int)c->OH, d.OW = (int)c->OW;
+    d.Kg = d.K / d.G;
     d.ckk = d.C * d.kh * d.kw;
     d.ohw = d.OH * d.OW;
     return d;
 }
 
-/* Samples run in parallel, one column buffer per thread; the backward pass
- * also needs one dW partial per thread, summed at the end. */
+/* Depthwise (one input channel a group, any channel multiplier): direct loops
+ * over the taps, no columns, where a GEMM a channel would be 1 x OH OW x kh kw.
+ * A 1x1 stride-1 unpadded kernel takes the GEMM's direct path instead. */
+static bool depthwise(const conv_dims *d) {
+    return d->C == 1 && !(d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->ph == 0 && d->pw == 0);
+}
+
+/* A thread's column buffer: one group's columns (none for depthwise). */
+static size_t col_floats(const conv_dims *d) { return depthwise(d) ? 0 : (size_t)d->ckk * (size_t)d->ohw; }
+
+/* Samples run in parallel, one column buffer (one group's) per thread; the
+ * backward pass also needs one dW partial (all groups) per thread, summed at the end. */
 size_t hr_cpu_workspace_size(const hr_cpu *c, const hr_kargs *a) {
     if (a->op != HR_OP_CONV2D && a->op != HR_OP_CONV2D_BWD) return 0;
     conv_dims d = dims_of(&a->conv);
     int64_t th = c->nthreads < a->conv.N ? c->nthreads : a->conv.N; /* the batch may not fit an int */
-    size_t col = (size_t)d.ckk * (size_t)d.ohw;
+    size_t col = col_floats(&d);
     size_t part = a->op == HR_OP_CONV2D_BWD ? (size_t)d.K * (size_t)d.ckk + (size_t)d.K : 0;
     return sizeof(float) * (size_t)th * (col + part);
 }
 
+/* x: one group's Cg channels of a sample; tap (ki, kj) reads x at
+ * (oh sh - ph + ki dh, ow sw - pw + kj dw), zero outside */
 static void im2col(const conv_dims *d, const float *x, float *col) {
     for (int c = 0; c < d->C; c++)
         for (int ki = 0; ki < d->kh; ki++)
             for (int kj = 0; kj < d->kw; kj++) {
                 float *row = col + ((size_t)(c * d->kh + ki) * d->kw + kj) * d->ohw;
                 for (int oh = 0; oh < d->OH; oh++) {
-                    int ih = oh * d->sh - d->ph + ki;
+                    int ih = oh * d->sh - d->ph + ki * d->dh;
                     float *r = row + (size_t)oh * d->OW;
                     if (ih < 0 || ih >= d->H) {
                         memset(r, 0, sizeof(float) * (size_t)d->OW);
@@ -108,7 +127,7 @@ static void im2col(const conv_dims *d, const float *x, float *col) {
                     }
                     const float *xr = x + ((size_t)c * d->H + ih) * d->W;
                     for (int ow = 0; ow < d->OW; ow++) {
-                        int iw = ow * d->sw - d->pw + kj;
+                        int iw = ow * d->sw - d->pw + kj * d->dw;
                         r[ow] = iw >= 0 && iw < d->W ? xr[iw] : 0.0f;
                     }
                 }
@@ -121,41 +140,74 @@ static void col2im_add(const conv_dims *d, const float *col, float *dx) {
             for (int kj = 0; kj < d->kw; kj++) {
                 const float *row = col + ((size_t)(c * d->kh + ki) * d->kw + kj) * d->ohw;
                 for (int oh = 0; oh < d->OH; oh++) {
-                    int ih = oh * d->sh - d->ph + ki;
+                    int ih = oh * d->sh - d->ph + ki * d->dh;
                     if (ih < 0 || ih >= d->H) continue;
                     float *xr = dx + ((size_t)c * d->H + ih) * d->W;
                     const float *r = row + (size_t)oh * d->OW;
                     for (int ow = 0; ow < d->OW; ow++) {
-                        int iw = ow * d->sw - d->pw + kj;
+                        int iw = ow * d->sw - d->pw + kj * d->dw;
                         if (iw >= 0 && iw < d->W) xr[iw] += r[ow];
                     }
                 }
             }
 }
 
+/* The outputs o (0 <= o < n_out) whose tap at offset `off` reads inside the
+ * input: 0 <= o s - p + off < n_in; [*lo, *hi], empty when *hi < *lo. */
+static void tap_range(int n_out, int n_in, int s, int p, int off, int *lo, int *hi) {
+    int a = p - off, b = n_in - 1 + p - off;
+    *lo = a > 0 ? (a + s - 1) / s : 0;
+    *hi = b < 0 ? -1 : b / s < n_out - 1 ? b / s : n_out - 1;
+}
+
+/* Depthwise, one output plane k of a sample: what each tap (ki, kj) of its
+ * kh x kw weights w joins, the input plane x (H x W) and the output plane y
+ * (OH x OW). mode 0: y += w x (forward); 1: x += w y (dx from dy in y);
+ * 2: w += sum x y (dW from dy in y). */
+static void dw_plane(const conv_dims *d, int mode, float *w, float *x, float *y) {
+    for (int ki = 0; ki < d->kh; ki++) {
+        int oh0, oh1;
+        tap_range(d->OH, d->H, d->sh, d->ph, ki * d->dh, &oh0, &oh1);
+        for (int kj = 0; kj < d->kw; kj++) {
+            int ow0, ow1;
+            tap_range(d->OW, d->W, d->sw, d->pw, kj * d->dw, &ow0, &ow1);
+            if (ow1 < ow0) continue; /* the tap reads only padding */
+            float wv = w[ki * d->kw + kj], acc = 0.0f;
+            for (int oh = oh0; oh <= oh1; oh++) {
+                float *xr = x + (size_t)(oh * d->sh - d->ph + ki * d->dh) * d->W + (ow0 * d->sw - d->pw + kj * d->dw);
+                float *yr = y + (size_t)oh * d->OW + ow0;
+                int n = ow1 - ow0 + 1, s = d->sw;
+                if (mode == 0)
+                    for (int j = 0; j < n; j++) yr[j] += wv * xr[j * s];
+                else if (mode == 1)
+                    for (int j = 0; j < n; j++) xr[j * s] += wv * yr[j];
+                else
+                    for (int j = 0; j < n; j++) acc += xr[j * s] * yr[j];
+            }
+            if (mode == 2) w[ki * d->kw + kj] += acc;
+        }
+    }
+}
+
 static int threads_for(const hr_cpu *c, int N) { return c->nthreads < N ? c->nthreads : N; }
 
 hr_status hr_cpu_conv2d(void *ctx, const hr_kargs *a) {
+    hr_status dnnl_st;
+    if (hr_cpu_dnnl_conv(ctx, a, &dnnl_st)) return dnnl_st; /* oneDNN, where faster (cpu_dnnl.c) */
     const hr_cpu *cp = ctx;
     const hr_conv_args *cv = &a->conv;
     conv_dims d = dims_of(cv);
     const float *x = cv->x, *Wt = cv->w, *b = cv->b;
     float *y = cv->y, *ws = a->ws;
     int th = threads_for(cp, d.N);
-    size_t col_n = (size_t)d.ckk * d.ohw;
-    bool direct = d.kh == 1 && d.kw == 1 && d.sh == 1 && d.sw == 1 && d.ph == 0 && d.pw == 0;
+    size_t col_n = col_floats(&d);
+    bool direct = d.kh == 1 && d.kw == 1 && d.sh == 1 && d.sw == 1 && d.ph == 0 && d.pw == 0, dwise = depthwise(&d);
 #pragma omp parallel for num_threads(th) schedule(static)
     for (int i = 0; i < d.N; i++) {
         int me = 0;
 #ifdef _OPENMP
         me = omp_get_thread_num();
 #endif
-        const float *xi = x + (size_t)i * d.C * d.H * d.W;
-        float *col = ws + (size_t)me * col_n;
-        if (direct)
-            col = (float *)xi;
-        else
-            im2col(&d, xi, col);
         float *yi = y + (size_t)i * d.K * d.ohw;
         float beta = 0.0f;
         if (b) {
@@ -163,14 +215,31 @@ hr_status hr_cpu_conv2d(void *ctx, const hr_kargs *a) {
                 for (int j = 0; j < d.ohw; j++) yi[(size_t)k * d.ohw + j] = b[k];
             beta = 1.0f;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.K, d.ohw, d.ckk, 1.0f, Wt, d.ckk, col, d.ohw, beta, yi,
-                    d.ohw);
+        if (dwise) {
+            if (!b) memset(yi, 0, sizeof(float) * (size_t)d.K * d.ohw);
+            for (int k = 0; k < d.K; k++)
+                dw_plane(&d, 0, (float *)Wt + (size_t)k * d.ckk, (float *)x + ((size_t)i * d.G + k / d.Kg) * d.H * d.W,
+                         yi + (size_t)k * d.ohw);
+            continue;
+        }
+        for (int g = 0; g < d.G; g++) {
+            const float *xg = x + ((size_t)i * d.G + g) * d.C * d.H * d.W;
+            float *col = ws + (size_t)me * col_n;
+            if (direct)
+                col = (float *)xg;
+            else
+                im2col(&d, xg, col);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.Kg, d.ohw, d.ckk, 1.0f, Wt + (size_t)g * d.Kg * d.ckk,
+                        d.ckk, col, d.ohw, beta, yi + (size_t)g * d.Kg * d.ohw, d.ohw);
+        }
     }
     return HR_OK;
 }
 
 /* Workspace: per thread a column buffer and a (dW, db) partial sum. */
 hr_status hr_cpu_conv2d_bwd(void *ctx, const hr_kargs *a) {
+    hr_status dnnl_st;
+    if (hr_cpu_dnnl_conv(ctx, a, &dnnl_st)) return dnnl_st; /* oneDNN, where faster (cpu_dnnl.c) */
     const hr_cpu *cp = ctx;
     const hr_conv_args *cv = &a->conv;
     conv_dims d = dims_of(cv);
@@ -178,7 +247,8 @@ hr_status hr_cpu_conv2d_bwd(void *ctx, const hr_kargs *a) {
     float *dx = cv->dx, *dW = cv->dw, *db = cv->db;
     float *ws = a->ws;
     int th = threads_for(cp, d.N);
-    size_t col_n = (size_t)d.ckk * d.ohw, part_n = (size_t)d.K * d.ckk + d.K;
+    size_t col_n = col_floats(&d), part_n = (size_t)d.K * d.ckk + d.K;
+    bool dwise = depthwise(&d);
     float *parts = ws + (size_t)th * col_n;
     memset(parts, 0, sizeof(float) * part_n * (size_t)th);
     /* dx may have x's bytes (the planner's in-place): sample i's dx is
@@ -191,10 +261,14 @@ hr_status hr_cpu_conv2d_bwd(void *ctx, const hr_kargs *a) {
 #endif
         float *col = ws + (size_t)me * col_n, *pw = parts + (size_t)me * part_n;
         const float *dyi = dy + (size_t)i * d.K * d.ohw;
-        if (dW) {
-            im2col(&d, x + (size_t)i * d.C * d.H * d.W, col);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.K, d.ckk, d.ohw, 1.0f, dyi, d.ohw, col, d.ohw, 1.0f,
-                        pw, d.ckk);
+        size_t xs = (size_t)d.C * d.H * d.W; /* one group's channels of a sample */
+        for (int k = 0; dW && dwise && k < d.K; k++) /* x read only: the casts keep dw_plane's one signature */
+            dw_plane(&d, 2, pw + (size_t)k * d.ckk, (float *)x + ((size_t)i * d.G + k / d.Kg) * xs,
+                     (float *)dyi + (size_t)k * d.ohw);
+        for (int g = 0; dW && !dwise && g < d.G; g++) {
+            im2col(&d, x + ((size_t)i * d.G + g) * xs, col);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.Kg, d.ckk, d.ohw, 1.0f, dyi + (size_t)g * d.Kg * d.ohw,
+                        d.ohw, col, d.ohw, 1.0f, pw + (size_t)g * d.Kg * d.ckk, d.ckk);
         }
         if (db)
             for (int k = 0; k < d.K; k++) {
@@ -203,11 +277,16 @@ hr_status hr_cpu_conv2d_bwd(void *ctx, const hr_kargs *a) {
                 pw[(size_t)d.K * d.ckk + k] += s;
             }
         if (dx) {
-            float *dxi = dx + (size_t)i * d.C * d.H * d.W;
-            if (!cv->acc_dx) memset(dxi, 0, sizeof(float) * (size_t)d.C * d.H * d.W);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.ckk, d.ohw, d.K, 1.0f, Wt, d.ckk, dyi, d.ohw, 0.0f,
-                        col, d.ohw);
-            col2im_add(&d, col, dxi);
+            float *dxi = dx + (size_t)i * d.G * xs;
+            if (!cv->acc_dx) memset(dxi, 0, sizeof(float) * (size_t)d.G * xs);
+            for (int k = 0; dwise && k < d.K; k++)
+                dw_plane(&d, 1, (float *)Wt + (size_t)k * d.ckk, dxi + (size_t)(k / d.Kg) * xs,
+                         (float *)dyi + (size_t)k * d.ohw);
+            for (int g = 0; !dwise && g < d.G; g++) {
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.ckk, d.ohw, d.Kg, 1.0f, Wt + (size_t)g * d.Kg * d.ckk,
+                            d.ckk, dyi + (size_t)g * d.Kg * d.ohw, d.ohw, 0.0f, col, d.ohw);
+                col2im_add(&d, col, dxi + (size_t)g * xs);
+            }
         }
     }
     if (dW || db)

@@ -10,6 +10,7 @@
  * tensors of fewer than 2^31 elements) and the algorithms chosen for it. */
 struct hr_cuda_conv {
     int N, C, H, W, K, kh, kw, sh, sw, ph, pw, OH, OW;
+    int G, dh, dw; /* groups (the filter is K x C/G x kh x kw), dilation */
     int align; /* bytes every call's x and y pointers keep: 16, or one element where chunks start off a 16-byte line */
     bool tf32;
     hr_dtype dt; /* x, W and y (dy, dx, and the dW cuDNN writes): F32, BF16 or F16; FP32 arithmetic always */

@@ -18,6 +18,7 @@
 typedef struct {
     int64_t N, C, H, W, K, OH, OW;
     int kh, kw, sh, sw, ph, pw;
+    int G, dh, dw; /* groups, dilation */
     int64_t chunk; /* samples per cuDNN call */
     hr_dtype dt;
 } conv_shape;
@@ -27,17 +28,24 @@ static const void *at(const void *p, int64_t k, hr_dtype t) {
     return (const char *)p + k * (int64_t)hr_dtype_size(t);
 }
 
+/* 0 (args made before groups and dilation existed): 1 */
+static int one_if_unset(int v) { return v > 0 ? v : 1; }
+
+/* The weight's elements: K x C/groups x kh x kw. */
+static int64_t w_numel(const hr_conv_args *v) { return v->K * (v->C / one_if_unset(v->groups)) * v->kh * v->kw; }
+
 /* A half node's dW in dt at the head of the workspace, cuDNN's scratch after
  * it (256-byte aligned); F32: none. */
 static size_t dw_half_bytes(const hr_conv_args *v, hr_dtype dt) {
     if (dt == HR_F32 || !v->dw) return 0;
-    return hr_align_up((size_t)(v->K * v->C * v->kh * v->kw) * hr_dtype_size(dt), HR_ALIGN);
+    return hr_align_up((size_t)w_numel(v) * hr_dtype_size(dt), HR_ALIGN);
 }
 
 static bool shape_of(const hr_cuda *c, const hr_conv_args *v, hr_dtype dt, conv_shape *s) {
     s->dt = dt;
     s->N = v->N, s->C = v->C, s->H = v->H, s->W = v->W, s->K = v->K, s->OH = v->OH, s->OW = v->OW;
     s->kh = v->kh, s->kw = v->kw, s->sh = v->sh, s->sw = v->sw, s->ph = v->ph, s->pw = v->pw;
+    s->G = one_if_unset(v->groups), s->dh = one_if_unset(v->dil_h), s->dw = one_if_unset(v->dil_w);
     int64_t per = s->C * s->H * s->W, out = s->K * s->OH * s->OW;
     if (out > per) per = out;
     if (per <= 0 || per > c->max_elems || s->K > INT_MAX || s->H > INT_MAX || s->W > INT_MAX) return false;
@@ -57,7 +65,7 @@ static int align_of(const conv_shape *s) {
 static bool same(const hr_cuda_conv *p, const conv_shape *s, int64_t N, bool tf32) {
     return p->N == N && p->align == align_of(s) && p->C == s->C && p->H == s->H && p->W == s->W && p->K == s->K &&
            p->kh == s->kh && p->kw == s->kw && p->sh == s->sh && p->sw == s->sw && p->ph == s->ph && p->pw == s->pw &&
-           p->tf32 == tf32 && p->dt == s->dt;
+           p->G == s->G && p->dh == s->dh && p->dw == s->dw && p->tf32 == tf32 && p->dt == s->dt;
 }
 
 static hr_status conv_new(hr_cuda *c, const conv_shape *s, int64_t N, hr_cuda_conv **out) {
@@ -76,6 +84,7 @@ static hr_status conv_new(hr_cuda *c, const conv_shape *s, int64_t N, hr_cuda_co
     p->N = (int)N, p->C = (int)s->C, p->H = (int)s->H, p->W = (int)s->W, p->K = (int)s->K;
     p->kh = s->kh, p->kw = s->kw, p->sh = s->sh, p->sw = s->sw, p->ph = s->ph, p->pw = s->pw;
     p->OH = (int)s->OH, p->OW = (int)s->OW;
+    p->G = s->G, p->dh = s->dh, p->dw = s->dw;
     p->align = align_of(s);
     p->tf32 = c->allow_tf32;
     p->dt = s->dt;
@@ -89,9 +98,10 @@ static hr_status conv_new(hr_cuda *c, const conv_shape *s, int64_t N, hr_cuda_co
     DNN(d, d->CreateConvolutionDescriptor(&p->cd));
     DNN(d, d->SetTensor4dDescriptor(p->xd, HR_CUDNN_TENSOR_NCHW, ty, p->N, p->C, p->H, p->W));
     DNN(d, d->SetTensor4dDescriptor(p->yd, HR_CUDNN_TENSOR_NCHW, ty, p->N, p->K, p->OH, p->OW));
-    DNN(d, d->SetFilter4dDescriptor(p->wd, ty, HR_CUDNN_TENSOR_NCHW, p->K, p->C, p->kh, p->kw));
-    DNN(d, d->SetConvolution2dDescriptor(p->cd, p->ph, p->pw, p->sh, p->sw, 1, 1, HR_CUDNN_CROSS_CORRELATION,
+    DNN(d, d->SetFilter4dDescriptor(p->wd, ty, HR_CUDNN_TENSOR_NCHW, p->K, p->C / p->G, p->kh, p->kw));
+    DNN(d, d->SetConvolution2dDescriptor(p->cd, p->ph, p->pw, p->sh, p->sw, p->dh, p->dw, HR_CUDNN_CROSS_CORRELATION,
                                          HR_CUDNN_DATA_FLOAT));
+    if (p->G > 1) DNN(d, d->SetConvolutionGroupCount(p->cd, p->G));
     return HR_OK;
 }
 
@@ -353,7 +363,7 @@ hr_status hr_cuda_conv2d_bwd(void *ctx, const hr_kargs *a) {
             DNN(d, d->BackwardFilter(d->h, &one, p->xd, xc, p->yd, dyc, p->cd, p->algo[BWD_FILTER], fws, fwsz,
                                      !half_dw && add ? &one : &zero, p->wd, dwo));
         }
-        if (half_dw) HR_CU(hrk_cast(c->stream, dwo, dt, dw, HR_F32, s.K * s.C * s.kh * s.kw, add));
+        if (half_dw) HR_CU(hrk_cast(c->stream, dwo, dt, dw, HR_F32, w_numel(v), add));
     }
     if (gd && !v->acc_dx && !hr_cudnn_op_tuned(gd) && (st = hr_conv_algo_tune_op(c, gd, w, dy, dx, ws, wsz)) != HR_OK)
         return st;

@@ -62,6 +62,7 @@ hr_cudnn_op *hr_conv_algo_graph_op(hr_cuda *c, hr_cuda_conv *p, int which, bool 
     if (!autotune(c)) flags |= HR_ENGINE_FIRST_ONLY;
     hr_conv_dims dims = {.n = p->N, .c = p->C, .h = p->H, .w = p->W, .k = p->K, .r = p->kh, .s = p->kw,
                          .oh = p->OH, .ow = p->OW, .pad = {p->ph, p->pw}, .stride = {p->sh, p->sw},
+                         .dil = {p->dh, p->dw}, .groups = p->G,
                          .align = p->align, .dtype = hr_conv_dnn_type(p->dt)};
     size_t cap = autotune(c) ? HR_CUDA_CONV_TUNE_WS : HR_CUDA_CONV_WS_CAP;
     p->gop[which][b] = hr_cudnn_op_new(d->G, &dims, which, add ? 1.0f : 0.0f, flags, cap, 16, p->gwhy[which][b],
@@ -73,8 +74,9 @@ hr_cudnn_op *hr_conv_algo_graph_op(hr_cuda *c, hr_cuda_conv *p, int which, bool 
             hr_cudnn_op_describe(p->gop[which][b], desc, sizeof desc);
         else
             snprintf(desc, sizeof desc, "none (%s): legacy algorithms", p->gwhy[which][b]);
-        fprintf(stderr, "cuda: conv %s N=%d C=%d %dx%d K=%d k=%dx%d s=%d p=%d: %s beta %d: %s\n", hr_dtype_name(p->dt),
-                p->N, p->C, p->H, p->W, p->K, p->kh, p->kw, p->sh, p->ph, what[which], b, desc);
+        fprintf(stderr, "cuda: conv %s N=%d C=%d %dx%d K=%d k=%dx%d s=%d p=%d d=%d g=%d: %s beta %d: %s\n",
+                hr_dtype_name(p->dt), p->N, p->C, p->H, p->W, p->K, p->kh, p->kw, p->sh, p->ph, p->dh, p->G, what[which],
+                b, desc);
     }
     return p->gop[which][b];
 }

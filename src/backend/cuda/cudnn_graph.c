@@ -125,16 +125,17 @@ static hr_cudnn_desc tensor(scope *s, int64_t uid, const int64_t dim[4], int64_t
 enum { UID_X = 'x', UID_W = 'w', UID_Y = 'y' };
 
 static hr_cudnn_desc op_graph(scope *s, const hr_conv_dims *d, int which, float alpha, float beta) {
-    int64_t xd[4] = {d->n, d->c, d->h, d->w}, wd[4] = {d->k, d->c, d->r, d->s}, yd[4] = {d->n, d->k, d->oh, d->ow};
+    int64_t groups = d->groups > 0 ? d->groups : 1; /* grouped: the filter's channels are a group's */
+    int64_t xd[4] = {d->n, d->c, d->h, d->w}, wd[4] = {d->k, d->c / groups, d->r, d->s}, yd[4] = {d->n, d->k, d->oh, d->ow};
     hr_cudnn_desc x = tensor(s, UID_X, xd, d->align, d->dtype), w = tensor(s, UID_W, wd, d->align, d->dtype),
                   y = tensor(s, UID_Y, yd, d->align, d->dtype);
-    int64_t two = 2, one[2] = {1, 1};
+    int64_t two = 2, dil[2] = {d->dil[0] > 0 ? d->dil[0] : 1, d->dil[1] > 0 ? d->dil[1] : 1};
     int comp = HR_CUDNN_DATA_FLOAT, mode = HR_CUDNN_CROSS_CORRELATION;
     hr_cudnn_desc conv = make(s, HR_CUDNN_BK_CONVOLUTION);
     set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, HR_CUDNN_TYPE_INT64, 1, &two, "spatial dims");
     set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_COMP_TYPE, HR_CUDNN_TYPE_DATA_TYPE, 1, &comp, "compute type");
     set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_CONV_MODE, HR_CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, "mode");
-    set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_DILATIONS, HR_CUDNN_TYPE_INT64, 2, one, "dilations");
+    set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_DILATIONS, HR_CUDNN_TYPE_INT64, 2, dil, "dilations");
     set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, HR_CUDNN_TYPE_INT64, 2, d->stride, "strides");
     set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, HR_CUDNN_TYPE_INT64, 2, d->pad, "paddings");
     set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, HR_CUDNN_TYPE_INT64, 2, d->pad, "paddings");

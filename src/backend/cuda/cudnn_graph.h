@@ -38,6 +38,8 @@ typedef struct {
     int64_t k, r, s;       /* W: K x C x R x S */
     int64_t oh, ow;        /* y: N x K x OH x OW */
     int64_t pad[2], stride[2];
+    int64_t dil[2];        /* dilation (1: adjacent taps) */
+    int64_t groups;        /* W is then K x C/groups x R x S (cuDNN infers the groups from it) */
     int64_t align;         /* byte alignment every call's pointers keep (an element's size, or 16) */
     int dtype;             /* x, W and y: HR_CUDNN_DATA_FLOAT, _HALF or _BFLOAT16 (compute: FLOAT) */
 } hr_conv_dims;

@@ -41,6 +41,7 @@ hr_status hr_cuda_dnn_open(hr_cuda *c) {
     LOAD(CreateConvolutionDescriptor, "cudnnCreateConvolutionDescriptor");
     LOAD(SetConvolution2dDescriptor, "cudnnSetConvolution2dDescriptor");
     LOAD(SetConvolutionMathType, "cudnnSetConvolutionMathType");
+    LOAD(SetConvolutionGroupCount, "cudnnSetConvolutionGroupCount");
     LOAD(DestroyConvolutionDescriptor, "cudnnDestroyConvolutionDescriptor");
     LOAD(GetFwdAlgo, "cudnnGetConvolutionForwardAlgorithm_v7");
     LOAD(GetBwdDataAlgo, "cudnnGetConvolutionBackwardDataAlgorithm_v7");

@@ -25,6 +25,7 @@ struct hr_cuda_dnn {
     hr_cudnn_status (*CreateConvolutionDescriptor)(cudnnConvolutionDescriptor_t *);
     hr_cudnn_status (*SetConvolution2dDescriptor)(cudnnConvolutionDescriptor_t, int, int, int, int, int, int, int, int);
     hr_cudnn_status (*SetConvolutionMathType)(cudnnConvolutionDescriptor_t, int);
+    hr_cudnn_status (*SetConvolutionGroupCount)(cudnnConvolutionDescriptor_t, int);
     hr_cudnn_status (*DestroyConvolutionDescriptor)(cudnnConvolutionDescriptor_t);
     hr_cudnn_status (*GetFwdAlgo)(cudnnHandle_t, cudnnTensorDescriptor_t, cudnnFilterDescriptor_t,
                                 cudnnConvolutionDescriptor_t, cudnnTensorDescriptor_t, int, int *, hr_cudnn_perf *);
