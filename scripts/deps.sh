@@ -8,7 +8,7 @@ for role in "$@"; do
     case "$role" in
         build) want+=(libdnnl-dev) ;;  # oneDNN: CPU convolutions (built against dnnl.h, loaded at run time)
         data) want+=(dataset-fashion-mnist fortunes) ;;  # fortunes: the default text of --data fortunes
-        test) want+=(dataset-fashion-mnist fortunes valgrind clang libclang-rt-14-dev python3 chromium) ;;  # chromium: test_html opens the --html pages
+        test) want+=(dataset-fashion-mnist fortunes valgrind clang libclang-rt-14-dev python3 python3-torch chromium) ;;  # chromium: test_html opens the --html pages; python3-torch: test_suite_models compares with PyTorch
         bench) want+=(dataset-fashion-mnist python3-torch) ;;
         *) echo "deps.sh: unknown role '$role' (build, data, test, bench)" >&2; exit 2 ;;
     esac

@@ -127,6 +127,8 @@ typedef struct {
     bool cuda_verbose;      /* HR_CUDA_VERBOSE: the engines considered and timed */
     bool cuda_poison;       /* HR_CUDA_POISON: the arena starts as NaN (tests) */
     int64_t max_call_elems; /* HR_CUDA_MAX_CALL_ELEMS: elements a library call takes (tests lower it); 0: INT_MAX */
+    int dnnl;               /* HR_DNNL: CPU convolutions 0 im2col only, 1 (default) the fastest way per shape
+                               (im2col or oneDNN), 2 oneDNN on plain layouts, 3 oneDNN on its blocked layouts */
 } hr_options;
 enum { HR_ALGO_PRECISE = 0, HR_ALGO_DETERMINISTIC, HR_ALGO_HEURISTIC };
 #define HR_SPLITK_DEFAULT 2048

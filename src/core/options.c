@@ -48,5 +48,7 @@ hr_options hr_options_read(void) {
     o.cuda_poison = flag("HR_CUDA_POISON", false);
     long long mc = number("HR_CUDA_MAX_CALL_ELEMS", 0);
     o.max_call_elems = mc > 0 ? mc : 0;
+    long long dn = number("HR_DNNL", 1);
+    o.dnnl = dn >= 0 && dn <= 3 ? (int)dn : 1;
     return o;
 }

@@ -8,6 +8,9 @@
 /* The kernels' ctx. */
 typedef struct {
     int nthreads;
+    int dnnl_mode;     /* HR_DNNL: 0 im2col only, 1 the fastest way per conv shape, 2/3 oneDNN plain/blocked */
+    bool dnnl_verbose; /* HR_PROFILE: say which path each conv shape took, and the times */
+    void *dnnl_stream; /* cpu_dnnl.c's oneDNN stream, made on first use */
 } hr_cpu;
 
 /* Ops that share a kernel repeat its prototype, which C allows. */
@@ -21,5 +24,16 @@ void hr_cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const floa
 /* cpu_gemm.c: scratch bytes of a node, from its arguments alone (pointers
  * NULL while planning); only the matrix-product kernels need any. */
 size_t hr_cpu_workspace_size(const hr_cpu *c, const hr_kargs *a);
+
+/* cpu_dnnl.c: runs a Conv2d node through oneDNN when that is the faster path
+ * for its shape (its first call times both) and returns true with the
+ * status in *st; false: the caller runs im2col. */
+bool hr_cpu_dnnl_conv(void *ctx, const hr_kargs *a, hr_status *st);
+/* the oneDNN path's scratch bytes (0: it cannot run the node); the backend
+ * plans the larger of the two paths */
+size_t hr_cpu_dnnl_workspace_size(hr_cpu *c, const hr_kargs *a);
+/* why oneDNN is not used (NULL: it is loaded) */
+const char *hr_cpu_dnnl_why(void);
+void hr_cpu_dnnl_close(hr_cpu *c);
 
 #endif

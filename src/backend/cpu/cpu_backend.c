@@ -19,7 +19,12 @@ static const hr_kernel_fn cpu_kernels[] = {
 };
 _Static_assert(sizeof cpu_kernels / sizeof cpu_kernels[0] == HR_OP_COUNT, "one CPU kernel entry per op");
 
-static size_t cpu_workspace(hr_backend *be, const hr_kargs *a) { return hr_cpu_workspace_size(be->ctx, a); }
+/* The larger of the two conv paths' needs: the path is chosen at the first
+ * run, and the plan stays exact either way. */
+static size_t cpu_workspace(hr_backend *be, const hr_kargs *a) {
+    size_t w = hr_cpu_workspace_size(be->ctx, a), d = hr_cpu_dnnl_workspace_size(be->ctx, a);
+    return w > d ? w : d;
+}
 
 static hr_status cpu_arena_alloc(hr_backend *be, size_t bytes, void **base) {
     (void)be;
@@ -60,6 +65,7 @@ static hr_status cpu_sync(hr_backend *be) {
 
 static void cpu_free(hr_backend *be) {
     if (!be) return;
+    if (be->ctx) hr_cpu_dnnl_close(be->ctx);
     hr_free(be->ctx);
     hr_free(be);
 }
@@ -78,6 +84,9 @@ hr_backend *hr_backend_cpu_new(const hr_config_t *cfg) {
 #else
     c->nthreads = 1;
 #endif
+    hr_options o = hr_options_read();
+    c->dnnl_mode = cfg && cfg->device == HR_DEVICE_CUDA ? 0 : o.dnnl; /* planning for a GPU: no oneDNN bytes */
+    c->dnnl_verbose = o.profile > 0;
     *be = (hr_backend){
         /* .name           = */ "cpu",
         /* .device_id      = */ NULL,
