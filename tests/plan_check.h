@@ -48,6 +48,8 @@ static bool inplace_ok(const hr_node *n, int in_idx, int out_idx) {
     case HR_OP_RELU: case HR_OP_DROPOUT: case HR_OP_COPY: case HR_OP_RESHAPE: return in_idx == 0;
     case HR_OP_LEAKY_RELU: case HR_OP_GELU: case HR_OP_SILU: case HR_OP_SIGMOID: case HR_OP_TANH: return in_idx == 0;
     case HR_OP_ADD: case HR_OP_RELU_BWD: return in_idx <= 1;
+    /* y = x + table[t]: each y element reads its own x element */
+    case HR_OP_POS_EMBEDDING: return in_idx == 0;
     /* dx over dy (the last input): each dx element reads its own dy element
      * and its own element of what the forward kept */
     case HR_OP_LEAKY_RELU_BWD: case HR_OP_GELU_BWD: case HR_OP_SILU_BWD: case HR_OP_SIGMOID_BWD: case HR_OP_TANH_BWD:
@@ -265,7 +267,11 @@ static inline void oracle(const hr_model_t *m, const hr_config_t *cfg, const cha
     const hr_tensor *xin = &g->t[p->input];
     int64_t nx = hr_shape_numel(&xin->shape);
     float *x = malloc(sizeof(float) * (size_t)nx);
-    for (int64_t i = 0; i < nx; i++) x[i] = (float)((int64_t)(prng() % 2001) - 1000) / 500.0f;
+    int64_t vocab = 0; /* an input of token ids (read by an Embedding): ids in [0, vocab) */
+    for (int k = 0; k < p->n_fwd; k++)
+        if (g->n[k].op == HR_OP_EMBEDDING && g->n[k].in[0] == p->input) vocab = g->n[k].a.in_f;
+    for (int64_t i = 0; i < nx; i++)
+        x[i] = vocab ? (float)(prng() % (uint64_t)vocab) : (float)((int64_t)(prng() % 2001) - 1000) / 500.0f;
     memcpy(own[p->input], x, sizeof(float) * (size_t)nx);
     void *labels = NULL;
     bool train = cfg->mode == HR_MODE_TRAIN;
@@ -274,7 +280,8 @@ static inline void oracle(const hr_model_t *m, const hr_config_t *cfg, const cha
         int64_t nl = hr_shape_numel(&lt->shape);
         labels = malloc(sizeof(float) * (size_t)nl);
         if (lt->dtype == HR_I32) {
-            int64_t C = g->t[p->output].shape.d[1];
+            const hr_shape *os = &g->t[p->output].shape; /* classes: the last dim (one label a position) */
+            int64_t C = os->d[os->ndim - 1];
             for (int64_t i = 0; i < nl; i++) ((int32_t *)labels)[i] = (int32_t)(prng() % (uint64_t)C);
         } else {
             for (int64_t i = 0; i < nl; i++) ((float *)labels)[i] = (float)(prng() % 1000) / 1000.0f;

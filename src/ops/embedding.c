@@ -27,7 +27,8 @@ int hr_embedding(hr_model_t *m, const char *name, int x, int64_t num_embeddings,
                              "another layer");
     if (xt->shape.ndim != 1)
         return hr_build_fail(m, L, HR_ERR_SHAPE, "Embedding takes (batch, time) token ids but its input has per-sample "
-                             "shape %s; write the input as `input tokens T`", hr_shape_str(&xt->shape, sb, sizeof sb));
+                             "shape %s; write the input as `input T`", hr_shape_str(&xt->shape, sb, sizeof sb));
+    int64_t T = xt->shape.d[0]; /* read now: adding tensors moves xt */
     hr_node n = hr_node_make(HR_OP_EMBEDDING, L);
     n.a.in_f = num_embeddings;
     n.a.out_f = dim;
@@ -35,7 +36,7 @@ int hr_embedding(hr_model_t *m, const char *name, int x, int64_t num_embeddings,
     n.in[1] = hr_model_add_param(m, L, "weight", 2, (int64_t[]){num_embeddings, dim}, HR_T_PARAM);
     n.nin = 2;
     if (n.in[1] < 0) return -1;
-    n.out[0] = hr_model_add_act(m, L, "out", hr_shape_make(2, (int64_t[]){xt->shape.d[0], dim}));
+    n.out[0] = hr_model_add_act(m, L, "out", hr_shape_make(2, (int64_t[]){T, dim}));
     n.nout = 1;
     if (n.out[0] < 0) return -1;
     return hr_build_node(m, &n);
@@ -60,6 +61,7 @@ int hr_position_embedding(hr_model_t *m, const char *name, int x, int64_t max_po
         return hr_build_fail(m, L, HR_ERR_SHAPE, "the sequence has %lld positions but the table only %lld; raise "
                              "num_positions (the context length) to at least %lld", (long long)xt->shape.d[0],
                              (long long)max_positions, (long long)xt->shape.d[0]);
+    hr_shape ys = xt->shape; /* copied now: adding tensors moves xt */
     hr_node n = hr_node_make(HR_OP_POS_EMBEDDING, L);
     n.a.in_f = max_positions;
     n.a.out_f = dim;
@@ -67,7 +69,7 @@ int hr_position_embedding(hr_model_t *m, const char *name, int x, int64_t max_po
     n.in[1] = hr_model_add_param(m, L, "weight", 2, (int64_t[]){max_positions, dim}, HR_T_PARAM);
     n.nin = 2;
     if (n.in[1] < 0) return -1;
-    n.out[0] = hr_model_add_act(m, L, "out", xt->shape);
+    n.out[0] = hr_model_add_act(m, L, "out", ys);
     n.nout = 1;
     if (n.out[0] < 0) return -1;
     return hr_build_node(m, &n);

@@ -31,6 +31,8 @@ static int linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t 
                              (long long)in_f, (long long)xt->shape.d[last], last ? " in its last dim" : "",
                              (long long)xt->shape.d[last], (long long)out_f);
     }
+    hr_shape ys = xt->shape; /* (..., in) -> (..., out), as nn.Linear; copied: adding tensors moves xt */
+    ys.d[last] = out_f;
     hr_node n = hr_node_make(HR_OP_LINEAR, L);
     n.a.in_f = in_f;
     n.a.out_f = out_f;
@@ -62,8 +64,6 @@ static int linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t 
         if (n.in[2] < 0) return -1;
         n.nin = 3;
     }
-    hr_shape ys = xt->shape; /* (..., in) -> (..., out), as nn.Linear */
-    ys.d[last] = out_f;
     n.out[0] = hr_model_add_act(m, L, "out", ys);
     n.nout = 1;
     if (n.out[0] < 0) return -1;
