@@ -60,9 +60,10 @@ static void json_escape(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-/* A random batch: uniform [-1, 1) inputs and uniform labels. Large batches
- * repeat a 64 MiB random block (filling gigabytes one rand() at a time takes
- * longer than the step). */
+/* A random batch: uniform [-1, 1) inputs (token ids in [0, classes) for a
+ * model whose output is (time, classes): a next-token model) and uniform
+ * labels, one a sample or one a position. Large batches repeat a 64 MiB random
+ * block (filling gigabytes one rand() at a time takes longer than the step). */
 typedef struct {
     float *x;
     int32_t *y;
@@ -81,15 +82,20 @@ static int make_batch(const hr_model_t *m, int64_t batch, batch_t *b) {
     int in = hr_model_input(m), out = hr_model_output(m);
     b->per = 1;
     for (int d = 0; d < hr_tensor_ndim(m, in); d++) b->per *= hr_tensor_dim(m, in, d);
-    b->classes = hr_tensor_dim(m, out, 0);
+    int od = hr_tensor_ndim(m, out);
+    bool tokens = od == 2; /* (time, vocabulary): ids in, a label at every position */
+    int64_t labels = tokens ? hr_tensor_dim(m, out, 0) : 1;
+    b->classes = hr_tensor_dim(m, out, od - 1);
     size_t n = (size_t)(b->per * batch);
     b->x = malloc(sizeof(float) * n);
-    b->y = malloc(sizeof(int32_t) * (size_t)batch);
+    b->y = malloc(sizeof(int32_t) * (size_t)(batch * labels));
     if (!b->x || !b->y) return -1;
     size_t block = n < ((size_t)16 << 20) ? n : ((size_t)16 << 20);
-    for (size_t i = 0; i < block; i++) b->x[i] = (float)(next_u64() >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    for (size_t i = 0; i < block; i++)
+        b->x[i] = tokens ? (float)(next_u64() % (uint64_t)b->classes)
+                         : (float)(next_u64() >> 40) * (2.0f / 16777216.0f) - 1.0f;
     for (size_t i = block; i < n; i += block) memcpy(b->x + i, b->x, sizeof(float) * (n - i < block ? n - i : block));
-    for (int64_t i = 0; i < batch; i++) b->y[i] = (int32_t)(next_u64() % (uint64_t)b->classes);
+    for (int64_t i = 0; i < batch * labels; i++) b->y[i] = (int32_t)(next_u64() % (uint64_t)b->classes);
     return 0;
 }
 

@@ -6,6 +6,9 @@
 # counts as one failure, and the reason is printed. Exit status: 0 only if
 # nothing failed.
 #
+# test_trace trains briefly through BUILD_DIR/headroom and checks each trace
+# with tests/trace_check.py (python3, standard library only).
+#
 # test_faults runs under valgrind (leaks and memory errors fail it) when
 # valgrind is installed. Environment:
 #   HR_TEST_TIMEOUT   seconds per binary (default 300; 900 under valgrind)

@@ -254,6 +254,93 @@ static void test_next_epoch(void) {
     EXPECT(2, "--next-epoch is for train --resume", HR " eval %s/tiny.model --weights %s/ne.ckpt --next-epoch", tmp, tmp);
 }
 
+/* Text: a tiny GPT trained on a text's bytes (text:FILE), its validation
+ * loss, eval, and generate (the same seed, the same text); what does not fit
+ * together is refused with what to change. */
+static const char *tiny_gpt =
+    "input 16\n"
+    "wte = Embedding(256, 16)\n"
+    "wpe = PositionEmbedding(16, 16)\n"
+    "h.0.ln_1 = LayerNorm(16)\n"
+    "h.0.attn.c_attn = Linear(16, 48)\n"
+    "CausalSelfAttention(16, 2)\n"
+    "h.0.attn.c_proj = Linear(16, 16)\n"
+    "r = Add(wpe)\n"
+    "ln_f = LayerNorm(16)\n"
+    "lm_head = Linear(16, 256, bias=False, tied_to='wte')\n"
+    "loss CrossEntropyLoss\n";
+
+/* PyTorch's weights of a two-block GPT (nanoGPT's names, the tied weight
+ * under both) and the validation loss PyTorch computed for them
+ * (scripts/make_golden_gpt.py): headroom's eval must print the same. */
+static void test_text_golden(void) {
+    EXPECT(0, "golden", "python3 -c \"import json,struct; f=open('tests/golden/gpt_tiny.safetensors','rb'); "
+                        "n=struct.unpack('<Q',f.read(8))[0]; m=json.loads(f.read(n))['__metadata__']; "
+                        "print('golden', m['golden.val_loss'], m['golden.accuracy'])\"");
+    double want = 0, want_acc = 0;
+    const char *g = strstr(out, "golden ");
+    if (g) sscanf(g + 7, "%lf %lf", &want, &want_acc);
+    EXPECT(0, "val loss", HR " eval tests/golden/gpt_tiny.model --weights tests/golden/gpt_tiny.safetensors --data "
+                          "text:tests/golden/gpt_tiny.txt --device cpu -q");
+    double got = 0, got_acc = 0;
+    const char *v = strstr(out, "val loss ");
+    if (v) sscanf(v + 9, "%lf, next token right %lf", &got, &got_acc);
+    CHECK(want > 1 && fabs(got - want) < 2e-4 && fabs(got_acc / 100 - want_acc) < 1e-4,
+          "PyTorch's GPT weights: headroom's val loss %.4f, accuracy %.2f%%; PyTorch's %.6f, %.4f", got, got_acc, want,
+          want_acc);
+}
+
+static void test_text(void) {
+    test_text_golden();
+    write_file("gpt.model", tiny_gpt);
+    char text[3001];
+    for (int i = 0; i < 3000; i++) text[i] = "the quick brown fox jumps over the lazy dog. "[i % 45];
+    text[3000] = 0;
+    write_file("fox.txt", text);
+    const char *common = "--batch 8 --device cpu --seed 3";
+    /* 3000 bytes: validation 300 (18 windows of 16), training 2700 (168 windows): 21 batches */
+    EXPECT(0, "epoch 2/2", HR " train %s/gpt.model --data text:%s/fox.txt %s --epochs 2 --lr 3e-3 --save %s/gpt.ckpt",
+           tmp, tmp, common, tmp);
+    CHECK(strstr(out, "val loss") && strstr(out, "next token right"), "an epoch reports the validation loss:\n%s", out);
+    double v1 = 0, v2 = 0;
+    const char *e1 = strstr(out, "epoch 1/2"), *e2 = strstr(out, "epoch 2/2");
+    if (e1 && strstr(e1, "val loss ")) v1 = atof(strstr(e1, "val loss ") + 9);
+    if (e2 && strstr(e2, "val loss ")) v2 = atof(strstr(e2, "val loss ") + 9);
+    CHECK(v1 > 0 && v2 > 0 && v2 < v1, "the validation loss falls (%.4f, %.4f)", v1, v2);
+    EXPECT(0, "val loss", HR " eval %s/gpt.model --weights %s/gpt.ckpt --data text:%s/fox.txt --device cpu", tmp, tmp,
+           tmp);
+    CHECK(strstr(out, "18 windows of 16 tokens"), "eval reads the validation tail:\n%s", out);
+    /* the tied weight under both names, as PyTorch's state_dict has it: the same values */
+    EXPECT(0, "tied ok", "python3 -c \"import json,struct; f=open('%s/gpt.ckpt','rb'); n=struct.unpack('<Q',f.read(8))[0]; "
+                         "h=json.loads(f.read(n)); b=f.read(); a,w=h['lm_head.weight'],h['wte.weight']; "
+                         "s=lambda t: b[t['data_offsets'][0]:t['data_offsets'][1]]; "
+                         "print('tied ok' if a['shape']==w['shape']==[256,16] and s(a)==s(w) else 'differ')\"", tmp);
+    /* generate: the prompt, then --tokens bytes; the same seed gives the same text */
+    EXPECT(0, "the q", HR " generate %s/gpt.model --weights %s/gpt.ckpt --prompt 'the q' --tokens 12 --seed 5 "
+                       "--device cpu", tmp, tmp);
+    char first[256];
+    snprintf(first, sizeof first, "%.200s", out);
+    CHECK(strlen(first) == 5 + 12 + 1, "generate prints the prompt and 12 bytes: '%s'", first);
+    EXPECT(0, "the q", HR " generate %s/gpt.model --weights %s/gpt.ckpt --prompt 'the q' --tokens 12 --seed 5 "
+                       "--device cpu", tmp, tmp);
+    CHECK(!strcmp(first, out), "the same seed, the same text: '%s' then '%s'", first, out);
+    EXPECT(2, "--temperature '0' is not", HR " generate %s/gpt.model --weights %s/gpt.ckpt --temperature 0", tmp, tmp);
+    EXPECT(2, "which weights?", HR " generate %s/gpt.model", tmp);
+    EXPECT(2, "--tokens '-1' is not", HR " generate %s/gpt.model --weights x --tokens -1", tmp);
+    EXPECT(2, "unknown option '--bogus'", HR " generate %s/gpt.model --weights x --bogus 1", tmp);
+    EXPECT(1, "does not predict the next token", HR " generate examples/mlp.model --weights %s/gpt.ckpt", tmp);
+    EXPECT(1, "nosuch.ckpt", HR " generate %s/gpt.model --weights %s/nosuch.ckpt --device cpu", tmp, tmp);
+    /* a vocabulary smaller than the bytes, an image model on text, a missing text */
+    write_file("small.model", "input 16\nEmbedding(100, 8)\nLinear(8, 100)\nloss CrossEntropyLoss\n");
+    EXPECT(1, "has token ids up to", HR " train %s/small.model --data text:%s/fox.txt %s --epochs 1", tmp, tmp, common);
+    EXPECT(1, "write it as `input T`", HR " train examples/simple_cnn.model --data text:%s/fox.txt %s --epochs 1", tmp,
+           common);
+    EXPECT(1, "nosuch.txt", HR " train %s/gpt.model --data text:%s/nosuch.txt %s --epochs 1", tmp, tmp, common);
+    /* resuming on another kind of data is refused */
+    EXPECT(2, "same kind of --data (a text)", HR " train %s/gpt.model --data synthetic %s --epochs 3 --resume %s/gpt.ckpt",
+           tmp, common, tmp);
+}
+
 static double seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -468,6 +555,7 @@ int main(void) {
     test_nan();
     test_resume_finished();
     test_next_epoch();
+    test_text();
     test_host_memory();
     test_accumulate_eval();
     test_fit();

@@ -726,8 +726,8 @@ static void test_cli(const char *dir) {
     RUN(0, "steps skipped", HR " train %s %s --precision fp16 --loss-scale 16777216 --epochs 1 --save %s/f16.ckpt",
         model, common, dir);
     /* resuming in another precision is refused, naming the flag */
-    RUN(1, "--precision fp16", HR " train %s %s --precision fp32 --epochs 2 --resume %s/f16.ckpt", model, common, dir);
-    RUN(1, "--precision fp16", HR " train %s %s --precision bf16 --epochs 2 --resume %s/f16.ckpt", model, common, dir);
+    RUN(2, "--precision fp16", HR " train %s %s --precision fp32 --epochs 2 --resume %s/f16.ckpt", model, common, dir);
+    RUN(2, "--precision fp16", HR " train %s %s --precision bf16 --epochs 2 --resume %s/f16.ckpt", model, common, dir);
     /* another batch is refused; another accumulation of the same batch is a note */
     RUN(2, "--batch 16", HR " train %s %s --precision fp16 --batch 32 --epochs 2 --resume %s/f16.ckpt", model, common,
         dir);

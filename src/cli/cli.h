@@ -43,6 +43,9 @@ typedef struct {
     bool fit;              /* train: train with fit's choice */
     bool next_epoch;       /* train --resume: another batch, precision or data from the next epoch's start */
     const char *html;      /* plan: the memory drawn as one HTML page at this path */
+    const char *trace;     /* train: the first trace_steps steps as a Chrome trace at this path */
+    int64_t trace_steps;   /* 1..1000; 10 unless given */
+    bool profile;          /* train: the per-node table, slowest first, at the end */
 } hr_cli_opts;
 
 int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd);
@@ -58,7 +61,29 @@ int hr_fit_for_train(const hr_cli_opts *o, const hr_model_t *m, hr_config_t *cfg
 int hr_cmd_train(const hr_cli_opts *o);
 int hr_cmd_eval(const hr_cli_opts *o);
 int hr_cmd_smi(int argc, char **argv); /* the GPUs as NVML sees them; its own options (--json), no model */
+int hr_cmd_generate(int argc, char **argv); /* text sampled from a next-token model (cmd_generate.c); its own options */
 int hr_cli_fail(hr_status st); /* prints hr_last_error(), returns the exit code */
+
+/* ---- train --trace and --profile (train_observe.c) ---------------------------
+ * The training loop's hooks; with neither option each is a plain pass-through. */
+struct hr_trace;
+struct hr_loader;
+/* --trace: its path checked (a directory, or a place that can't be written:
+ * one line, HR_EXIT_USAGE) and the trace made, before anything is planned. */
+int hr_train_trace_open(const hr_cli_opts *o, struct hr_trace **tr);
+/* Once the session is allocated, before the first step: --profile turned on,
+ * the trace attached. An exit status. */
+int hr_train_observe_start(const hr_cli_opts *o, hr_session_t *s, struct hr_trace *tr);
+/* hr_loader_next, with the wait and the loader's times given to the trace. */
+hr_status hr_train_next_batch(struct hr_loader *ld, struct hr_trace *tr, const float **x, const int32_t **y,
+                              int64_t *n);
+/* After each step: the trace's step ends (its file written after the last
+ * traced one). HR_EXIT_OK, or 130 when a SIGINT or SIGTERM came meanwhile. */
+int hr_train_step_observed(struct hr_trace *tr, hr_session_t *s, float loss);
+/* At the end, whatever rc is: --profile's table, the trace written with why
+ * the run stopped, and freed. rc, or HR_EXIT_ERROR when the trace could not
+ * be written. */
+int hr_train_observe_end(const hr_cli_opts *o, hr_session_t *s, struct hr_trace *tr, int rc);
 
 /* ---- host memory (host_plan.c) ---------------------------------------------
  * What a command holds in host RAM, planned before any data is read or made,
@@ -68,7 +93,8 @@ int hr_cli_fail(hr_status st); /* prints hr_last_error(), returns the exit code 
 typedef struct {
     bool synthetic;
     int64_t train_n, test_n; /* samples; train_n 0 when nothing trains (eval) */
-    int64_t sample;          /* floats a sample: the files' (IDX) or the model's input (synthetic) */
+    int64_t sample;          /* floats a sample: the files' (IDX) or the model's input (synthetic, text) */
+    int64_t labels;          /* labels a sample: 1, or a text window's (one a position) */
     size_t bytes;            /* host bytes the loaded sets take at their peak; 0 when synthetic */
 } hr_host_data;
 /* o->data peeked for a model whose input has `sample` floats; train false: the

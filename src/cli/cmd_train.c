@@ -40,12 +40,31 @@ static hr_status require_classifier(const hr_cli_opts *o, int classes) {
                         "(hr_train_step with float targets)", o->model);
 }
 
+/* A text (--data fortunes, text:FILE, FILE.bin) gives windows of tokens: the
+ * model's input must be one, `input T`. */
+static hr_status require_sequence_input(const hr_cli_opts *o, int c, int h, int w) {
+    if (!hr_text_spec(o->data) || (c == 1 && h == 1)) return HR_OK;
+    return hr_error_set(HR_ERR_SHAPE, "%s: --data %s gives windows of tokens, but the model's input is %dx%dx%d; write "
+                        "it as `input T` (the context length)", o->model, o->data, c, h, w);
+}
+
 /* train NULL: the test set only (eval), without decompressing the training set. */
 static hr_status load_data(const hr_cli_opts *o, hr_model_t *m, hr_dataset *train, hr_dataset *test) {
     int c, h, w, classes;
     model_io(m, &c, &h, &w, &classes);
     hr_status st = require_classifier(o, classes);
     if (st) return st;
+    if (hr_text_spec(o->data)) { /* windows as long as the model's input; eval reads the validation tail */
+        hr_dataset drop = {0};
+        if ((st = require_sequence_input(o, c, h, w)) != HR_OK) return st;
+        st = hr_text_load(o->data, w, HR_TEXT_VAL_FRACTION, train ? train : &drop, test);
+        hr_dataset_free(&drop);
+        if (!st && test->nclasses > classes)
+            st = hr_error_set(HR_ERR_SHAPE, "%s: --data %s has token ids up to %d, but the model's vocabulary (its "
+                              "output) has %d; raise the Embedding's and the last Linear's size to at least %d",
+                              o->model, o->data, test->nclasses - 1, classes, test->nclasses);
+        return st;
+    }
     if (!strcmp(o->data, "synthetic")) {
         st = train ? hr_synthetic_make(o->samples, c, h, w, classes, o->seed + 1, train) : HR_OK;
         if (!st) st = hr_synthetic_make(o->samples / 4 > 0 ? o->samples / 4 : 1, c, h, w, classes, o->seed + 2, test);
@@ -65,16 +84,17 @@ static hr_status load_data(const hr_cli_opts *o, hr_model_t *m, hr_dataset *trai
     return HR_OK;
 }
 
-/* Accuracy on a data set, through `fwd`: an inference session's forward
- * pass (eval) or a training session's evaluation pass (train); the last
- * partial batch is padded, its extra rows ignored. confusion: classes x
- * classes or NULL. */
+/* Accuracy and mean cross-entropy on a data set, through `fwd`: an
+ * inference session's forward pass (eval) or a training session's
+ * evaluation pass (train); the last partial batch is padded, its extra rows
+ * ignored. A text set has a label at every position: both are per token
+ * (the validation loss). confusion: classes x classes or NULL; loss may be NULL. */
 typedef hr_status (*forward_fn)(hr_session_t *s, const float *x, float *out);
 static hr_status evaluate(hr_session_t *s, forward_fn fwd, const hr_dataset *d, int64_t eb, int classes, double *acc,
-                          int64_t *confusion) {
-    size_t per = (size_t)d->c * d->h * d->w;
-    float *x = calloc((size_t)eb * per, sizeof(float)), *out = malloc(sizeof(float) * (size_t)eb * (size_t)classes);
-    int32_t *y = malloc(sizeof(int32_t) * (size_t)eb);
+                          double *loss, int64_t *confusion) {
+    size_t per = (size_t)d->c * d->h * d->w, L = (size_t)hr_dataset_label_len(d);
+    float *x = calloc((size_t)eb * per, sizeof(float)), *out = malloc(sizeof(float) * (size_t)eb * L * (size_t)classes);
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)eb * L);
     if (!x || !out || !y) {
         free(x);
         free(out);
@@ -82,21 +102,26 @@ static hr_status evaluate(hr_session_t *s, forward_fn fwd, const hr_dataset *d, 
         return hr_error_set(HR_ERR_OOM, "out of host memory for evaluation");
     }
     int64_t right = 0;
+    double nll = 0;
     hr_status st = HR_OK;
     for (int64_t at = 0; at < d->n && !st; at += eb) {
         int64_t n = d->n - at < eb ? d->n - at : eb;
         if ((st = hr_dataset_read(d, at, n, x, y)) != HR_OK || (st = fwd(s, x, out)) != HR_OK) break;
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = 0; i < n * (int64_t)L; i++) {
             const float *r = out + i * classes;
             int best = 0;
             for (int k = 1; k < classes; k++)
                 if (r[k] > r[best]) best = k;
             int truth = y[i];
+            double z = 0;
+            for (int k = 0; k < classes; k++) z += exp((double)r[k] - r[best]);
+            nll += (double)r[best] + log(z) - r[truth];
             right += best == truth;
             if (confusion) confusion[truth * classes + best]++;
         }
     }
-    *acc = d->n ? (double)right / (double)d->n : 0;
+    *acc = d->n ? (double)right / (double)(d->n * (int64_t)L) : 0;
+    if (loss) *loss = d->n ? nll / (double)(d->n * (int64_t)L) : 0;
     free(x);
     free(out);
     free(y);
@@ -148,6 +173,11 @@ static void print_memory_stats(hr_session_t *s, hr_nvml_sampler *witness) {
 
 /* The inputs as load_data makes them: synthetic, or IDX by hr_fashion_load. */
 static void input_meta(const hr_cli_opts *o, hr_ckpt_meta *meta) {
+    if (hr_text_spec(o->data)) {
+        snprintf(meta->input, sizeof meta->input, "tokens: %.64s, %s ids as floats, not normalised", o->data,
+                 strncmp(o->data, "text:", 5) && strcmp(o->data, "fortunes") ? "uint16" : "bytes as");
+        return;
+    }
     if (!strcmp(o->data, "synthetic")) {
         snprintf(meta->input, sizeof meta->input, "synthetic: N(0, 1) from headroom's generator, not normalised");
         return;
@@ -196,11 +226,12 @@ static int check_resume(const hr_cli_opts *o, const hr_config_t *cfg, const hr_c
     }
     hr_ckpt_meta now = {0};
     input_meta(o, &now);
-    if (meta->input[0] && (meta->input_std != now.input_std || meta->input_mean != now.input_mean)) {
+    bool tokens = !strncmp(meta->input, "tokens:", 7), now_tokens = !strncmp(now.input, "tokens:", 7);
+    if (meta->input[0] && (meta->input_std != now.input_std || meta->input_mean != now.input_mean || tokens != now_tokens)) {
         fprintf(stderr, "headroom train: %s was trained on inputs '%s', and this run's are '%s'; resume it with the "
                         "same kind of --data (%s), or add --next-epoch to continue on these from the start of the next "
                         "epoch\n", o->resume, meta->input, now.input,
-                meta->input_std > 0 ? "fashion-mnist or an IDX folder" : "synthetic");
+                tokens ? "a text" : meta->input_std > 0 ? "fashion-mnist or an IDX folder" : "synthetic");
         return HR_EXIT_USAGE;
     }
     return HR_EXIT_OK;
@@ -287,6 +318,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
     hr_loader *ld = NULL;
     hr_nvml_sampler *witness = NULL; /* --memory-stats on a GPU: NVML's view of this process */
     char *fit_recompute = NULL;      /* --fit: the layers its choice recomputes */
+    struct hr_trace *tr = NULL;      /* --trace */
     if (o->fit && (o->accumulate > 1 || o->recompute)) {
         fprintf(stderr, "headroom train: --fit chooses the micro-batches and what to recompute itself; leave out %s\n",
                 o->recompute ? "--recompute" : "--accumulate");
@@ -300,6 +332,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
      * is planned before any data is read or made */
     hr_host_data hd;
     hr_status st = require_classifier(o, classes);
+    if (!st) st = require_sequence_input(o, c, h, w);
     if (!st) st = hr_host_data_peek(o, (int64_t)c * h * w, true, &hd);
     if (st) {
         rc = hr_cli_fail(st);
@@ -310,6 +343,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
         rc = hr_cli_fail(st);
         goto done;
     }
+    if ((rc = hr_train_trace_open(o, &tr)) != HR_EXIT_OK) goto done; /* so is a trace's place */
     hr_config_t cfg = hr_cli_config(o);
     unsigned allowed = o->precisions ? o->precisions : 1u << o->precision;
     const char *refit = "";
@@ -439,6 +473,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
             goto done;
         }
     }
+    if ((rc = hr_train_observe_start(o, s, tr)) != HR_EXIT_OK) goto done; /* --profile, --trace */
     if (!(ld = hr_loader_new(&train, cfg.batch, true, true, o->seed))) {
         rc = hr_cli_fail(HR_ERR_INVALID_ARG);
         goto done;
@@ -460,7 +495,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
             const float *x;
             const int32_t *y;
             int64_t n;
-            if ((st = hr_loader_next(ld, &x, &y, &n)) != HR_OK) {
+            if ((st = hr_train_next_batch(ld, tr, &x, &y, &n)) != HR_OK) {
                 rc = hr_cli_fail(st);
                 goto done;
             }
@@ -470,6 +505,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
                 rc = hr_cli_fail(st);
                 goto done;
             }
+            if ((rc = hr_train_step_observed(tr, s, loss)) != HR_EXIT_OK) goto done;
             b++;
             seen += n;
             if (!isfinite(loss)) {
@@ -499,23 +535,27 @@ int hr_cmd_train(const hr_cli_opts *o) {
                 goto done;
             }
         }
-        double secs = now() - t0, acc = 0;
+        double secs = now() - t0, acc = 0, vloss = 0;
         if (tty) fputc('\n', stderr);
-        if (eval_batch && (st = evaluate(s, hr_eval_forward, &test, eval_batch, classes, &acc, NULL)) != HR_OK) {
+        if (eval_batch && (st = evaluate(s, hr_eval_forward, &test, eval_batch, classes, &acc, &vloss, NULL)) != HR_OK) {
             rc = hr_cli_fail(st);
             goto done;
         }
         int64_t steps = b - (e == epoch0 ? batch0 : 0);
-        char accs[32] = "not evaluated (--eval-batch 0)", skips[160] = "";
-        if (eval_batch) snprintf(accs, sizeof accs, "%.2f%%", 100 * acc);
+        char accs[64] = "not evaluated (--eval-batch 0)", skips[160] = "";
+        if (eval_batch && test.seq) /* text: the validation loss, and how often the likeliest next token is right */
+            snprintf(accs, sizeof accs, "%.4f (next token right %.1f%%)", vloss, 100 * acc);
+        else if (eval_batch)
+            snprintf(accs, sizeof accs, "%.2f%%", 100 * acc);
         float sc;
         int64_t skipped;
         hr_loss_scale(s, &sc, NULL, &skipped);
         if (skipped > skipped0) /* fp16: steps whose gradients overflowed (GradScaler skips them) */
             snprintf(skips, sizeof skips, "  %lld of %lld steps skipped (inf/NaN gradients; loss scale now %.9g)",
                      (long long)(skipped - skipped0), (long long)steps, (double)sc);
-        printf("epoch %lld/%lld  train loss %.4f  test accuracy %s  %.0f samples/s  %.1f s%s\n", (long long)e + 1,
-               (long long)o->epochs, steps ? sum / (double)steps : 0.0, accs, (double)seen / secs, secs, skips);
+        printf("epoch %lld/%lld  train loss %.4f  %s %s  %.0f samples/s  %.1f s%s\n", (long long)e + 1,
+               (long long)o->epochs, steps ? sum / (double)steps : 0.0, test.seq ? "val loss" : "test accuracy", accs,
+               (double)seen / secs, secs, skips);
         fflush(stdout);
         if ((st = save(s, o, o->model, e + 1, 0)) != HR_OK) {
             rc = hr_cli_fail(st);
@@ -526,6 +566,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
     if (o->memory_stats) print_memory_stats(s, witness);
 done:
     free(fit_recompute);
+    rc = hr_train_observe_end(o, s, tr, rc); /* --profile's table; the trace, however the run ended */
     hr_nvml_sampler_stop(witness, NULL);
     hr_loader_free(ld);
     hr_session_free(s);
@@ -550,6 +591,7 @@ int hr_cmd_eval(const hr_cli_opts *o) {
     model_io(m, &c, &h, &w, &classes);
     hr_host_data hd;
     hr_status st = require_classifier(o, classes);
+    if (!st) st = require_sequence_input(o, c, h, w);
     if (!st) st = hr_host_data_peek(o, (int64_t)c * h * w, false, &hd);
     if (st) {
         rc = hr_cli_fail(st);
@@ -595,8 +637,14 @@ int hr_cmd_eval(const hr_cli_opts *o) {
         rc = hr_cli_fail(hr_error_set(HR_ERR_OOM, "out of host memory"));
         goto done;
     }
-    if ((st = evaluate(ev, hr_forward, &test, cfg.batch, classes, &acc, conf)) != HR_OK) {
+    double vloss = 0;
+    if ((st = evaluate(ev, hr_forward, &test, cfg.batch, classes, &acc, &vloss, test.seq ? NULL : conf)) != HR_OK) {
         rc = hr_cli_fail(st);
+        goto done;
+    }
+    if (test.seq) { /* text: the validation tail's loss and next-token accuracy; no confusion matrix of tokens */
+        printf("val loss %.4f, next token right %.2f%% (%lld windows of %lld tokens)\n", vloss, 100 * acc,
+               (long long)test.n, (long long)test.seq);
         goto done;
     }
     printf("test accuracy %.2f%% (%lld samples)\nconfusion matrix (rows: true class, columns: predicted)\n", 100 * acc,

@@ -138,6 +138,19 @@ static size_t margin_for(size_t have) {
 hr_status hr_host_data_peek(const hr_cli_opts *o, int64_t sample, bool train, hr_host_data *out) {
     memset(out, 0, sizeof *out);
     out->sample = sample;
+    out->labels = 1;
+    if (hr_text_spec(o->data)) { /* windows of the model's input length; both sets held, and the stream while loading */
+        hr_text_info ti;
+        hr_status st = hr_text_peek(o->data, &ti);
+        if (st) return st;
+        int64_t ntr, nva;
+        hr_text_split(ti.ntokens, sample, HR_TEXT_VAL_FRACTION, &ntr, &nva);
+        out->labels = sample;
+        out->train_n = train && ntr > 0 ? (ntr - 1) / sample : 0;
+        out->test_n = nva > 0 ? (nva - 1) / sample : 0;
+        out->bytes = mul_sat(ti.bytes, 2);
+        return HR_OK;
+    }
     if (!strcmp(o->data, "synthetic")) {
         out->synthetic = true;
         out->train_n = train ? o->samples : 0;
@@ -191,16 +204,17 @@ static void fill(const hr_host_job *job, int64_t b, hr_host_plan *p) {
     bool eval_only = job->loader_batch <= 0;
     memset(p->bytes, 0, sizeof p->bytes);
     p->bytes[HR_HOST_DATA] = d->bytes;
-    if (!eval_only) p->bytes[HR_HOST_LOADER] = hr_loader_bytes(d->train_n, d->sample, 1, d->synthetic, b);
+    if (!eval_only) p->bytes[HR_HOST_LOADER] = hr_loader_bytes(d->train_n, d->sample, d->labels, d->synthetic, b);
     int64_t eb = eval_only ? b : eval_at(job, b);
-    if (eb > 0) /* evaluation's inputs, labels and outputs (4 bytes each); eval's confusion matrix */
-        p->bytes[HR_HOST_EVAL] = add_sat(mul_sat((size_t)eb, ((size_t)d->sample + 1 + (size_t)job->classes) * 4),
-                                         eval_only ? (size_t)job->classes * (size_t)job->classes * 8 : 0);
+    if (eb > 0) /* evaluation's inputs, labels and outputs (4 bytes each); eval's confusion matrix (not for text) */
+        p->bytes[HR_HOST_EVAL] =
+            add_sat(mul_sat((size_t)eb, ((size_t)d->sample + (size_t)d->labels * (1 + (size_t)job->classes)) * 4),
+                    eval_only && d->labels == 1 ? (size_t)job->classes * (size_t)job->classes * 8 : 0);
     if (job->s) {
         size_t pinned = hr_session_report(job->s)->pinned_bytes;
         if (pinned && b != job->cfg->batch) /* as the session stages them: two slots of the batch and its labels */
             pinned = mul_sat(2, add_sat(hr_align_up(mul_sat((size_t)b, (size_t)d->sample * 4), 256),
-                                        hr_align_up(mul_sat((size_t)b, 4), 256)));
+                                        hr_align_up(mul_sat((size_t)b, (size_t)d->labels * 4), 256)));
         p->bytes[HR_HOST_PINNED] = pinned;
         if (p->arena_on_host) p->bytes[HR_HOST_ARENA] = arena_at(job, b);
     }

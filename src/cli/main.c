@@ -29,6 +29,7 @@ static void usage(FILE *f) {
             "              [--budget 8GiB] (the device memory the process may hold) [--eval-batch N]\n"
             "              [--precision fp32|bf16|fp16] [--loss-scale S] [--accumulate K]\n"
             "              [--recompute LAYERS|all|auto|min] [--fit [--precision fp32,bf16]]\n"
+            "              [--trace FILE [--trace-steps N]] [--profile]\n"
             "  fit MODEL --batch N [--budget 8GiB] [--precision fp32,bf16,fp16] [--device cpu|cuda]\n"
             "            [--no-measure] [--json]\n"
             "      the fastest way to train batch N within the budget (default: what the GPU\n"
@@ -49,11 +50,21 @@ static void usage(FILE *f) {
             "  --recompute: layers whose activations are computed again in the backward pass\n"
             "      instead of kept (bit-identical gradients): names (1,3,stem), all, auto (the\n"
             "      cheapest that fits --budget or what is free), min (the smallest plan)\n"
+            "  --trace FILE: the first N steps (--trace-steps, default 10, at most 1000) as a\n"
+            "      Chrome trace (open it in ui.perfetto.dev or chrome://tracing): each node's\n"
+            "      time (device events on a GPU, host time on the CPU), the loader, the\n"
+            "      uploads and the optimizer as tracks, planned and measured memory as counters;\n"
+            "      written when those steps are done, or with what it has if the run stops first\n"
+            "  --profile: at the end, the step's nodes slowest first: time, share, GFLOP/s,\n"
+            "      GB/s and the share of the device's roofline (the first step left out)\n"
+            "  generate MODEL --weights CKPT [--prompt TEXT] [--tokens N] [--temperature T] [--top-k K]\n"
+            "      text sampled a byte at a time from a model trained on text (--data fortunes)\n"
             "  smi [--json]\n"
             "      each GPU (memory, load, temperature, power) and the processes on it, as\n"
             "      the NVIDIA driver reports them (NVML); with no driver it says so, status 0\n"
             "\n"
-            "exit status: 0 ok, 1 bad input, 2 bad command line, 3 does not fit, 4 NaN/inf loss\n");
+            "exit status: 0 ok, 1 bad input, 2 bad command line, 3 does not fit, 4 NaN/inf loss,\n"
+            "  130 interrupted while tracing (the trace has what was recorded)\n");
 }
 
 static bool parse_i64(const char *s, int64_t *out) {
@@ -92,6 +103,7 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
     o->samples = 4096;
     o->eval_batch = -1; /* the training batch */
     o->accumulate = 1;
+    o->trace_steps = -1; /* --trace's default: 10 */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -216,6 +228,16 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
         } else if (!strcmp(a, "--html")) {
             NEED();
             o->html = v;
+        } else if (!strcmp(a, "--trace")) {
+            NEED();
+            if (!*v) BAD("a file name");
+            o->trace = v;
+        } else if (!strcmp(a, "--trace-steps")) {
+            NEED();
+            if (!parse_i64(v, &o->trace_steps) || o->trace_steps < 1 || o->trace_steps > 1000)
+                BAD("an integer from 1 to 1000 (steps to trace)");
+        } else if (!strcmp(a, "--profile")) {
+            o->profile = true;
         } else if (!strcmp(a, "--data")) {
             NEED();
             o->data = v;
@@ -263,6 +285,16 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
         fprintf(stderr, "headroom %s: --html is for plan (it draws the plan's memory)\n", cmd);
         return HR_EXIT_USAGE;
     }
+    if ((o->trace || o->trace_steps > 0 || o->profile) && strcmp(cmd, "train")) {
+        fprintf(stderr, "headroom %s: %s is for train (it times the training steps)\n", cmd,
+                o->trace ? "--trace" : o->profile ? "--profile" : "--trace-steps");
+        return HR_EXIT_USAGE;
+    }
+    if (o->trace_steps > 0 && !o->trace) {
+        fprintf(stderr, "headroom %s: --trace-steps says how many steps --trace records; add --trace FILE\n", cmd);
+        return HR_EXIT_USAGE;
+    }
+    if (o->trace_steps < 0) o->trace_steps = 10;
     if (o->batch == 0 || o->batch < -1) {
         fprintf(stderr, "headroom %s: --batch must be at least 1, got %lld\n", cmd, (long long)o->batch);
         return HR_EXIT_USAGE;
@@ -308,13 +340,14 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "smi")) return hr_cmd_smi(argc - 2, argv + 2); /* no model, options of its own */
+    if (!strcmp(cmd, "generate")) return hr_cmd_generate(argc - 2, argv + 2); /* options of its own */
     int (*run)(const hr_cli_opts *) = NULL;
     if (!strcmp(cmd, "plan")) run = hr_cmd_plan;
     else if (!strcmp(cmd, "fit")) run = hr_cmd_fit;
     else if (!strcmp(cmd, "train")) run = hr_cmd_train;
     else if (!strcmp(cmd, "eval")) run = hr_cmd_eval;
     if (!run) {
-        fprintf(stderr, "headroom: unknown command '%s'; the commands are plan, fit, train, eval, smi\n", cmd);
+        fprintf(stderr, "headroom: unknown command '%s'; the commands are plan, fit, train, eval, generate, smi\n", cmd);
         return HR_EXIT_USAGE;
     }
     hr_cli_opts o;

@@ -120,6 +120,7 @@ size_t hr_loader_bytes(int64_t n, int64_t sample, int64_t labels, bool synthetic
  * tokens (samples), each with seq next-token labels. Errors name the file.
  * On failure both sets are zeroed. */
 #define HR_FORTUNES_DIR "/usr/share/games/fortunes"
+#define HR_TEXT_VAL_FRACTION 0.1 /* headroom train's validation tail, as nanoGPT's 90/10 */
 typedef struct {
     int64_t ntokens;     /* in the whole stream */
     int64_t vocab;       /* 256 for bytes; a token file's largest id + 1 */
@@ -127,6 +128,9 @@ typedef struct {
     char what[160];      /* "fortunes: 43 files, 2576674 bytes" */
 } hr_text_info;
 hr_status hr_text_peek(const char *spec, hr_text_info *out);
+/* How hr_text_load splits a stream of n tokens: the validation tail (at
+ * least seq + 1 tokens) and the rest; windows of a part of k tokens: (k - 1) / seq. */
+void hr_text_split(int64_t n, int64_t seq, double val_fraction, int64_t *ntrain, int64_t *nval);
 hr_status hr_text_load(const char *spec, int64_t seq, double val_fraction, hr_dataset *train, hr_dataset *val);
 /* Is spec a text source (fortunes, text:..., *.bin)? */
 bool hr_text_spec(const char *spec);

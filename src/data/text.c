@@ -204,6 +204,12 @@ static hr_status make_set(const uint16_t *src, int64_t n, int64_t seq, int64_t v
     return HR_OK;
 }
 
+void hr_text_split(int64_t n, int64_t seq, double val_fraction, int64_t *ntrain, int64_t *nval) {
+    *nval = (int64_t)((double)n * val_fraction);
+    if (*nval < seq + 1) *nval = seq + 1;
+    *ntrain = n - *nval;
+}
+
 hr_status hr_text_load(const char *spec, int64_t seq, double val_fraction, hr_dataset *train, hr_dataset *val) {
     memset(train, 0, sizeof *train);
     memset(val, 0, sizeof *val);
@@ -213,9 +219,8 @@ hr_status hr_text_load(const char *spec, int64_t seq, double val_fraction, hr_da
     hr_text_info info;
     hr_status st = hr_text_peek(spec, &info);
     if (st) return st;
-    int64_t nval = (int64_t)((double)info.ntokens * val_fraction);
-    if (nval < seq + 1) nval = seq + 1;
-    int64_t ntrain = info.ntokens - nval;
+    int64_t ntrain, nval;
+    hr_text_split(info.ntokens, seq, val_fraction, &ntrain, &nval);
     if (ntrain < seq + 1)
         return hr_error_set(HR_ERR_FORMAT, "%s: %lld tokens are too few for a training and a validation window of %lld "
                             "tokens (and the one after each): give at least %lld, or a shorter context",

@@ -146,4 +146,54 @@ hr_status hr_plan_html(const hr_session_t *s, const char *path);
  * measure a throwaway session, compiled for the configuration to predict. */
 hr_status hr_cost_measure(hr_session_t *s, hr_cost_model *cm, int steps);
 
+/* ---- train --profile and --trace (profile.c, trace.c) ---------------------------
+ *     hr_trace *t = hr_trace_new("run.json", 10);   // after hr_trace_check_path
+ *     hr_trace_attach(t, s);                         // s allocated
+ *     each step: hr_trace_batch(t, ...loader's times...); hr_train_step(...);
+ *                hr_trace_step_end(t, step, loss);   // writes the file after the 10th
+ *     hr_trace_finish(t, "why the run stopped");     // writes it if not yet done
+ *     hr_trace_free(t);                              // then hr_session_free(s) */
+/* Profiles s's nodes from now on (device marks where the backend has them,
+ * else host time), for hr_profile_print_sorted rather than HR_PROFILE's table. */
+hr_status hr_session_profile_on(hr_session_t *s);
+/* The step's nodes, slowest first: time a step, share, GFLOP/s and GB/s from
+ * the ops' work, and the share of the device's roofline (a GPU: the cost
+ * model's peaks; the CPU: an sgemm and a copy measured now). */
+hr_status hr_profile_print_sorted(const hr_session_t *s, FILE *f);
+
+typedef struct hr_trace hr_trace;
+/* HR_OK when a trace can be written at path (a file made there and removed). */
+hr_status hr_trace_check_path(const char *path);
+/* Records the first `steps` steps of the session it is attached to; NULL on OOM. */
+hr_trace *hr_trace_new(const char *path, int steps);
+/* Turns s's profile on for the trace, copies what the file names (nodes,
+ * layers, the plan's live bytes) and catches SIGINT and SIGTERM until the
+ * steps are done (hr_trace_interrupted). */
+hr_status hr_trace_attach(hr_trace *t, hr_session_t *s);
+/* A step begins: the loader's times of its batch (hr_trace_clock's clock):
+ * the wait for it on this thread, its gathering on the loader's. */
+void hr_trace_batch(hr_trace *t, double wait0, double wait1, double gather0, double gather1, int64_t n);
+/* The step ended (loss may be NaN); after the last traced one the file is
+ * written (its status returned) and the trace detaches. */
+hr_status hr_trace_step_end(hr_trace *t, int64_t step, float loss);
+/* Writes what was recorded, if not yet written, with why the run stopped. */
+hr_status hr_trace_finish(hr_trace *t, const char *why);
+bool hr_trace_written(const hr_trace *t);
+/* The steps recorded, the file's bytes and the seconds its writing took (fsync included). */
+void hr_trace_stats(const hr_trace *t, int *steps, size_t *bytes, double *seconds);
+const char *hr_trace_path(const hr_trace *t);
+void hr_trace_free(hr_trace *t);
+bool hr_trace_interrupted(void); /* a SIGINT or SIGTERM came while tracing */
+double hr_trace_clock(void);     /* seconds, CLOCK_MONOTONIC (the loader's clock too) */
+/* What the profile's hooks (profile.c) record while a step is traced. A pass
+ * begins (its batch was uploaded since the trace's last event); node k (and
+ * the count-1 nodes of its launch) ran from t0 to t1: host seconds, or,
+ * device, seconds from the start of the run of nodes that
+ * hr_trace_device_run placed: launched (its first launch), synced (when the
+ * sync after it returned) and ms (the run's device milliseconds, < 0
+ * unknown). */
+void hr_trace_pass(hr_trace *t, double now);
+void hr_trace_node(hr_trace *t, int k, int count, double t0, double t1, bool device);
+void hr_trace_device_run(hr_trace *t, double launched, double synced, double ms);
+
 #endif

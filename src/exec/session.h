@@ -53,5 +53,9 @@ void hr_profile_after(hr_profile *p, hr_backend *be, int k, int count, double t0
 hr_status hr_profile_finish(hr_profile *p, hr_backend *be, int from, int to);
 bool hr_profile_host(const hr_profile *p); /* host timing: sync after each node */
 double hr_profile_now(void);
+/* s's profile hands its node events to trace t from now on (made, device
+ * marks where the backend has them, when s had none); t NULL: no more, and
+ * a profile made for the trace alone goes. */
+hr_status hr_profile_trace(hr_session_t *s, struct hr_trace *t);
 
 #endif

@@ -14,6 +14,7 @@
 
 #include "check.h"
 #include "seed_models.h"
+#include "cuda_models.h"
 #include "exec/internal.h"
 
 size_t hr_cuda_pinned_bytes(const hr_backend *be);
@@ -37,13 +38,17 @@ static batch make_batch(hr_session_t *s) {
     batch b = {0};
     int64_t nx = hr_shape_numel(&g->t[p->input].shape);
     b.x = malloc(sizeof(float) * (size_t)nx);
-    for (int64_t i = 0; i < nx; i++) b.x[i] = frand();
+    int64_t vocab = 0; /* an input of token ids (read by an Embedding): ids */
+    for (int k = 0; k < p->n_fwd; k++)
+        if (g->n[k].op == HR_OP_EMBEDDING && g->n[k].in[0] == p->input) vocab = g->n[k].a.in_f;
+    for (int64_t i = 0; i < nx; i++) b.x[i] = vocab ? (float)(int64_t)((frand() + 1.0f) * 0.5f * (float)vocab) : frand();
     if (p->label >= 0) {
         const hr_tensor *lt = &g->t[p->label];
         int64_t nl = hr_shape_numel(&lt->shape);
         b.labels = malloc(4 * (size_t)nl);
         if (lt->dtype == HR_I32) {
-            int64_t C = g->t[p->output].shape.d[1];
+            const hr_shape *os = &g->t[p->output].shape; /* classes: the last dim (a label a position) */
+            int64_t C = os->d[os->ndim - 1];
             for (int64_t i = 0; i < nl; i++) ((int32_t *)b.labels)[i] = (int32_t)((frand() + 1.0f) * 0.5f * (float)C) % (int32_t)C;
         } else {
             for (int64_t i = 0; i < nl; i++) ((float *)b.labels)[i] = frand();
@@ -97,6 +102,13 @@ static void set_bounds(void) {
     /* row statistics summed in another order, as BatchNorm */
     bound[HR_OP_LAYERNORM] = 1e-5;
     bound[HR_OP_LAYERNORM_BWD] = 1e-4;
+    /* rows copied and summed in token order on both: identical bits; a
+     * position's sum over the batch added to what is there (acc) in another order */
+    bound[HR_OP_EMBEDDING] = bound[HR_OP_EMBEDDING_BWD] = bound[HR_OP_POS_EMBEDDING] = 0;
+    bound[HR_OP_POS_EMBEDDING_BWD] = 1e-6;
+    /* the CPU sums in double with exp(), the GPU in float with expf() */
+    bound[HR_OP_ATTENTION] = 1e-5;
+    bound[HR_OP_ATTENTION_BWD] = 1e-4;
 }
 
 /* ---- node by node ---------------------------------------------------------- */
@@ -350,138 +362,6 @@ out:
     hr_session_free(b);
 }
 
-/* ---- models ----------------------------------------------------------------- */
-static hr_model_t *mlp_dropout(void) { /* Linear ReLU Dropout Linear, CE */
-    hr_model_t *m = hr_model_new("mlp_dropout");
-    int x = hr_input(m, "x", 1, (int64_t[]){20});
-    x = hr_linear(m, NULL, x, 20, 32, true);
-    x = hr_relu(m, NULL, x);
-    x = hr_dropout(m, NULL, x, 0.3f);
-    x = hr_linear(m, NULL, x, 32, 10, true);
-    hr_loss_cross_entropy(m, x, 10);
-    return m;
-}
-
-static hr_model_t *cnn_bn(void) { /* Conv BN ReLU MaxPool Conv AvgPool Dropout Flatten Linear, CE */
-    hr_model_t *m = hr_model_new("cnn_bn");
-    int x = hr_input(m, "x", 3, (int64_t[]){3, 12, 12});
-    x = hr_conv2d(m, NULL, x, 3, 8, 3, 1, 1, true);
-    x = hr_batchnorm(m, NULL, x, 8, 1e-5f, 0.1f);
-    x = hr_relu(m, NULL, x);
-    x = hr_maxpool2d(m, NULL, x, 2, 2);               /* 8x6x6 */
-    x = hr_conv2d(m, NULL, x, 8, 8, 3, 1, 0, false);  /* 8x4x4 */
-    x = hr_avgpool2d(m, NULL, x, 2, 2);               /* 8x2x2 */
-    x = hr_dropout(m, NULL, x, 0.25f);
-    x = hr_flatten(m, NULL, x);
-    x = hr_linear(m, NULL, x, 32, 10, true);
-    hr_loss_cross_entropy(m, x, 10);
-    return m;
-}
-
-static hr_model_t *res_concat(void) { /* two convs, Add, Concat, global pool, LogSoftmax, CE */
-    hr_model_t *m = hr_model_new("res_concat");
-    int x = hr_input(m, "x", 3, (int64_t[]){4, 8, 8});
-    int a = hr_conv2d(m, NULL, x, 4, 4, 3, 1, 1, true);
-    int b = hr_conv2d(m, NULL, x, 4, 4, 1, 1, 0, true);
-    int c = hr_add(m, NULL, a, b);
-    int y = hr_concat(m, NULL, 2, (int[]){c, a});
-    y = hr_relu(m, NULL, y);
-    y = hr_conv2d(m, NULL, y, 8, 6, 3, 2, 1, true); /* 6x4x4, strided */
-    y = hr_global_avgpool(m, NULL, y);
-    y = hr_flatten(m, NULL, y);
-    y = hr_linear(m, NULL, y, 6, 6, true);
-    y = hr_log_softmax(m, NULL, y);
-    hr_loss_cross_entropy(m, y, 6);
-    return m;
-}
-
-static hr_model_t *bn1d_softmax_mse(void) { /* Linear BN1d ReLU Linear Softmax, MSE */
-    hr_model_t *m = hr_model_new("bn1d_softmax");
-    int x = hr_input(m, "x", 1, (int64_t[]){10});
-    x = hr_linear(m, NULL, x, 10, 16, true);
-    x = hr_batchnorm(m, NULL, x, 16, 1e-5f, 0.1f);
-    x = hr_relu(m, NULL, x);
-    x = hr_linear(m, NULL, x, 16, 5, true);
-    x = hr_softmax(m, NULL, x);
-    hr_loss_mse(m, x);
-    return m;
-}
-
-static hr_model_t *overlap_pool(void) { /* overlapping windows and ReLU's zeros: ties in max pooling */
-    hr_model_t *m = hr_model_new("overlap_pool");
-    int x = hr_input(m, "x", 3, (int64_t[]){2, 9, 9});
-    x = hr_conv2d(m, NULL, x, 2, 3, 3, 1, 1, true);
-    x = hr_relu(m, NULL, x);
-    x = hr_maxpool2d(m, NULL, x, 3, 2); /* 3x4x4 */
-    x = hr_avgpool2d(m, NULL, x, 3, 1); /* 3x2x2 */
-    x = hr_flatten(m, NULL, x);
-    x = hr_linear(m, NULL, x, 12, 5, true);
-    hr_loss_cross_entropy(m, x, 5);
-    return m;
-}
-
-/* a 16x16 window has 256 positions, more than a byte's offsets: the max pool
- * keeps x and its backward finds the argmax again (the other CUDA path) */
-static hr_model_t *wide_pool(void) {
-    hr_model_t *m = hr_model_new("wide_pool");
-    int x = hr_input(m, "x", 3, (int64_t[]){2, 16, 16});
-    x = hr_conv2d(m, NULL, x, 2, 3, 3, 1, 1, true);
-    x = hr_relu(m, NULL, x);
-    x = hr_maxpool2d(m, NULL, x, 16, 16); /* 3x1x1 */
-    x = hr_flatten(m, NULL, x);
-    x = hr_linear(m, NULL, x, 3, 4, true);
-    hr_loss_cross_entropy(m, x, 4);
-    return m;
-}
-
-/* every activation on (batch, features), both GELUs; LayerNorm over the last
- * dim: on the input (no gradient to it), without affine, affine without bias */
-static hr_model_t *act_mlp(void) {
-    hr_model_t *m = hr_model_new("act_mlp");
-    int x = hr_input(m, "x", 1, (int64_t[]){24});
-    x = hr_layernorm(m, NULL, x, 1, (int64_t[]){24}, 1e-5f, true, true);
-    x = hr_linear(m, NULL, x, 24, 32, true);
-    x = hr_leaky_relu(m, NULL, x, 0.1f);
-    x = hr_linear(m, NULL, x, 32, 32, true);
-    x = hr_gelu(m, NULL, x, false);
-    x = hr_layernorm(m, NULL, x, 1, (int64_t[]){32}, 1e-5f, false, false);
-    x = hr_linear(m, NULL, x, 32, 32, true);
-    x = hr_gelu(m, NULL, x, true);
-    x = hr_silu(m, NULL, x);
-    x = hr_linear(m, NULL, x, 32, 16, true);
-    x = hr_sigmoid(m, NULL, x);
-    x = hr_layernorm(m, NULL, x, 1, (int64_t[]){16}, 1e-3f, true, false);
-    x = hr_linear(m, NULL, x, 16, 16, true);
-    x = hr_tanh(m, NULL, x);
-    x = hr_linear(m, NULL, x, 16, 10, true);
-    hr_loss_cross_entropy(m, x, 10);
-    return m;
-}
-
-/* LayerNorm over the last 3 dims of images (C, H, W): affine with and
- * without bias, and without affine; the activations on images */
-static hr_model_t *ln_cnn(void) {
-    hr_model_t *m = hr_model_new("ln_cnn");
-    int x = hr_input(m, "x", 3, (int64_t[]){3, 8, 8});
-    x = hr_conv2d(m, NULL, x, 3, 4, 3, 1, 1, true);
-    x = hr_layernorm(m, NULL, x, 3, (int64_t[]){4, 8, 8}, 1e-5f, true, true);
-    x = hr_silu(m, NULL, x);
-    x = hr_conv2d(m, NULL, x, 4, 4, 3, 1, 1, false);
-    x = hr_layernorm(m, NULL, x, 3, (int64_t[]){4, 8, 8}, 1e-5f, true, false);
-    x = hr_leaky_relu(m, NULL, x, 0.2f);
-    x = hr_maxpool2d(m, NULL, x, 2, 2); /* 4x4x4 */
-    x = hr_layernorm(m, NULL, x, 3, (int64_t[]){4, 4, 4}, 1e-5f, false, false);
-    x = hr_gelu(m, NULL, x, true);
-    x = hr_conv2d(m, NULL, x, 4, 4, 3, 1, 1, true);
-    x = hr_gelu(m, NULL, x, false);
-    x = hr_tanh(m, NULL, x);
-    x = hr_sigmoid(m, NULL, x);
-    x = hr_flatten(m, NULL, x);
-    x = hr_linear(m, NULL, x, 64, 6, true);
-    hr_loss_cross_entropy(m, x, 6);
-    return m;
-}
-
 /* Mixed precision's own ops, which the fp32 cases never make: every Cast
  * node of an fp16 program (weights and activations, both ways) and
  * GradScaler.unscale over gradients holding an inf and a NaN, CPU vs CUDA on
@@ -682,9 +562,9 @@ int main(void) {
     test_faults();
 
     printf("node by node, CUDA vs CPU on identical inputs\n");
-    enum { NMODELS = 8 };
-    hr_model_t *ms[NMODELS] = {mlp_dropout(),  cnn_bn(),    res_concat(), bn1d_softmax_mse(),
-                               overlap_pool(), wide_pool(), act_mlp(),    ln_cnn()};
+    enum { NMODELS = 10 };
+    hr_model_t *ms[NMODELS] = {mlp_dropout(),  cnn_bn(),    res_concat(), bn1d_softmax_mse(), overlap_pool(),
+                               wide_pool(),    act_mlp(),   ln_cnn(),     grouped_cnn(),      tiny_gpt()};
     hr_config_t c1 = config(16, HR_OPTIM_ADAM);
     c1.optim.clip_norm = 0.5f;
     hr_config_t c2 = config(8, HR_OPTIM_SGD);
@@ -707,9 +587,17 @@ int main(void) {
     run_nodes("cnn_bn infer", ms[1], ci);
     run_nodes("act_mlp infer", ms[6], ci);
     run_nodes("ln_cnn infer", ms[7], ci);
+    run_nodes("grouped_cnn", ms[8], c3);
+    run_nodes("grouped_cnn infer", ms[8], ci);
+    run_nodes("tiny_gpt", ms[9], c3);
+    run_nodes("tiny_gpt infer", ms[9], ci);
+    setenv("HR_CUDNN_API", "legacy", 1); /* cudnnSetConvolutionGroupCount and the legacy dilation */
+    run_nodes("grouped_cnn legacy", ms[8], c3);
+    unsetenv("HR_CUDNN_API");
     /* the batch cut into several library calls, as for tensors of 2^31 elements */
     setenv("HR_CUDA_MAX_CALL_ELEMS", "2000", 1); /* first conv: 1 sample a call; second: 6, then 2 */
     run_nodes("cnn_bn chunked", ms[1], c2);
+    run_nodes("grouped_cnn chunked", ms[8], c3); /* 2 samples a call; 5, then a last 1 */
     setenv("HR_CUDA_MAX_CALL_ELEMS", "64", 1); /* Linear: 4 rows a call */
     run_nodes("bn1d chunked", ms[3], c4);
     unsetenv("HR_CUDA_MAX_CALL_ELEMS");
@@ -745,6 +633,8 @@ int main(void) {
     run_steps("wide_pool", ms[5], c5, 3, 1e-5, 1e-4, 1e-5, 1e-5);
     run_steps("act_mlp", ms[6], c1, 3, 1e-5, 1e-4, 1e-5, 1e-4);
     run_steps("ln_cnn", ms[7], c2, 3, 1e-5, 1e-4, 1e-5, 1e-4);
+    run_steps("grouped_cnn", ms[8], c3, 3, 1e-5, 1e-4, 1e-5, 1e-5);
+    run_steps("tiny_gpt", ms[9], c3, 3, 1e-5, 1e-4, 1e-5, 1e-4);
     for (int i = 0; i < NMODELS; i++) hr_model_free(ms[i]);
 
     printf("seed models, 5 Adam steps, CUDA vs CPU\n");

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# gpt_bench.sh — the character GPT (examples/char_gpt.model: 6 layers, 6 heads,
+# 384 wide, context 256, batch 64) on this GPU, headroom and PyTorch 2 in the
+# same call, fp32 (TF32 off on both sides), AdamW(1e-3), the fortunes text:
+#   step   headroom's median step (bench/bench_step: random ids, 20 steps after 5)
+#   train  STEPS steps of `headroom train` from scratch, wall time, then the
+#          validation loss (`headroom eval`) and the same checkpoint's
+#          validation loss in PyTorch (loaded with strict=True: bench/torch_gpt.py --check)
+#   torch  the same STEPS in PyTorch eager and torch.compile (bench/torch_gpt.py)
+# Build first (make all, any machine with nvcc); the text is .data/fortunes.txt
+# (made here from /usr/share/games/fortunes when missing: the same bytes as
+# --data fortunes). One JSON line per measurement in $RES/gpt.jsonl (RES:
+# $OUT on the device machine, else bench/results), a table last.
+set -u
+cd "$(dirname "$0")/.."
+export NCCL_NVLS_ENABLE=0
+BUILD=${BUILD:-build}
+PY=${PY:-python3}
+RES=${RES:-${OUT:-bench/results}}
+STEPS=${STEPS:-300}
+TEXT=${TEXT:-.data/fortunes.txt}
+PARTS=${PARTS:-"step train torch"}
+mkdir -p "$RES"
+J=$RES/gpt.jsonl
+LOG=$RES/gpt.log
+touch "$J" "$LOG"
+has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
+if [ ! -f "$TEXT" ]; then
+    [ -d /usr/share/games/fortunes ] || { echo "gpt_bench: no $TEXT and no fortunes to make it from" >&2; exit 1; }
+    mkdir -p "$(dirname "$TEXT")"
+    for f in $(ls /usr/share/games/fortunes | LC_ALL=C sort); do
+        case "$f" in *.dat | *.u8) continue ;; esac
+        [ -f "/usr/share/games/fortunes/$f" ] && cat "/usr/share/games/fortunes/$f"
+    done >"$TEXT"
+fi
+M=examples/char_gpt.model
+now() { date +%s.%N; }
+
+if has step; then
+    "$BUILD/bench/bench_step" $M 64 20 5 cuda 2>>"$LOG" | sed 's/^{/{"part": "step", /' >>"$J"
+fi
+if has train; then
+    t0=$(now)
+    "$BUILD/headroom" train $M --data "text:$TEXT" --batch 64 --optim adamw --lr 1e-3 --max-steps "$STEPS" \
+        --save "$RES/char_gpt.ckpt" --device cuda --memory-stats >"$RES/train.log" 2>&1
+    rc=$?
+    t1=$(now)
+    vl=$("$BUILD/headroom" eval $M --weights "$RES/char_gpt.ckpt" --data "text:$TEXT" --device cuda -q 2>>"$LOG" |
+        sed -n 's/^val loss \([0-9.]*\).*/\1/p')
+    tl=$($PY bench/torch_gpt.py --text "$TEXT" --check "$RES/char_gpt.ckpt" 2>>"$LOG" | sed -n 's/.*"val_loss": \([0-9.]*\).*/\1/p')
+    total=$(sed -n 's/.*device total *\([0-9.]* [KMG]iB\).*/\1/p' "$RES/train.log" | head -1)
+    nvml=$(sed -n 's/.*NVML (this process).*peak \([0-9.]* [KMG]iB\).*/\1/p' "$RES/train.log" | head -1)
+    echo "{\"part\": \"train\", \"impl\": \"headroom\", \"rc\": $rc, \"steps\": $STEPS, \"wall_s\": $(awk "BEGIN {print $t1 - $t0}"), \"val_loss\": \"${vl}\", \"torch_val_loss_of_ckpt\": \"${tl}\", \"device_total\": \"${total}\", \"nvml_peak\": \"${nvml}\"}" >>"$J"
+    rm -f "$RES/char_gpt.ckpt"
+fi
+if has torch; then
+    $PY bench/torch_gpt.py --text "$TEXT" --steps "$STEPS" 2>>"$LOG" | sed 's/^{/{"part": "torch", /' >>"$J"
+    $PY bench/torch_gpt.py --text "$TEXT" --steps "$STEPS" --compile 2>>"$LOG" | sed 's/^{/{"part": "torch", /' >>"$J"
+fi
+$PY - "$J" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+for r in rows:
+    if r.get("part") == "step":
+        print("headroom step: median %.2f ms (batch %s)" % (r.get("median_ms", 0), r.get("batch")))
+    elif r.get("part") == "train":
+        print("headroom train: %s steps in %.1f s, val loss %s (PyTorch on the same checkpoint: %s), device total %s, NVML peak %s"
+              % (r["steps"], float(r["wall_s"]), r["val_loss"], r["torch_val_loss_of_ckpt"], r["device_total"], r["nvml_peak"]))
+    elif r.get("part") == "torch":
+        print("%s: %s steps in %.1f s, val loss %.4f, median step %.2f ms, max reserved %.0f MiB"
+              % (r["impl"], r["steps"], r["wall_s"], r["val_loss"], r["median_step_ms"], (r["max_reserved"] or 0) / 2**20))
+EOF
