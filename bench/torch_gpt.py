@@ -169,6 +169,7 @@ def main():
     ap.add_argument("--layers", type=int, default=6)
     ap.add_argument("--heads", type=int, default=6)
     ap.add_argument("--width", type=int, default=384)
+    ap.add_argument("--dropout", type=float, default=0.2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -180,7 +181,7 @@ def main():
     dev = torch.device(a.device)
     t0 = time.perf_counter()
     tr, va = windows(a.text, a.block)
-    model = GPT(block=a.block, layers=a.layers, heads=a.heads, c=a.width).to(dev)
+    model = GPT(block=a.block, layers=a.layers, heads=a.heads, c=a.width, p=a.dropout).to(dev)
     if a.check:
         model.load_state_dict(read_safetensors(a.check), strict=True)
         print(json.dumps({"impl": "pytorch", "check": a.check, "val_loss": round(val_loss(model, va, dev, a.batch), 4)}))

@@ -80,7 +80,8 @@ import sys
 import time
 
 torch = nn = build_model = input_shape = None  # imported by load_torch(): the report needs no torch
-MODELS = ["mlp", "simple_cnn", "deep_cnn"]
+MODELS = ["mlp", "simple_cnn", "deep_cnn", "vgg16_bn", "resnet18", "resnet20", "mobilenet_v1"]
+SUITE = MODELS[3:]  # the standard CNNs: bench/torch_models.py, 3x32x32 inputs
 
 
 def load_torch():
@@ -89,7 +90,15 @@ def load_torch():
     import torch.nn as tnn
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "scripts"))
     from make_golden import build_model as bm, input_shape as ish
-    torch, nn, build_model, input_shape = t, tnn, bm, ish
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import torch_models
+
+    def build(name):
+        return torch_models.MODELS[name][0]() if name in SUITE else bm(name)
+
+    def shape(name):
+        return (3, 32, 32) if name in SUITE else ish(name)
+    torch, nn, build_model, input_shape = t, tnn, build, shape
 
 
 def set_precision(tf32_conv):
