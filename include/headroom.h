@@ -160,7 +160,14 @@ typedef struct {
     bool decay_matrices_only;  /* weight decay only for parameters of 2 or more dims: biases and norm
                                   weights get none (GPT-2's and nanoGPT's optimizer groups) */
     float clip_norm;           /* > 0: clip by global gradient norm, as clip_grad_norm_ */
+    /* The learning rate by step (nanoGPT's get_lr; none when both counts are 0):
+     * step t (1-based) of the first warmup_steps takes lr t/(warmup_steps+1);
+     * then a cosine from lr down to min_lr at step decay_steps + 1, min_lr after. */
+    int64_t warmup_steps, decay_steps;
+    float min_lr;
 } hr_optim_t;
+/* The learning rate of optimizer step t (1-based) under o's schedule. */
+float hr_lr_at(const hr_optim_t *o, int64_t t);
 
 typedef struct {
     int64_t batch;

@@ -252,6 +252,13 @@ static void test_next_epoch(void) {
            HR " train %s/tiny.model %s --batch 16 --max-steps 10 --resume %s/ne.ckpt", tmp, common, tmp);
     EXPECT(2, "--next-epoch is for train --resume", HR " train %s/tiny.model %s --next-epoch", tmp, common);
     EXPECT(2, "--next-epoch is for train --resume", HR " eval %s/tiny.model --weights %s/ne.ckpt --next-epoch", tmp, tmp);
+    /* the learning-rate schedule's flags: in range, or refused at once */
+    EXPECT(0, "epoch 1/1", HR " train %s/tiny.model %s --batch 16 --epochs 1 --warmup 2 --lr-decay 10 -q", tmp, common);
+    EXPECT(2, "--lr-decay 5 must be past the --warmup of 10 steps",
+           HR " train %s/tiny.model %s --batch 16 --warmup 10 --lr-decay 5", tmp, common);
+    EXPECT(2, "--min-lr 1 is above the learning rate", HR " train %s/tiny.model %s --min-lr 1 --lr-decay 9", tmp, common);
+    EXPECT(2, "--min-lr 0.0001 needs --lr-decay", HR " train %s/tiny.model %s --min-lr 0.0001", tmp, common);
+    EXPECT(2, "--warmup '-3' is not a number of steps", HR " train %s/tiny.model %s --warmup -3", tmp, common);
 }
 
 /* Text: a tiny GPT trained on a text's bytes (text:FILE), its validation

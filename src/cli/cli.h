@@ -33,6 +33,8 @@ typedef struct {
     size_t budget;
     const char *budget_arg; /* --budget as written ("8GiB") */
     double momentum, weight_decay, clip;
+    int64_t warmup, lr_decay; /* the learning-rate schedule's steps (0: none) */
+    double min_lr;            /* -1: lr / 10 (nanoGPT's) when a decay is given */
     bool nesterov;
     hr_precision precision;
     int64_t accumulate;    /* micro-batches an optimizer step (1: none) */

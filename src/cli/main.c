@@ -24,7 +24,8 @@ static void usage(FILE *f) {
             "      and the largest batch that does\n"
             "  train MODEL [--data fashion-mnist|synthetic|DIR] [--epochs E] [--batch N] [--lr LR]\n"
             "              [--optim adam|adamw|sgd] [--momentum M] [--nesterov] [--weight-decay W]\n"
-            "              [--clip NORM] [--seed S] [--save CKPT] [--resume CKPT [--next-epoch]]\n"
+            "              [--clip NORM] [--warmup N] [--lr-decay N] [--min-lr LR]\n"
+            "              [--seed S] [--save CKPT] [--resume CKPT [--next-epoch]]\n"
             "              [--device auto|cpu|cuda] [--max-steps N] [--samples N] [--memory-stats]\n"
             "              [--budget 8GiB] (the device memory the process may hold) [--eval-batch N]\n"
             "              [--precision fp32|bf16|fp16] [--loss-scale S] [--accumulate K]\n"
@@ -45,6 +46,9 @@ static void usage(FILE *f) {
             "      loss as torch.amp.GradScaler (--loss-scale: its first scale, 65536)\n"
             "  --accumulate K: each step sums the gradients of K micro-batches of batch/K\n"
             "      samples (the same update as the whole batch, in the memory of batch/K)\n"
+            "  --warmup N, --lr-decay N, --min-lr LR: nanoGPT's schedule: the learning rate\n"
+            "      rises over N steps, then falls on a cosine to --min-lr (default lr/10) at\n"
+            "      step --lr-decay and stays there\n"
             "  --next-epoch: resume a checkpoint with another --batch, --precision or --data,\n"
             "      from the start of the epoch after its last (a resumed run keeps them otherwise)\n"
             "  --recompute: layers whose activations are computed again in the backward pass\n"
@@ -103,6 +107,7 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
     o->samples = 4096;
     o->eval_batch = -1; /* the training batch */
     o->accumulate = 1;
+    o->min_lr = -1; /* lr / 10 with --lr-decay */
     o->trace_steps = -1; /* --trace's default: 10 */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -190,6 +195,14 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
         } else if (!strcmp(a, "--weight-decay")) {
             NEED();
             if (!parse_f(v, &o->weight_decay) || !(o->weight_decay >= 0)) BAD("a finite weight decay >= 0");
+        } else if (!strcmp(a, "--warmup") || !strcmp(a, "--lr-decay")) {
+            int64_t n;
+            NEED();
+            if (!parse_i64(v, &n) || n < 0 || n > ((int64_t)1 << 40)) BAD("a number of steps >= 0");
+            *(!strcmp(a, "--warmup") ? &o->warmup : &o->lr_decay) = n;
+        } else if (!strcmp(a, "--min-lr")) {
+            NEED();
+            if (!parse_f(v, &o->min_lr) || !(o->min_lr >= 0)) BAD("a finite learning rate >= 0");
         } else if (!strcmp(a, "--clip")) {
             NEED();
             if (!parse_f(v, &o->clip) || !(o->clip > 0)) BAD("a finite norm > 0");
@@ -295,6 +308,17 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
         return HR_EXIT_USAGE;
     }
     if (o->trace_steps < 0) o->trace_steps = 10;
+    double lr = o->lr >= 0 ? o->lr : o->optim == HR_OPTIM_SGD ? 0.01 : 1e-3; /* hr_cli_config's */
+    if (o->lr_decay > 0 && o->lr_decay <= o->warmup) {
+        fprintf(stderr, "headroom %s: --lr-decay %lld must be past the --warmup of %lld steps\n", cmd,
+                (long long)o->lr_decay, (long long)o->warmup);
+        return HR_EXIT_USAGE;
+    }
+    if (o->min_lr > lr || (o->min_lr >= 0 && !o->lr_decay)) {
+        fprintf(stderr, "headroom %s: --min-lr %g %s\n", cmd, o->min_lr,
+                o->lr_decay ? "is above the learning rate; give at most --lr" : "needs --lr-decay (the step it is reached)");
+        return HR_EXIT_USAGE;
+    }
     if (o->batch == 0 || o->batch < -1) {
         fprintf(stderr, "headroom %s: --batch must be at least 1, got %lld\n", cmd, (long long)o->batch);
         return HR_EXIT_USAGE;
@@ -313,6 +337,9 @@ hr_config_t hr_cli_config(const hr_cli_opts *o) {
     c.optim.nesterov = o->nesterov;
     c.optim.weight_decay = (float)(o->weight_decay > 0 ? o->weight_decay : (o->optim == HR_OPTIM_ADAMW ? 0.01 : 0.0));
     c.optim.clip_norm = (float)o->clip;
+    c.optim.warmup_steps = o->warmup;
+    c.optim.decay_steps = o->lr_decay;
+    c.optim.min_lr = o->min_lr >= 0 ? (float)o->min_lr : o->lr_decay > 0 ? c.optim.lr / 10 : 0;
     c.device = o->device;
     c.seed = o->seed;
     /* the device memory the process may hold, as nvidia-smi shows it */

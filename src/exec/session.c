@@ -323,11 +323,12 @@ hr_status hr_session_alloc(hr_session_t *s) {
 static hr_status run_range(hr_session_t *s, int from, int to, const hr_step_info *base) {
     hr_graph *g = &s->prog.g;
     hr_step_info si = base ? *base : hr_step_info_make(s->t, &s->prog.cfg, s->prog.sqnorm);
-    if (from >= s->prog.n_bwd_end && from < s->prog.n_step) si.t = s->t + 1;
+    if (from >= s->prog.n_bwd_end && from < s->prog.n_step) si.t = s->t + 1, si.lr = hr_lr_at(&si.optim, si.t);
     hr_backend *be = s->be;
     hr_profile_step(s->prof, from, g->nn);
     for (int k = from, cnt; k < to; k += cnt) {
-        if (k == s->prog.n_bwd_end) si.t = s->t + 1; /* the update is step t+1 */
+        if (k == s->prog.n_bwd_end) /* the update is step t+1, at its learning rate */
+            si.t = s->t + 1, si.lr = hr_lr_at(&si.optim, si.t);
         const hr_node *n = &g->n[k];
         bool group = be->run_group && (n->op == HR_OP_ADAM || n->op == HR_OP_SGD);
         cnt = 1;

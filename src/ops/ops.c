@@ -13,11 +13,21 @@ const hr_op_desc *const hr_op_descs[HR_OP_COUNT] = {
 };
 _Static_assert(sizeof hr_op_descs / sizeof *hr_op_descs == HR_OP_COUNT, "a descriptor for every op");
 
+float hr_lr_at(const hr_optim_t *o, int64_t t) {
+    int64_t it = t > 1 ? t - 1 : 0; /* nanoGPT's iteration, from 0 */
+    if (o->warmup_steps > 0 && it < o->warmup_steps) return (float)((double)o->lr * (double)(it + 1) / (double)(o->warmup_steps + 1));
+    if (o->decay_steps <= 0) return o->lr;
+    if (it > o->decay_steps) return o->min_lr;
+    double ratio = (double)(it - o->warmup_steps) / (double)(o->decay_steps - o->warmup_steps);
+    double coeff = 0.5 * (1.0 + cos(3.14159265358979323846 * ratio));
+    return (float)((double)o->min_lr + coeff * ((double)o->lr - (double)o->min_lr));
+}
+
 hr_step_info hr_step_info_make(int64_t t, const hr_config_t *cfg, int sqnorm) {
     hr_step_info si;
     memset(&si, 0, sizeof si);
     si.t = t;
-    si.lr = cfg->optim.lr;
+    si.lr = hr_lr_at(&cfg->optim, t);
     si.seed = cfg->seed;
     si.optim = cfg->optim;
     si.sqnorm = sqnorm;

@@ -286,6 +286,12 @@ static hr_status check_config(const hr_model_t *m, const hr_config_t *cfg) {
                                 "optimizer settings out of range: lr=%g betas=(%g, %g) eps=%g weight_decay=%g momentum=%g "
                                 "(nesterov needs momentum > 0 and dampening 0)",
                                 o->lr, o->beta1, o->beta2, o->eps, o->weight_decay, o->momentum);
+        if (o->warmup_steps < 0 || o->decay_steps < 0 || (o->decay_steps > 0 && o->decay_steps <= o->warmup_steps) ||
+            !(o->min_lr >= 0 && o->min_lr <= o->lr))
+            return hr_error_set(HR_ERR_INVALID_ARG,
+                                "learning-rate schedule out of range: warmup %lld steps, decay to step %lld, min_lr %g "
+                                "(warmup >= 0; decay 0 (none) or past the warmup; 0 <= min_lr <= lr %g)",
+                                (long long)o->warmup_steps, (long long)o->decay_steps, o->min_lr, o->lr);
     }
     return HR_OK;
 }

@@ -282,7 +282,50 @@ static void test_gpt2_init(void) {
     }
 }
 
+/* ---- the learning-rate schedule (nanoGPT's get_lr) --------------------------- */
+static void test_lr_schedule(void) {
+    hr_optim_t o = {.lr = 1.0f, .warmup_steps = 3, .decay_steps = 10, .min_lr = 0.1f};
+    const double pi = 3.14159265358979323846;
+    /* step t is nanoGPT's iteration t - 1 */
+    double want[] = {0.25, 0.5, 0.75, 1.0, 0.1 + 0.45 * (1 + cos(pi * 1 / 7)), 0.1 + 0.45 * (1 + cos(pi * 3 / 7)),
+                     0.1 + 0.45 * (1 + cos(pi * 6 / 7)), 0.1, 0.1};
+    int64_t at[] = {1, 2, 3, 4, 5, 7, 10, 11, 50};
+    for (int k = 0; k < 9; k++)
+        CHECK(fabs(hr_lr_at(&o, at[k]) - want[k]) < 1e-6, "lr at step %lld: %.7f, want %.7f", (long long)at[k],
+              (double)hr_lr_at(&o, at[k]), want[k]);
+    hr_optim_t none = {.lr = 0.3f};
+    CHECK(hr_lr_at(&none, 1) == 0.3f && hr_lr_at(&none, 1000) == 0.3f, "no schedule: lr at every step");
+    /* the steps take it: SGD's update is lr_t times the gradient */
+    hr_model_t *m = hr_model_new("lr");
+    int x = hr_input(m, "x", 1, (int64_t[]){2});
+    x = hr_linear(m, NULL, x, 2, 1, false);
+    hr_loss_mse(m, x);
+    hr_config_t cfg = hr_config_default();
+    cfg.batch = 2, cfg.optim.kind = HR_OPTIM_SGD, cfg.optim.lr = 0.5f, cfg.keep_grads = true;
+    cfg.optim.warmup_steps = 2, cfg.optim.decay_steps = 4, cfg.optim.min_lr = 0.05f;
+    hr_session_t *s = hr_compile(m, &cfg);
+    CHECK(s && hr_session_alloc(s) == HR_OK, "schedule session: %s", hr_last_error());
+    const float xs[4] = {1, 2, -1, 0.5f}, ts[2] = {3, -1};
+    for (int64_t t = 1; s && t <= 6; t++) {
+        float w0[2], w1[2], g[2];
+        hr_state_read(s, hr_state_find(s, "0.weight"), w0);
+        CHECK(hr_train_step(s, xs, ts, NULL) == HR_OK, "step: %s", hr_last_error());
+        hr_state_read(s, hr_state_find(s, "0.weight"), w1);
+        hr_grad_read(s, "0.weight", g);
+        double lr = hr_lr_at(&cfg.optim, t);
+        CHECK(fabs(w1[0] - (w0[0] - lr * g[0])) < 1e-6 && fabs(w1[1] - (w0[1] - lr * g[1])) < 1e-6,
+              "step %lld moved the weight by lr %.4f x its gradient", (long long)t, lr);
+    }
+    cfg.optim.decay_steps = 2; /* not past the warmup */
+    hr_session_t *bad = hr_compile(m, &cfg);
+    CHECK(!bad && strstr(hr_last_error(), "learning-rate schedule out of range"), "a decay inside the warmup is refused");
+    hr_session_free(bad);
+    hr_session_free(s);
+    hr_model_free(m);
+}
+
 void test_sequence(void) {
+    test_lr_schedule();
     test_gpt2_init();
     test_decay_groups();
     test_gpt_e2e(false);
