@@ -190,7 +190,16 @@ int hr_cmd_generate(int argc, char **argv) {
             rc = hr_cli_fail(st);
             goto done;
         }
-        ctx[n] = sample(out + (len - 1) * V, V, g.temperature, g.top_k, &r, p);
+        const float *row = out + (len - 1) * V;
+        for (int64_t v = 0; v < V; v++)
+            if (!isfinite(row[v])) { /* a sample from NaN would be a silent guess */
+                fprintf(stderr, "\nheadroom generate: the model's logits for token %lld hold %s (at id %lld); the "
+                                "weights in %s give non-finite values\n", (long long)(n - plen + 1),
+                        isnan(row[v]) ? "NaN" : "an infinity", (long long)v, g.weights);
+                rc = HR_EXIT_NUMERIC;
+                goto done;
+            }
+        ctx[n] = sample(row, V, g.temperature, g.top_k, &r, p);
         putchar(ctx[n]);
         fflush(stdout);
     }
