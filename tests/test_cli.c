@@ -343,6 +343,19 @@ static void test_text(void) {
     EXPECT(1, "write it as `input T`", HR " train examples/simple_cnn.model --data text:%s/fox.txt %s --epochs 1", tmp,
            common);
     EXPECT(1, "nosuch.txt", HR " train %s/gpt.model --data text:%s/nosuch.txt %s --epochs 1", tmp, tmp, common);
+    /* --decay-matrices-only: one AdamW step with a large decay, with and
+     * without it: the matrices (and the embeddings) the same bits, a 1-D
+     * tensor that decay moves (LayerNorm's weight of ones) different */
+    for (int k = 0; k < 2; k++)
+        EXPECT(0, "stopped after 1 step", HR " train %s/gpt.model --data text:%s/fox.txt %s --epochs 1 --max-steps 1 --optim adamw "
+               "--lr 0.1 --weight-decay 0.5 %s --save %s/wd%d.ckpt", tmp, tmp, common,
+               k ? "--decay-matrices-only" : "", tmp, k);
+    EXPECT(0, "groups ok", "python3 -c \"import json,struct\n"
+                           "def rd(p):\n f=open(p,'rb'); n=struct.unpack('<Q',f.read(8))[0]; h=json.loads(f.read(n)); b=f.read()\n"
+                           " return {k:(v['shape'],b[v['data_offsets'][0]:v['data_offsets'][1]]) for k,v in h.items() if k!='__metadata__'}\n"
+                           "a,b=rd('%s/wd0.ckpt'),rd('%s/wd1.ckpt')\n"
+                           "m=all(a[k]==b[k] for k in a if len(a[k][0])>=2); o=a['h.0.ln_1.weight']!=b['h.0.ln_1.weight']\n"
+                           "print('groups ok' if m and o else 'groups wrong %%s %%s' %% (m,o))\"", tmp, tmp);
     /* resuming on another kind of data is refused */
     EXPECT(2, "same kind of --data (a text)", HR " train %s/gpt.model --data synthetic %s --epochs 3 --resume %s/gpt.ckpt",
            tmp, common, tmp);
@@ -394,7 +407,7 @@ static void test_host_memory(void) {
     CHECK(fit > 1 && fit < 20000 && !strstr(out, "not planned"), "largest batch %lld after the plan:\n%s", fit, out);
     if (fit > 1) {
         snprintf(cmd, sizeof cmd, "%s --batch %lld --max-steps 1 -q", capped, fit);
-        EXPECT(0, "stopped after 1 steps", cmd, tmp);
+        EXPECT(0, "stopped after 1 step (--max-steps)", cmd, tmp);
         snprintf(cmd, sizeof cmd, "%s --batch %lld --max-steps 1 -q", capped, fit + 1);
         EXPECT(3, "does not fit host memory", cmd, tmp);
     }

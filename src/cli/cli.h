@@ -36,6 +36,7 @@ typedef struct {
     int64_t warmup, lr_decay; /* the learning-rate schedule's steps (0: none) */
     double min_lr;            /* -1: lr / 10 (nanoGPT's) when a decay is given */
     bool nesterov;
+    bool decay_matrices_only; /* --decay-matrices-only: GPT-2's AdamW groups */
     hr_precision precision;
     int64_t accumulate;    /* micro-batches an optimizer step (1: none) */
     double loss_scale;     /* fp16: GradScaler's initial scale (0: 2^16) */

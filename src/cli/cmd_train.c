@@ -529,8 +529,8 @@ int hr_cmd_train(const hr_cli_opts *o) {
                     rc = hr_cli_fail(st);
                     goto done;
                 }
-                printf("stopped after %lld steps (--max-steps) in epoch %lld at batch %lld%s%s\n",
-                       (long long)hr_step_count(s), (long long)e + 1, (long long)b, o->save ? "; saved " : "",
+                printf("stopped after %lld step%s (--max-steps) in epoch %lld at batch %lld%s%s\n",
+                       (long long)hr_step_count(s), hr_step_count(s) == 1 ? "" : "s", (long long)e + 1, (long long)b, o->save ? "; saved " : "",
                        o->save ? o->save : "");
                 goto done;
             }

@@ -24,7 +24,7 @@ static void usage(FILE *f) {
             "      and the largest batch that does\n"
             "  train MODEL [--data fashion-mnist|synthetic|DIR] [--epochs E] [--batch N] [--lr LR]\n"
             "              [--optim adam|adamw|sgd] [--momentum M] [--nesterov] [--weight-decay W]\n"
-            "              [--clip NORM] [--warmup N] [--lr-decay N] [--min-lr LR]\n"
+            "              [--decay-matrices-only] [--clip NORM] [--warmup N] [--lr-decay N] [--min-lr LR]\n"
             "              [--seed S] [--save CKPT] [--resume CKPT [--next-epoch]]\n"
             "              [--device auto|cpu|cuda] [--max-steps N] [--samples N] [--memory-stats]\n"
             "              [--budget 8GiB] (the device memory the process may hold) [--eval-batch N]\n"
@@ -46,6 +46,8 @@ static void usage(FILE *f) {
             "      loss as torch.amp.GradScaler (--loss-scale: its first scale, 65536)\n"
             "  --accumulate K: each step sums the gradients of K micro-batches of batch/K\n"
             "      samples (the same update as the whole batch, in the memory of batch/K)\n"
+            "  --decay-matrices-only: weight decay for parameters of two or more dimensions\n"
+            "      only (matrices, embeddings); biases and norm weights undecayed, as GPT-2\n"
             "  --warmup N, --lr-decay N, --min-lr LR: nanoGPT's schedule: the learning rate\n"
             "      rises over N steps, then falls on a cosine to --min-lr (default lr/10) at\n"
             "      step --lr-decay and stays there\n"
@@ -208,6 +210,8 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
             if (!parse_f(v, &o->clip) || !(o->clip > 0)) BAD("a finite norm > 0");
         } else if (!strcmp(a, "--nesterov")) {
             o->nesterov = true;
+        } else if (!strcmp(a, "--decay-matrices-only")) {
+            o->decay_matrices_only = true;
         } else if (!strcmp(a, "--seed")) {
             int64_t s;
             NEED();
@@ -335,6 +339,7 @@ hr_config_t hr_cli_config(const hr_cli_opts *o) {
     if (o->lr >= 0) c.optim.lr = (float)o->lr;
     c.optim.momentum = (float)o->momentum;
     c.optim.nesterov = o->nesterov;
+    c.optim.decay_matrices_only = o->decay_matrices_only;
     c.optim.weight_decay = (float)(o->weight_decay > 0 ? o->weight_decay : (o->optim == HR_OPTIM_ADAMW ? 0.01 : 0.0));
     c.optim.clip_norm = (float)o->clip;
     c.optim.warmup_steps = o->warmup;

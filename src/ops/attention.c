@@ -106,7 +106,9 @@ static const hr_layer_sig layers[] = {
     {0},
 };
 
-/* fp32 under autocast for now: the half path (cuDNN's fused attention) is to come */
+/* In the half type under autocast, as PyTorch's scaled_dot_product_attention:
+ * q, k, v, y and their gradients in bf16/fp16, the products accumulated in
+ * F32, the log-sum-exp kept in F32 (autocast types out[0] only). */
 const hr_op_desc hr_opdesc_attention = {.layers = layers, .backward = backward, .unpack = unpack,
-                                        .train_outputs = true, .autocast = HR_AC_FP32, .work = work};
-const hr_op_desc hr_opdesc_attention_bwd = {.unpack = unpack, .autocast = HR_AC_FP32, .work = work};
+                                        .train_outputs = true, .autocast = HR_AC_HALF, .work = work};
+const hr_op_desc hr_opdesc_attention_bwd = {.unpack = unpack, .autocast = HR_AC_HALF, .work = work};

@@ -149,6 +149,67 @@ static void test_attention(int64_t N, int64_t T, int64_t C, int64_t H) {
     free(c.qkv), free(c.w), free(c.y), free(y), free(lse), free(g);
 }
 
+/* The half nodes autocast makes (q, k, v, y and dqkv in bf16 or f16, the
+ * log-sum-exp in F32), which the CPU runs through F32 copies: y within one
+ * unit of the half type of the float64 result from the same rounded inputs
+ * (plus the F32 sums' 1e-6), the gradient of sum(dy . y) within four units of
+ * its largest value (the kernel reads y as saved, rounded, for D). */
+static double hval(const void *p, hr_dtype t, int64_t i) {
+    uint16_t b = ((const uint16_t *)p)[i];
+    return t == HR_BF16 ? hr_bf16_to_f32(b) : hr_f16_to_f32(b);
+}
+static double hput(void *p, hr_dtype t, int64_t i, double v) {
+    ((uint16_t *)p)[i] = t == HR_BF16 ? hr_f32_to_bf16((float)v) : hr_f32_to_f16((float)v);
+    return hval(p, t, i);
+}
+static void test_attention_half(hr_dtype ht) {
+    const int64_t N = 2, T = 5, C = 8, H = 2;
+    const char *op = ht == HR_BF16 ? "CausalSelfAttention (bf16, through F32 copies)"
+                                   : "CausalSelfAttention (fp16, through F32 copies)";
+    double u = ht == HR_BF16 ? 0x1p-8 : 0x1p-11;
+    att_ctx c = {.N = N, .T = T, .C = C, .H = H};
+    int64_t nq = N * T * 3 * C, ny = N * T * C, nl = N * H * T;
+    c.qkv = dalloc(nq), c.w = dalloc(ny), c.y = dalloc(ny);
+    double *y = dalloc(ny), *lse = dalloc(nl), *g = dalloc(nq);
+    kt k;
+    kt_init(&k);
+    int tq = kt_tensor(&k, ht, 3, (int64_t[]){N, T, 3 * C}), ty = kt_tensor(&k, ht, 3, (int64_t[]){N, T, C});
+    int tl = KT(&k, N, H, T), tdy = kt_tensor(&k, ht, 3, (int64_t[]){N, T, C});
+    int tdq = kt_tensor(&k, ht, 3, (int64_t[]){N, T, 3 * C});
+    for (int64_t i = 0; i < nq; i++) c.qkv[i] = hput(k.ptr[tq], ht, i, frand(-1.5, 1.5));
+    for (int64_t i = 0; i < ny; i++) c.w[i] = hput(k.ptr[tdy], ht, i, frand(-1, 1));
+    ref_attention(&c, y, lse);
+    fd_grad(att_loss, &c, c.qkv, nq, g);
+    hr_node f = hr_node_make(HR_OP_ATTENTION, -1);
+    f.a.in_f = C, f.a.out_f = H, f.a.train = true;
+    f.in[0] = tq, f.nin = 1, f.out[0] = ty, f.out[1] = tl, f.nout = 2;
+    kt_fillf(&k, tl, NAN);
+    memset(k.ptr[ty], 0xff, (size_t)ny * 2);
+    kt_run(&k, &f);
+    int64_t far = 0;
+    for (int64_t i = 0; i < ny; i++) far += !(fabs(hval(k.ptr[ty], ht, i) - y[i]) <= u * fabs(y[i]) + 1e-6);
+    CHECK(far == 0, "%s: %lld of %lld outputs more than one unit from the float64 result", op, (long long)far,
+          (long long)ny);
+    compare(op, "saved log-sum-exp (F32)", kf(&k, tl), lse, nl, 2e-6);
+
+    hr_node b = hr_node_make(HR_OP_ATTENTION_BWD, -1);
+    b.a = f.a;
+    b.in[0] = tq, b.in[1] = ty, b.in[2] = tl, b.in[3] = tdy, b.nin = 4;
+    b.out[0] = tdq, b.nout = 1;
+    memset(k.ptr[tdq], 0xff, (size_t)nq * 2);
+    kt_run(&k, &b);
+    double gmax = 0, worst = 0;
+    for (int64_t i = 0; i < nq; i++) gmax = fmax(gmax, fabs(g[i]));
+    for (int64_t i = 0; i < nq; i++) {
+        double d = fabs(hval(k.ptr[tdq], ht, i) - g[i]);
+        worst = d > worst || d != d ? (d != d ? INFINITY : d) : worst;
+    }
+    CHECK(worst <= 4 * u * gmax, "%s: the gradient is %.3g from finite differences, more than 4 units of its largest "
+          "value %.3g", op, worst, gmax);
+    kt_free(&k);
+    free(c.qkv), free(c.w), free(c.y), free(y), free(lse), free(g);
+}
+
 /* ---- a tiny GPT end to end --------------------------------------------------- */
 /* tokens (B, T) -> 0 Embedding(V, C) -> 1 PositionEmbedding(T + 1, C) ->
  * 2 LayerNorm(C) -> 3 Linear(C, 3C) -> 4 attention (H heads) -> 5 Linear(C, C)
@@ -336,6 +397,8 @@ void test_sequence(void) {
     test_attention(2, 5, 8, 2);   /* heads of 4 */
     test_attention(1, 9, 12, 3);  /* a longer sequence */
     test_attention(2, 3, 70, 2);  /* heads of 35: a lane holds two channels on the GPU */
+    test_attention_half(HR_BF16);
+    test_attention_half(HR_F16);
 }
 
 OPS_TALLY(ops_tally_sequence)
