@@ -17,6 +17,9 @@ The architectures, for 32x32 colour images and 10 classes:
   mobilenet_v1  MobileNetV1 for 32x32: a 3x3 stem (stride 1, 32 channels),
                 13 blocks of depthwise 3x3 (groups = channels) + BN + ReLU and
                 pointwise 1x1 + BN + ReLU, global average pool, Linear(1024, 10)
+  encoder_gpt   not a CNN: a small GPT of two nn.TransformerEncoderLayer
+                lines (headroom's one-line block; a causal src_mask), token
+                ids in, logits at every position out
 
 VGG-16 and MobileNetV1 are nn.Sequential (parameters "0.weight", ...: every
 line of the model file is one entry); the ResNets are modules whose layers
@@ -175,7 +178,40 @@ def mobilenet_v1_text():
     return out + ["AdaptiveAvgPool2d(1)", "Flatten()", "Linear(1024, %d)" % CLASSES]
 
 
-# name: (PyTorch module, model-file lines, model file, its header, published parameter count)
+# ---- a small GPT of two nn.TransformerEncoderLayer lines ----------------------------
+# headroom's one-line block: causal attention (the mask below), batch_first,
+# no dropout; one pre-norm GELU block and one post-norm ReLU block.
+ENC_V, ENC_T, ENC_C = 50, 8, 16
+
+
+class EncoderGPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte = nn.Embedding(ENC_V, ENC_C)
+        self.wpe = nn.Embedding(ENC_T, ENC_C)
+        self.enc = nn.ModuleList([
+            nn.TransformerEncoderLayer(ENC_C, 2, 32, 0.0, "gelu", batch_first=True, norm_first=True),
+            nn.TransformerEncoderLayer(ENC_C, 4, 24, 0.0, "relu", batch_first=True)])
+        self.head = nn.Linear(ENC_C, ENC_V)
+
+    def forward(self, x):
+        t = x.shape[1]
+        h = self.wte(x.long()) + self.wpe(torch.arange(t))
+        mask = torch.triu(torch.full((t, t), float("-inf"), dtype=h.dtype), 1)
+        for layer in self.enc:
+            h = layer(h, src_mask=mask)
+        return self.head(h)
+
+
+def encoder_gpt_text():
+    return ["wte = Embedding(%d, %d)" % (ENC_V, ENC_C), "wpe = PositionEmbedding(%d, %d)" % (ENC_T, ENC_C),
+            "enc.0 = TransformerEncoderLayer(%d, 2, dim_feedforward=32, dropout=0.0, activation='gelu', "
+            "batch_first=True, norm_first=True)" % ENC_C,
+            "enc.1 = TransformerEncoderLayer(%d, 4, dim_feedforward=24, dropout=0.0, batch_first=True)" % ENC_C,
+            "head = Linear(%d, %d)" % (ENC_C, ENC_V)]
+
+
+# name: (PyTorch module, model-file lines, model file, its header, published parameter count[, input line])
 MODELS = {
     "vgg16_bn": (vgg16_bn, vgg16_bn_text, "bench/models/vgg16_bn.model",
                  "VGG-16 with batch norm for 32x32 images (the CIFAR variant of kuangliu/pytorch-cifar):\n"
@@ -202,14 +238,19 @@ MODELS = {
                      "BN + ReLU (stride 2 into 128, 256, 512 and 1024 channels), global average pool,\n"
                      "Linear(1024, 10).",
                      3217226),
+    "encoder_gpt": (EncoderGPT, encoder_gpt_text, "bench/models/encoder_gpt.model",
+                    "A small GPT (vocabulary 50, context 8, width 16) of two one-line blocks that PyTorch's\n"
+                    "nn.TransformerEncoderLayer is (called with a causal src_mask): pre-norm with GELU,\n"
+                    "then post-norm with ReLU; parameters under PyTorch's names (enc.0.self_attn.in_proj_weight).",
+                    5962, "input %d" % ENC_T),
 }
 
 
 def model_text(name):
-    _, text, _, header, published = MODELS[name]
+    _, text, _, header, published = MODELS[name][:5]
     lines = ["# " + h for h in header.split("\n")]
     lines += ["# %d parameters; PyTorch: bench/torch_models.py (the same names). Written by" % published,
-              "# `bench/torch_models.py write`.", "input 3 32 32"]
+              "# `bench/torch_models.py write`.", MODELS[name][5] if len(MODELS[name]) > 5 else "input 3 32 32"]
     return "\n".join(lines + text() + ["loss CrossEntropyLoss", ""])
 
 
@@ -248,7 +289,8 @@ def check_grads(name, m, g):
     for mm, xx in ((m, x), (m64, x.double())):
         mm.train()
         mm.zero_grad()
-        loss = F.cross_entropy(mm(xx), g["labels"])
+        y = mm(xx)
+        loss = F.cross_entropy(y.reshape(-1, y.shape[-1]), g["labels"].reshape(-1))
         loss.backward()
     p32 = dict(m.named_parameters())
     lerr = abs(loss.item() - g["loss"].item()) / abs(loss.item())
@@ -316,13 +358,13 @@ def check(d):
 def main():
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "write":
-        for name, (_, _, path, _, _) in MODELS.items():
+        for name, (_, _, path, _, _) in ((k, v[:5]) for k, v in MODELS.items()):
             with open(os.path.join(ROOT, path), "w") as f:
                 f.write(model_text(name))
             print("wrote", path)
         return 0
     if cmd == "params":
-        for name, (mk, _, _, _, pub) in MODELS.items():
+        for name, (mk, _, _, _, pub) in ((k, v[:5]) for k, v in MODELS.items()):
             print("%-13s %10d (published %d)" % (name, n_params(mk()), pub))
         return 0
     if cmd == "check" and len(sys.argv) == 3:

@@ -106,6 +106,13 @@ int hr_layernorm(hr_model_t *m, const char *name, int x, int ndim, const int64_t
 int hr_embedding(hr_model_t *m, const char *name, int x, int64_t num_embeddings, int64_t dim);
 int hr_position_embedding(hr_model_t *m, const char *name, int x, int64_t max_positions, int64_t dim);
 int hr_causal_attention(hr_model_t *m, const char *name, int qkv, int64_t heads);
+/* nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout=0.0,
+ * activation, layer_norm_eps, batch_first=True, norm_first, bias) called with
+ * a causal mask, its parameters under PyTorch's names (<name>.self_attn.
+ * in_proj_weight, .out_proj, .linear1, .linear2, .norm1, .norm2); the
+ * block's output, (T, d_model) */
+int hr_transformer_encoder_layer(hr_model_t *m, const char *name, int x, int64_t d_model, int64_t nhead, int64_t dim_ff,
+                                 bool gelu, float eps, bool norm_first, bool bias);
 int hr_maxpool2d(hr_model_t *m, const char *name, int x, int kernel, int stride);
 int hr_avgpool2d(hr_model_t *m, const char *name, int x, int kernel, int stride);
 int hr_global_avgpool(hr_model_t *m, const char *name, int x); /* (C,H,W) -> (C,1,1), AdaptiveAvgPool2d(1) */

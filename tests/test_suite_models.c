@@ -1,5 +1,6 @@
 /* test_suite_models.c — the standard CNN suite (VGG-16-BN, ResNet-18 and
- * MobileNetV1 under bench/models/, ResNet-20 in examples/) against PyTorch's
+ * MobileNetV1 under bench/models/, ResNet-20 in examples/), and a small GPT
+ * of TransformerEncoderLayer lines (bench/models/encoder_gpt.model), against PyTorch's
  * own definitions in bench/torch_models.py: each model file builds and plans;
  * its parameter count is the published one; its checkpoint loads into the
  * PyTorch module with load_state_dict(strict=True); the eval-mode logits of a
@@ -22,13 +23,15 @@ typedef struct {
     const char *name, *path;
     int64_t params; /* published (kuangliu/pytorch-cifar; ResNet-20: He et al.'s 269,722 + option B's 2,752) */
     bool train;     /* also the training step's gradients (the two large ones would take minutes on a busy CPU) */
+    int64_t vocab;  /* a text model: token ids < vocab in, logits at every position out; 0: 3x32x32 images, 10 classes */
 } suite_model;
 
 static const suite_model SUITE[] = {
-    {"vgg16_bn", "bench/models/vgg16_bn.model", 14728266, false},
-    {"resnet18", "bench/models/resnet18.model", 11173962, false},
-    {"resnet20", "examples/resnet20.model", 272474, true},
-    {"mobilenet_v1", "bench/models/mobilenet_v1.model", 3217226, true},
+    {"vgg16_bn", "bench/models/vgg16_bn.model", 14728266, false, 0},
+    {"resnet18", "bench/models/resnet18.model", 11173962, false, 0},
+    {"resnet20", "examples/resnet20.model", 272474, true, 0},
+    {"mobilenet_v1", "bench/models/mobilenet_v1.model", 3217226, true, 0},
+    {"encoder_gpt", "bench/models/encoder_gpt.model", 5962, true, 50}, /* TransformerEncoderLayer lines */
 };
 #define NSUITE (int)(sizeof SUITE / sizeof SUITE[0])
 #define BATCH 3
@@ -107,11 +110,16 @@ static void train_grads(const suite_model *sm, hr_model_t *m, const char *ckpt, 
         hr_session_free(s);
         return;
     }
-    int32_t labels[TRAIN_BATCH];
-    int64_t labels64[TRAIN_BATCH], xd[4] = {TRAIN_BATCH, 3, 32, 32}, nb = TRAIN_BATCH;
+    /* images: x (B, 3, 32, 32), a label a sample; text: token ids x (B, T), a label a position */
+    int64_t T = sm->vocab ? hr_tensor_dim(m, hr_model_input(m), 0) : 1, classes = sm->vocab ? sm->vocab : 10;
+    static int32_t labels[TRAIN_BATCH * 64];
+    static int64_t labels64[TRAIN_BATCH * 64];
     static float x[TRAIN_BATCH * 3 * 32 * 32];
-    for (int i = 0; i < TRAIN_BATCH; i++) labels[i] = (int32_t)(urand() * 10) % 10, labels64[i] = labels[i];
-    for (int i = 0; i < TRAIN_BATCH * 3 * 32 * 32; i++) x[i] = 2 * urand() - 1;
+    int64_t xd[4] = {TRAIN_BATCH, 3, 32, 32}, ld[2] = {TRAIN_BATCH, T}, nx = TRAIN_BATCH * 3 * 32 * 32;
+    if (sm->vocab) xd[1] = T, nx = TRAIN_BATCH * T;
+    if (T > 64) abort();
+    for (int i = 0; i < TRAIN_BATCH * T; i++) labels[i] = (int32_t)(urand() * classes) % classes, labels64[i] = labels[i];
+    for (int i = 0; i < nx; i++) x[i] = sm->vocab ? (float)((int)(urand() * sm->vocab) % sm->vocab) : 2 * urand() - 1;
     float loss = 0;
     CHECK(hr_train_step(s, x, labels, &loss) == HR_OK, "%s train step: %s", sm->name, hr_last_error());
     int n = 0, cap = hr_state_count(s) + 3;
@@ -120,9 +128,9 @@ static void train_grads(const suite_model *sm, hr_model_t *m, const char *ckpt, 
     float **bufs = calloc((size_t)cap, sizeof *bufs);
     int64_t(*dims)[4] = calloc((size_t)cap, sizeof *dims);
     if (!e || !names || !bufs || !dims) abort();
-    e[n++] = (hr_st_entry){"x", "F32", 4, xd, x};
+    e[n++] = (hr_st_entry){"x", "F32", sm->vocab ? 2 : 4, xd, x};
     e[n++] = (hr_st_entry){"loss", "F32", 0, NULL, &loss};
-    e[n++] = (hr_st_entry){"labels", "I64", 1, &nb, labels64};
+    e[n++] = (hr_st_entry){"labels", "I64", sm->vocab ? 2 : 1, ld, labels64};
     for (int i = 0; i < hr_state_count(s); i++) {
         const char *nm = hr_state_name(s, i);
         if (!hr_state_is_param(s, i) || strstr(nm, "running_")) continue;
@@ -171,10 +179,12 @@ static bool run_model(const suite_model *sm, const char *dir) {
     int64_t nx = BATCH, ny = BATCH;
     for (int d = 0; d < hr_tensor_ndim(m, in); d++) nx *= hr_tensor_dim(m, in, d);
     for (int d = 0; d < hr_tensor_ndim(m, out); d++) ny *= hr_tensor_dim(m, out, d);
-    CHECK(ny == BATCH * 10, "%s: %lld logits for %d samples", sm->name, (long long)ny, BATCH);
+    int64_t T = sm->vocab ? hr_tensor_dim(m, in, 0) : 1, classes = sm->vocab ? sm->vocab : 10;
+    CHECK(ny == BATCH * T * classes, "%s: %lld logits for %d samples", sm->name, (long long)ny, BATCH);
     x = malloc(sizeof(float) * (size_t)nx), y = malloc(sizeof(float) * (size_t)ny);
     if (!x || !y) abort();
-    for (int64_t i = 0; i < nx; i++) x[i] = 2 * urand() - 1;
+    for (int64_t i = 0; i < nx; i++)
+        x[i] = sm->vocab ? (float)((int)(urand() * sm->vocab) % sm->vocab) : 2 * urand() - 1;
     CHECK(hr_forward(s, x, y) == HR_OK, "%s forward: %s", sm->name, hr_last_error());
     char path[512];
     snprintf(path, sizeof path, "%s/%s.ckpt.safetensors", dir, sm->name);
@@ -182,10 +192,11 @@ static bool run_model(const suite_model *sm, const char *dir) {
     memset(&meta, 0, sizeof meta);
     snprintf(meta.model, sizeof meta.model, "%s", sm->name);
     CHECK(hr_checkpoint_save(s, path, &meta) == HR_OK, "%s save: %s", sm->name, hr_last_error());
-    int64_t xd[4] = {BATCH, 3, 32, 32}, yd[2] = {BATCH, 10};
-    hr_st_entry io[2] = {{"x", "F32", 4, xd, x}, {"logits", "F32", 2, yd, y}};
+    int64_t xd[4] = {BATCH, 3, 32, 32}, yd[3] = {BATCH, 10, 0};
+    if (sm->vocab) xd[1] = T, yd[1] = T, yd[2] = classes;
+    hr_st_entry io[2] = {{"x", "F32", sm->vocab ? 2 : 4, xd, x}, {"logits", "F32", sm->vocab ? 3 : 2, yd, y}};
     snprintf(path, sizeof path, "%s/%s.io.safetensors", dir, sm->name);
-    CHECK(nx == BATCH * 3 * 32 * 32 && hr_safetensors_write(path, io, 2, NULL, NULL, 0, NULL, NULL) == HR_OK,
+    CHECK(nx == (sm->vocab ? BATCH * T : BATCH * 3 * 32 * 32) && hr_safetensors_write(path, io, 2, NULL, NULL, 0, NULL, NULL) == HR_OK,
           "%s: write %s: %s", sm->name, path, hr_last_error());
     snprintf(path, sizeof path, "%s/%s.ckpt.safetensors", dir, sm->name);
     if (sm->train) train_grads(sm, m, path, dir);

@@ -7,7 +7,8 @@
 /* Linear: in {x (N,..., in), W (out,in), b (out)?}, out {y (N,..., out)}: the
  * rows are every position of every sample, as nn.Linear on (batch, time, in)
  * Linear.backward: in {x, W, dy}, out {dx, dW, db} */
-static int linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_f, bool bias, const char *tied_to) {
+static int linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_f, bool bias, const char *tied_to,
+                  const char *wname, const char *bname) {
     if (!hr_model_check_tensor(m, x, "Linear")) return -1;
     int L = hr_model_begin_layer(m, name, "Linear");
     if (L < 0) return -1;
@@ -55,12 +56,12 @@ static int linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t 
         n.in[1] = w;
         m->g.l[L].tied = true;
     } else {
-        n.in[1] = hr_model_add_param(m, L, "weight", 2, (int64_t[]){out_f, in_f}, HR_T_PARAM);
+        n.in[1] = hr_model_add_param(m, L, wname, 2, (int64_t[]){out_f, in_f}, HR_T_PARAM);
     }
     n.nin = 2;
     if (n.in[1] < 0) return -1;
     if (bias) {
-        n.in[2] = hr_model_add_param(m, L, "bias", 1, (int64_t[]){out_f}, HR_T_PARAM);
+        n.in[2] = hr_model_add_param(m, L, bname, 1, (int64_t[]){out_f}, HR_T_PARAM);
         if (n.in[2] < 0) return -1;
         n.nin = 3;
     }
@@ -71,7 +72,12 @@ static int linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t 
 }
 
 int hr_linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_f, bool bias) {
-    return linear(m, name, x, in_f, out_f, bias, NULL);
+    return linear(m, name, x, in_f, out_f, bias, NULL, "weight", "bias");
+}
+
+int hr_linear_named(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_f, bool bias, const char *wname,
+                    const char *bname) {
+    return linear(m, name, x, in_f, out_f, bias, NULL, wname, bname);
 }
 
 int hr_linear_tied(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_f, bool bias, const char *tied_to) {
@@ -79,7 +85,7 @@ int hr_linear_tied(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t
         hr_error_set(HR_ERR_INVALID_ARG, "hr_linear_tied: tied_to is NULL; name the layer whose weight to share");
         return -1;
     }
-    return linear(m, name, x, in_f, out_f, bias, tied_to);
+    return linear(m, name, x, in_f, out_f, bias, tied_to, "weight", "bias");
 }
 
 /* Linear(in, out, bias=True, tied_to='layer'): tied_to is headroom's, the
@@ -92,7 +98,7 @@ static int build(hr_model_t *m, const char *name, const hr_layer_call *c) {
             return hr_model_fail(m, HR_ERR_PARSE, "Linear tied_to=%.*s: give a layer's name in quotes", t->len, t->src);
         snprintf(tied, sizeof tied, "%.*s", t->len - 2, t->src + 1); /* the name without its quotes */
     }
-    return linear(m, name, c->x[0], c->a[0].i, c->a[1].i, c->a[2].i, tied[0] ? tied : NULL);
+    return linear(m, name, c->x[0], c->a[0].i, c->a[1].i, c->a[2].i, tied[0] ? tied : NULL, "weight", "bias");
 }
 
 /* Shared with Conv2d's (conv2d.c): both take {x, W, b} and give {dx, dW, db}. */

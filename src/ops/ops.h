@@ -199,6 +199,10 @@ int hr_model_fail(hr_model_t *m, hr_status st, const char *fmt, ...) HR_PRINTF(3
 int hr_build_node(hr_model_t *m, hr_node *n);
 /* One input, one output of the same shape (activations): the output or -1. */
 int hr_build_unary(hr_model_t *m, const char *name, const char *type, hr_op op, int x, const hr_attr *a);
+/* A Linear whose parameters are named <name>.<wname> and <name>.<bname>
+ * (MultiheadAttention's in_proj_weight, in_proj_bias), linear.c */
+int hr_linear_named(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_f, bool bias, const char *wname,
+                    const char *bname);
 /* Tensor t's data; NULL for t < 0 (none); HR_PLANNED while planning (ptr NULL). */
 static inline void *hr_ptr(void *const *ptr, int t) { return t < 0 ? NULL : ptr ? ptr[t] : HR_PLANNED; }
 /* Product of dims [from, ndim) of tensor t. */

@@ -167,6 +167,11 @@ hr_status hr_cuda_mark(hr_cuda *c, int slot);
 double hr_cuda_mark_ms(hr_cuda *c, int a, int b);
 void hr_cuda_marks_free(hr_cuda *c);
 
+/* ---- attention_half.cu: causal attention on BF16/F16 q, k, v by tensor
+ * cores (attention.cu hands them dt != F32); D: the backward's N*H*T floats */
+hr_status hr_cuda_attention_half(cudaStream_t st, const hr_attention_args *p, hr_dtype dt);
+hr_status hr_cuda_attention_half_bwd(cudaStream_t st, const hr_attention_args *p, hr_dtype dt, float *D);
+
 /* ---- launchers several families share; each returns cudaGetLastError() ---- */
 /* channel.cu: (N, C, HW) layouts (HW = 1: row-major (N, C)); y and dy hold
  * dt values (F32, BF16, F16), the bias b and its gradient db are F32 */
