@@ -24,13 +24,33 @@
  *       pages, which the planner's fit test does not count), the batch is
  *       re-planned with that session (plans only, budget less 2 MiB) and
  *       tried again; if the allocation or the step fails, it is re-planned
- *       with a margin (512 MiB, then 2 GiB). The JSON lists every attempt. */
+ *       with a margin (512 MiB, then 2 GiB). The JSON lists every attempt.
+ *
+ *   Options, anywhere on the line (both forms):
+ *       --precision fp32|bf16|fp16   mixed precision as `headroom train
+ *                                    --precision` (hr_config_t.precision);
+ *                                    HR_BENCH_PRECISION=bf16|fp16 in the
+ *                                    environment does the same, the option wins.
+ *                                    fp32 when neither. On the CPU, bf16 and
+ *                                    fp16 run through fp32 copies (slow).
+ *       --optim adam|adamw|sgd       the optimizer (adam when absent, lr 1e-3,
+ *                                    sgd 0.01; adamw decays 0.01 decoupled, as
+ *                                    torch.optim.AdamW's default and `headroom
+ *                                    train --optim adamw`)
+ *       --accumulate K, --recompute none|all|auto|min|LAYERS, --budget BYTES
+ *   A next-token model (output (time, vocabulary)) gets random ids in
+ *   [0, vocabulary) and its JSON also has tokens_per_s (batch x time / median).
+ *   On CUDA the step time's JSON has NVML's witness too: this process's device
+ *   memory read by a thread every 5 ms from before the arena's allocation to
+ *   the last timed step (nvml_peak, nvml_end, bytes; nvml_how: how the process
+ *   was found in the driver's list), or nvml_unavailable with the reason. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "backend/nvml.h"
 #include "exec/internal.h"
 #include "headroom.h"
 #include "io/io.h"
@@ -68,6 +88,7 @@ typedef struct {
     float *x;
     int32_t *y;
     int64_t per, classes;
+    bool tokens; /* a next-token model: per is the time steps */
 } batch_t;
 
 static uint64_t rng = 0x9E3779B97F4A7C15ULL;
@@ -86,6 +107,7 @@ static int make_batch(const hr_model_t *m, int64_t batch, batch_t *b) {
     bool tokens = od == 2; /* (time, vocabulary): ids in, a label at every position */
     int64_t labels = tokens ? hr_tensor_dim(m, out, 0) : 1;
     b->classes = hr_tensor_dim(m, out, od - 1);
+    b->tokens = tokens;
     size_t n = (size_t)(b->per * batch);
     b->x = malloc(sizeof(float) * n);
     b->y = malloc(sizeof(int32_t) * (size_t)(batch * labels));
@@ -121,23 +143,31 @@ static int fail(const char *what, const char *model, long long batch) {
     return 1;
 }
 
-/* HR_BENCH_PRECISION=bf16|fp16: mixed precision (fp32 otherwise); --precision wins. */
-static hr_precision precision_from_env(void) {
-    const char *p = getenv("HR_BENCH_PRECISION");
-    return p && !strcmp(p, "bf16") ? HR_PREC_BF16 : p && !strcmp(p, "fp16") ? HR_PREC_FP16 : HR_PREC_FP32;
+/* "fp32", "bf16", "fp16" -> *p; false for anything else. */
+static bool parse_precision(const char *v, hr_precision *p) {
+    if (!strcmp(v, "fp32")) *p = HR_PREC_FP32;
+    else if (!strcmp(v, "bf16")) *p = HR_PREC_BF16;
+    else if (!strcmp(v, "fp16")) *p = HR_PREC_FP16;
+    else return false;
+    return true;
 }
 
-/* Options anywhere on the line: --precision P, --accumulate K, --recompute
- * LIST|all|auto|min, --budget BYTES (what auto fits). */
+/* Options anywhere on the line: --precision P (or HR_BENCH_PRECISION),
+ * --optim O, --accumulate K, --recompute LIST|all|auto|min, --budget BYTES
+ * (what auto fits). */
 static struct {
-    const char *precision, *recompute;
+    const char *recompute;
+    hr_precision precision;
+    hr_optim_kind optim;
     int accumulate;
     size_t budget;
-} opt;
+} opt = {.optim = HR_OPTIM_ADAM};
 
 static void configure(hr_config_t *c) {
-    c->precision = precision_from_env();
-    if (opt.precision) c->precision = !strcmp(opt.precision, "bf16") ? HR_PREC_BF16 : !strcmp(opt.precision, "fp16") ? HR_PREC_FP16 : HR_PREC_FP32;
+    c->precision = opt.precision;
+    c->optim.kind = opt.optim;
+    if (opt.optim == HR_OPTIM_SGD) c->optim.lr = 0.01f;
+    if (opt.optim == HR_OPTIM_ADAMW) c->optim.weight_decay = 0.01f;
     c->accumulate = opt.accumulate;
     c->recompute = opt.recompute;
     c->device_budget = opt.budget;
@@ -168,6 +198,8 @@ static int bench(const char *model, int64_t batch, int steps, int warm, bool cud
     double pred = predicted_ms(s, cuda, &n_meas, &n_est);
     hr_mem_stats_t m0, m1, m2, m3;
     hr_mem_stats(s, &m0); /* context and handles made, nothing allocated */
+    const char *bus = cuda ? hr_session_backend(s)->device_id : NULL;
+    hr_nvml_sampler *witness = bus ? hr_nvml_sampler_start(NULL, bus, -1, 5) : NULL;
     if (hr_session_alloc(s) != HR_OK) return fail("alloc", model, batch);
     hr_mem_stats(s, &m1);
     batch_t b;
@@ -181,6 +213,8 @@ static int bench(const char *model, int64_t batch, int steps, int warm, bool cud
         if (i >= warm) t[i - warm] = now() - t0;
     }
     hr_mem_stats(s, &m3);
+    hr_nvml_sample nv = {0};
+    if (witness) hr_nvml_sampler_stop(witness, &nv);
     qsort(t, (size_t)steps, sizeof *t, cmp);
     double mean = 0;
     for (int i = 0; i < steps; i++) mean += t[i] / steps;
@@ -192,6 +226,8 @@ static int bench(const char *model, int64_t batch, int steps, int warm, bool cud
            "\"min_ms\": %.4f, \"max_ms\": %.4f, \"samples_per_s\": %.1f, \"loss\": %.5f",
            (long long)batch, cuda ? "cuda" : "cpu", steps, warm, 1e3 * med, 1e3 * mean, 1e3 * t[0], 1e3 * t[steps - 1],
            (double)batch / med, loss);
+    if (b.tokens) printf(", \"tokens_per_s\": %.1f", (double)(batch * b.per) / med);
+    printf(", \"optim\": \"%s\"", c.optim.kind == HR_OPTIM_SGD ? "sgd" : c.optim.kind == HR_OPTIM_ADAMW ? "adamw" : "adam");
     printf(", \"arena_bytes\": %zu, \"lower_bound\": %zu, \"pinned_bytes\": %zu, \"overhead_bytes\": %zu", r->arena_bytes,
            r->lower_bound, r->pinned_bytes, overhead_of(s));
     printf(", \"precision\": \"%s\", \"job_total\": %zu", hr_precision_name(c.precision), r->device_total);
@@ -213,6 +249,16 @@ static int bench(const char *model, int64_t batch, int steps, int warm, bool cud
         printf(", \"stats_allocated\": %zu, \"stats_reserved\": %zu, \"stats_peak_allocated\": %zu", m3.allocated,
                m3.reserved, m3.peak_allocated);
         printf(", \"device_allocs_in_timed_steps\": %lld", (long long)(m3.device_allocs - m2.device_allocs));
+        if (nv.available && nv.peak != HR_NVML_UNKNOWN) {
+            printf(", \"nvml_peak\": %llu, \"nvml_end\": %llu, \"nvml_how\": \"%s\", \"nvml_samples\": %lld",
+                   (unsigned long long)nv.peak, (unsigned long long)nv.current, hr_nvml_self_how_name(nv.how),
+                   (long long)nv.samples);
+            if (nv.device_peak != HR_NVML_UNKNOWN)
+                printf(", \"nvml_device_peak\": %llu", (unsigned long long)nv.device_peak);
+        } else {
+            printf(", \"nvml_unavailable\": ");
+            json_escape(stdout, !bus ? "no PCI bus id for this device" : nv.available ? "the driver gives no per-process bytes" : nv.why);
+        }
     }
     printf("}\n");
     free(t);
@@ -340,11 +386,30 @@ static int largest(const char *model, int64_t batch, bool cuda) {
 }
 
 int main(int argc, char **argv) {
+    const char *env = getenv("HR_BENCH_PRECISION");
+    if (env && *env && !parse_precision(env, &opt.precision)) {
+        fprintf(stderr, "bench_step: HR_BENCH_PRECISION='%s': one of fp32, bf16, fp16\n", env);
+        return 2;
+    }
     int k = 1;
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (v && !strcmp(argv[i], "--precision")) opt.precision = v, i++;
-        else if (v && !strcmp(argv[i], "--recompute")) opt.recompute = v, i++;
+        if (v && !strcmp(argv[i], "--precision")) {
+            if (!parse_precision(v, &opt.precision)) {
+                fprintf(stderr, "bench_step: --precision '%s': one of fp32, bf16, fp16\n", v);
+                return 2;
+            }
+            i++;
+        } else if (v && !strcmp(argv[i], "--optim")) {
+            if (!strcmp(v, "adam")) opt.optim = HR_OPTIM_ADAM;
+            else if (!strcmp(v, "adamw")) opt.optim = HR_OPTIM_ADAMW;
+            else if (!strcmp(v, "sgd")) opt.optim = HR_OPTIM_SGD;
+            else {
+                fprintf(stderr, "bench_step: --optim '%s': one of adam, adamw, sgd\n", v);
+                return 2;
+            }
+            i++;
+        } else if (v && !strcmp(argv[i], "--recompute")) opt.recompute = v, i++;
         else if (v && !strcmp(argv[i], "--accumulate")) opt.accumulate = atoi(v), i++;
         else if (v && !strcmp(argv[i], "--budget")) {
             if (!hr_parse_bytes(v, &opt.budget)) {
@@ -360,7 +425,7 @@ int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: bench_step MODEL BATCH [steps=20] [warmup=3] [cpu|cuda]\n"
                         "       bench_step --largest MODEL BATCH [cuda|cpu]\n"
-                        "       options anywhere: --precision fp32|bf16|fp16 --accumulate K\n"
+                        "       options anywhere: --precision fp32|bf16|fp16 --optim adam|adamw|sgd --accumulate K\n"
                         "                         --recompute none|all|auto|min|LAYERS --budget BYTES\n");
         return 2;
     }
