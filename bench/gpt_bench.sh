@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpt_bench.sh — the character GPT (examples/char_gpt.model: 6 layers, 6 heads,
 # 384 wide, context 256, batch 64) on this GPU, headroom and PyTorch 2 in the
-# same call, fp32 (TF32 off on both sides), AdamW(1e-3), the fortunes text:
+# same call, PREC=fp32 (default; TF32 off on both sides) or PREC=bf16
+# (headroom's --precision bf16, PyTorch's autocast), AdamW(1e-3), the fortunes text:
 #   step   headroom's median step (bench/bench_step: random ids, 20 steps after 5)
 #   train  STEPS steps of `headroom train` from scratch, wall time, then the
 #          validation loss (`headroom eval`) and the same checkpoint's
@@ -18,6 +19,7 @@ BUILD=${BUILD:-build}
 PY=${PY:-python3}
 RES=${RES:-${OUT:-bench/results}}
 STEPS=${STEPS:-300}
+PREC=${PREC:-fp32}
 TEXT=${TEXT:-.data/fortunes.txt}
 PARTS=${PARTS:-"step train torch"}
 mkdir -p "$RES"
@@ -37,11 +39,12 @@ M=examples/char_gpt.model
 now() { date +%s.%N; }
 
 if has step; then
-    "$BUILD/bench/bench_step" $M 64 20 5 cuda 2>>"$LOG" | sed 's/^{/{"part": "step", /' >>"$J"
+    "$BUILD/bench/bench_step" $M 64 20 5 cuda --precision "$PREC" --optim adamw 2>>"$LOG" |
+        sed 's/^{/{"part": "step", /' >>"$J"
 fi
 if has train; then
     t0=$(now)
-    "$BUILD/headroom" train $M --data "text:$TEXT" --batch 64 --optim adamw --lr 1e-3 --max-steps "$STEPS" \
+    "$BUILD/headroom" train $M --data "text:$TEXT" --batch 64 --optim adamw --lr 1e-3 --max-steps "$STEPS" --precision "$PREC" \
         --save "$RES/char_gpt.ckpt" --device cuda --memory-stats >"$RES/train.log" 2>&1
     rc=$?
     t1=$(now)
@@ -50,23 +53,25 @@ if has train; then
     tl=$($PY bench/torch_gpt.py --text "$TEXT" --check "$RES/char_gpt.ckpt" 2>>"$LOG" | sed -n 's/.*"val_loss": \([0-9.]*\).*/\1/p')
     total=$(sed -n 's/.*device total *\([0-9.]* [KMG]iB\).*/\1/p' "$RES/train.log" | head -1)
     nvml=$(sed -n 's/.*NVML (this process).*peak \([0-9.]* [KMG]iB\).*/\1/p' "$RES/train.log" | head -1)
-    echo "{\"part\": \"train\", \"impl\": \"headroom\", \"rc\": $rc, \"steps\": $STEPS, \"wall_s\": $(awk "BEGIN {print $t1 - $t0}"), \"val_loss\": \"${vl}\", \"torch_val_loss_of_ckpt\": \"${tl}\", \"device_total\": \"${total}\", \"nvml_peak\": \"${nvml}\"}" >>"$J"
+    echo "{\"part\": \"train\", \"impl\": \"headroom\", \"precision\": \"$PREC\", \"rc\": $rc, \"steps\": $STEPS, \"wall_s\": $(awk "BEGIN {print $t1 - $t0}"), \"val_loss\": \"${vl}\", \"torch_val_loss_of_ckpt\": \"${tl}\", \"device_total\": \"${total}\", \"nvml_peak\": \"${nvml}\"}" >>"$J"
     rm -f "$RES/char_gpt.ckpt"
 fi
 if has torch; then
-    $PY bench/torch_gpt.py --text "$TEXT" --steps "$STEPS" 2>>"$LOG" | sed 's/^{/{"part": "torch", /' >>"$J"
-    $PY bench/torch_gpt.py --text "$TEXT" --steps "$STEPS" --compile 2>>"$LOG" | sed 's/^{/{"part": "torch", /' >>"$J"
+    $PY bench/torch_gpt.py --text "$TEXT" --steps "$STEPS" --precision "$PREC" 2>>"$LOG" |
+        sed 's/^{/{"part": "torch", /' >>"$J"
+    $PY bench/torch_gpt.py --text "$TEXT" --steps "$STEPS" --precision "$PREC" --compile 2>>"$LOG" |
+        sed 's/^{/{"part": "torch", /' >>"$J"
 fi
 $PY - "$J" <<'EOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 for r in rows:
     if r.get("part") == "step":
-        print("headroom step: median %.2f ms (batch %s)" % (r.get("median_ms", 0), r.get("batch")))
+        print("headroom step: median %.2f ms (batch %s, %s)" % (r.get("median_ms", 0), r.get("batch"), r.get("precision")))
     elif r.get("part") == "train":
-        print("headroom train: %s steps in %.1f s, val loss %s (PyTorch on the same checkpoint: %s), device total %s, NVML peak %s"
-              % (r["steps"], float(r["wall_s"]), r["val_loss"], r["torch_val_loss_of_ckpt"], r["device_total"], r["nvml_peak"]))
+        print("headroom train (%s): %s steps in %.1f s, val loss %s (PyTorch on the same checkpoint: %s), device total %s, NVML peak %s"
+              % (r.get("precision"), r["steps"], float(r["wall_s"]), r["val_loss"], r["torch_val_loss_of_ckpt"], r["device_total"], r["nvml_peak"]))
     elif r.get("part") == "torch":
-        print("%s: %s steps in %.1f s, val loss %.4f, median step %.2f ms, max reserved %.0f MiB"
-              % (r["impl"], r["steps"], r["wall_s"], r["val_loss"], r["median_step_ms"], (r["max_reserved"] or 0) / 2**20))
+        print("%s (%s): %s steps in %.1f s, val loss %.4f, median step %.2f ms, max reserved %.0f MiB"
+              % (r["impl"], r.get("precision", "fp32"), r["steps"], r["wall_s"], r["val_loss"], r["median_step_ms"], (r["max_reserved"] or 0) / 2**20))
 EOF

@@ -506,7 +506,7 @@ def main():
     wall = time.perf_counter() - t0
     ts = sorted(times[a.warmup:] or times)
     print(json.dumps({
-        "impl": "pytorch" + (" compile" if a.compile else " eager"), "torch": torch.__version__,
+        "impl": "pytorch" + (" compile" if a.compile else " eager"), "torch": torch.__version__, "precision": a.precision,
         "device": torch.cuda.get_device_name() if cuda else "cpu", "steps": a.steps, "batch": a.batch,
         "block": a.block, "val_loss": round(vl, 4), "last_train_loss": round(losses[-1], 4),
         "wall_s": round(wall, 2), "median_step_ms": round(ts[len(ts) // 2], 3),

@@ -18,7 +18,11 @@
  * kernels round P and dS to it before the products, as FlashAttention does:
  * c_half = 4, for P's or dS's rounding and the products' inputs), u_32 =
  * 2^-24 and c_32 = 2 (T + hs) for the F32 sums. The F32 kernels have no u_h
- * term. The log-sum-exp (F32 always): 1e-5 (1 + |e|). */
+ * term. fp16 adds its subnormals' absolute error, 2^-25 a rounding: once for
+ * the output and once for each P or dS rounded, times Z, the sum of the
+ * absolute values of what that P or dS multiplies (y: sum_j |v_j|; dv: sum_i
+ * |dy_i|; dq, dk: scale sum of |k_j| or |q_i|). The log-sum-exp (F32
+ * always): 1e-5 (1 + |e|). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +81,7 @@ typedef struct {
     double *qkv, *dy;            /* the inputs' values (rounded to the type) */
     double *y, *lse, *dqkv;      /* exact results */
     double *ay, *adqkv;          /* A of each output (see the top) */
+    double *zy, *zdqkv;          /* Z of each output */
 } ref;
 
 static void reference(ref *r) {
@@ -87,6 +92,7 @@ static void reference(ref *r) {
     double *aD = malloc(sizeof(double) * (size_t)T);
     memset(r->dqkv, 0, sizeof(double) * (size_t)(N * T * row));
     memset(r->adqkv, 0, sizeof(double) * (size_t)(N * T * row));
+    memset(r->zdqkv, 0, sizeof(double) * (size_t)(N * T * row));
     for (int64_t n = 0; n < N; n++)
         for (int64_t h = 0; h < H; h++) {
             const double *base = r->qkv + n * T * row + h * hs;
@@ -105,11 +111,13 @@ static void reference(ref *r) {
                 for (int64_t j = 0; j <= i; j++) P[i * T + j] = exp(P[i * T + j] - mx) / sum;
                 r->lse[(n * H + h) * T + i] = mx + log(sum);
                 double *y = r->y + (n * T + i) * C + h * hs, *ay = r->ay + (n * T + i) * C + h * hs;
+                double *zy = r->zy + (n * T + i) * C + h * hs;
                 const double *g = r->dy + (n * T + i) * C + h * hs;
                 D[i] = aD[i] = 0;
                 for (int64_t d = 0; d < hs; d++) {
-                    y[d] = ay[d] = 0;
-                    for (int64_t j = 0; j <= i; j++) y[d] += P[i * T + j] * V(j)[d], ay[d] += P[i * T + j] * fabs(V(j)[d]);
+                    y[d] = ay[d] = zy[d] = 0;
+                    for (int64_t j = 0; j <= i; j++)
+                        y[d] += P[i * T + j] * V(j)[d], ay[d] += P[i * T + j] * fabs(V(j)[d]), zy[d] += fabs(V(j)[d]);
                     D[i] += g[d] * y[d];
                     aD[i] += fabs(g[d] * y[d]);
                 }
@@ -126,6 +134,8 @@ static void reference(ref *r) {
                     double *dq = r->dqkv + (n * T + i) * row + h * hs, *dk = r->dqkv + (n * T + j) * row + C + h * hs;
                     double *dv = dk + C, *aq = r->adqkv + (n * T + i) * row + h * hs;
                     double *ak = r->adqkv + (n * T + j) * row + C + h * hs, *av = ak + C;
+                    double *zq = r->zdqkv + (n * T + i) * row + h * hs, *zk = r->zdqkv + (n * T + j) * row + C + h * hs;
+                    double *zv = zk + C;
                     for (int64_t d = 0; d < hs; d++) {
                         dq[d] += scale * dS[i * T + j] * K(j)[d];
                         aq[d] += scale * aS[i * T + j] * fabs(K(j)[d]);
@@ -133,6 +143,7 @@ static void reference(ref *r) {
                         ak[d] += scale * aS[i * T + j] * fabs(Q(i)[d]);
                         dv[d] += P[i * T + j] * g[d];
                         av[d] += P[i * T + j] * fabs(g[d]);
+                        zq[d] += scale * fabs(K(j)[d]), zk[d] += scale * fabs(Q(i)[d]), zv[d] += fabs(g[d]);
                     }
                 }
 #undef Q
@@ -143,12 +154,14 @@ static void reference(ref *r) {
 }
 
 /* got (type t, n values) against e with its A; returns the worst error / bound */
-static double compare(const char *what, const void *got, hr_dtype t, const double *e, const double *A, int64_t n,
-                      int64_t T, int64_t hs) {
+static double compare(const char *what, const void *got, hr_dtype t, const double *e, const double *A, const double *Z,
+                      int64_t n, int64_t T, int64_t hs) {
     double u = unit(t), half = t == HR_F32 ? 0 : 4 * u, c32 = 2.0 * (double)(T + hs) * 0x1p-24, worst = 0;
+    double sub = t == HR_F16 ? 0x1p-25 : 0; /* fp16's subnormal spacing, halved */
     int64_t bad = 0, at = -1;
     for (int64_t i = 0; i < n; i++) {
-        double g = get(got, i, t), b = u * fabs(e[i]) + (half + c32) * A[i] + 1e-30, q = fabs(g - e[i]) / b;
+        double g = get(got, i, t), b = u * fabs(e[i]) + (half + c32) * A[i] + sub * (1 + Z[i]) + 1e-30;
+        double q = fabs(g - e[i]) / b;
         if (!(q <= 1)) bad++, at = at < 0 ? i : at;
         if (q > worst || q != q) worst = q != q ? INFINITY : q;
     }
@@ -167,11 +180,12 @@ static void one_case(int64_t N, int64_t T, int64_t C, int64_t H, hr_dtype t) {
              (long long)C, (long long)H, (long long)(C / H));
     int64_t nq = N * T * 3 * C, ny = N * T * C, nl = N * H * T;
     size_t es = esize(t);
-    ref r = {N, T, C, H};
+    ref r = {.N = N, .T = T, .C = C, .H = H};
     r.qkv = malloc(sizeof(double) * (size_t)nq), r.dy = malloc(sizeof(double) * (size_t)ny);
     r.y = malloc(sizeof(double) * (size_t)ny), r.lse = malloc(sizeof(double) * (size_t)nl);
     r.dqkv = malloc(sizeof(double) * (size_t)nq), r.ay = malloc(sizeof(double) * (size_t)ny);
     r.adqkv = malloc(sizeof(double) * (size_t)nq);
+    r.zy = malloc(sizeof(double) * (size_t)ny), r.zdqkv = malloc(sizeof(double) * (size_t)nq);
     void *hq = malloc(es * (size_t)nq), *hdy = malloc(es * (size_t)ny), *hacc = malloc(es * (size_t)nq);
     void *gy = malloc(es * (size_t)ny), *gy2 = malloc(es * (size_t)ny), *gyi = malloc(es * (size_t)ny);
     void *gd = malloc(es * (size_t)nq), *gd2 = malloc(es * (size_t)nq), *gda = malloc(es * (size_t)nq);
@@ -224,7 +238,7 @@ static void one_case(int64_t N, int64_t T, int64_t C, int64_t H, hr_dtype t) {
     int ti = tidx(t);
     double w;
     snprintf(what, sizeof what, "%s: y", tag);
-    w = compare(what, gy, t, r.y, r.ay, ny, T, C / H);
+    w = compare(what, gy, t, r.y, r.ay, r.zy, ny, T, C / H);
     worst_of[ti] = fmax(worst_of[ti], w);
     int64_t badl = 0;
     for (int64_t i = 0; i < nl; i++) badl += !(fabs(gl[i] - r.lse[i]) <= 1e-5 * (1 + fabs(r.lse[i])));
@@ -232,7 +246,7 @@ static void one_case(int64_t N, int64_t T, int64_t C, int64_t H, hr_dtype t) {
           (long long)nl);
     /* the backward's reference used the exact y; the kernel reads the rounded one (A covers it) */
     snprintf(what, sizeof what, "%s: dqkv", tag);
-    w = compare(what, gd, t, r.dqkv, r.adqkv, nq, T, C / H);
+    w = compare(what, gd, t, r.dqkv, r.adqkv, r.zdqkv, nq, T, C / H);
     worst_of[ti] = fmax(worst_of[ti], w);
 
     /* inference: y alone, the same bits */
@@ -263,11 +277,12 @@ static void one_case(int64_t N, int64_t T, int64_t C, int64_t H, hr_dtype t) {
     /* old + the F32 gradient, rounded once; the gradient read back was itself
      * rounded (half a unit of it) */
     for (int64_t i = 0; i < nq; i++)
-        bada += !(fabs(get(gda, i, t) - acc_e[i]) <= unit(t) * (fabs(acc_e[i]) + fabs(get(gd, i, t))) + 1e-30);
+        bada += !(fabs(get(gda, i, t) - acc_e[i]) <=
+                  unit(t) * (fabs(acc_e[i]) + fabs(get(gd, i, t))) + (t == HR_F16 ? 0x1p-24 : 0) + 1e-30);
     CHECK(bada == 0, "%s: %lld of %lld values of dqkv (acc) are not the old value plus the gradient, rounded once", tag,
           (long long)bada, (long long)nq);
 out:
-    free(r.qkv), free(r.dy), free(r.y), free(r.lse), free(r.dqkv), free(r.ay), free(r.adqkv);
+    free(r.qkv), free(r.dy), free(r.y), free(r.lse), free(r.dqkv), free(r.ay), free(r.adqkv), free(r.zy), free(r.zdqkv);
     free(hq), free(hdy), free(hacc), free(gy), free(gy2), free(gyi), free(gd), free(gd2), free(gda), free(gl), free(gl2);
     free(acc_e), free(nan);
 }

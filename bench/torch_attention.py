@@ -1,0 +1,43 @@
+#!/usr/bin/env python3
+"""torch_attention.py — PyTorch's F.scaled_dot_product_attention(is_causal=True)
+forward and backward times at the shapes tests/gpu/test_cuda_attention.c times
+headroom's kernels (the character GPT's and GPT-2's), fp32 (TF32 off) and bf16:
+CUDA events around each, medians of 15 after 3 warm-ups, one line each.
+
+    python3 bench/torch_attention.py
+"""
+import torch
+import torch.nn.functional as F
+
+torch.backends.cuda.matmul.allow_tf32 = False
+torch.backends.cudnn.allow_tf32 = False
+
+
+def med(xs):
+    xs = sorted(xs)
+    return xs[len(xs) // 2]
+
+
+def time_one(name, N, T, C, H, dt):
+    hs = C // H
+    q, k, v = (torch.randn(N, H, T, hs, device="cuda", dtype=dt, requires_grad=True) for _ in range(3))
+    dy = torch.randn(N, H, T, hs, device="cuda", dtype=dt)
+    tf, tb = [], []
+    for i in range(18):
+        e = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        e[0].record()
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        e[1].record()
+        y.backward(dy)
+        e[2].record()
+        torch.cuda.synchronize()
+        if i >= 3:
+            tf.append(e[0].elapsed_time(e[1]))
+            tb.append(e[1].elapsed_time(e[2]))
+    print("  torch %-10s %s N%d T%d C%d H%d: forward %.3f ms, backward %.3f ms (medians of 15)"
+          % (name, "fp32" if dt == torch.float32 else "bf16", N, T, C, H, med(tf), med(tb)))
+
+
+for dt in (torch.float32, torch.bfloat16):
+    time_one("char_gpt", 64, 256, 384, 6, dt)
+    time_one("gpt2", 8, 1024, 768, 12, dt)

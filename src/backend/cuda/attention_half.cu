@@ -1,0 +1,494 @@
+/* attention_half.cu — causal self-attention for bf16 and fp16 activations on
+ * tensor cores (FlashAttention-2 style; attention.cu's fp32 kernels are the
+ * reference semantics). The products run as mma.sync m16n8k16 with 16-bit
+ * inputs and fp32 accumulators; the softmax, the log-sum-exp and every
+ * accumulator stay in fp32. Values are rounded to the element type in three
+ * places only: the probabilities P (and dS) fed to the second product of each
+ * step, and each output, once, at the end.
+ *
+ * Blocks have 4 warps; a warp owns 16 rows of a 64-row tile (queries for the
+ * forward and dq, keys for dk/dv) and loops over tiles of the other side,
+ * staged in shared memory as [row][channel] with channels zero-padded to D (a
+ * multiple of 16: 32, 64, 128 or 256) and rows past T zero-filled and masked.
+ * A row takes D + 8 elements: fragment loads then hit 32 distinct banks.
+ * Every output element is written by one thread after a fixed loop: no
+ * atomics, the same bits every run. */
+#include "backend/cuda/common.cuh"
+
+#include <limits.h>
+
+#define HA_WARPS 4
+#define HA_THREADS (HA_WARPS * 32)
+#define HA_ROWS (HA_WARPS * 16) /* the rows a block owns */
+
+/* ---- fragments. m16n8k16: lane = 4 g + t; A (16 x 16, row major) holds
+ * (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B (16 x 8) holds
+ * (k = 2t..2t+1, n = g), (k = 2t+8.., n = g); C (16 x 8, fp32) holds
+ * (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1). The first element of a pair is
+ * a register's low 16 bits. */
+template <typename E> __device__ __forceinline__ void ha_mma(float *c, const uint32_t *a, const uint32_t *b);
+template <> __device__ __forceinline__ void ha_mma<__nv_bfloat16>(float *c, const uint32_t *a, const uint32_t *b) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+template <> __device__ __forceinline__ void ha_mma<__half>(float *c, const uint32_t *a, const uint32_t *b) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* two floats rounded to E, lo in the low half */
+template <typename E> __device__ __forceinline__ uint32_t ha_pack(float lo, float hi);
+template <> __device__ __forceinline__ uint32_t ha_pack<__nv_bfloat16>(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+template <> __device__ __forceinline__ uint32_t ha_pack<__half>(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&v);
+}
+
+__device__ __forceinline__ uint32_t ha_ld32(const uint16_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
+
+/* A at s (16 rows of stride S from s, 16 channels from s): lane's 4 registers */
+template <int S> __device__ __forceinline__ void ha_frag_a(uint32_t *a, const uint16_t *s, int g, int t) {
+    const uint16_t *p = s + g * S + 2 * t;
+    a[0] = ha_ld32(p);
+    a[1] = ha_ld32(p + 8 * S);
+    a[2] = ha_ld32(p + 8);
+    a[3] = ha_ld32(p + 8 * S + 8);
+}
+/* B[k][n] = s[n S + k]: a tile stored [n][k], e.g. K[key][d] for Q K^T */
+template <int S> __device__ __forceinline__ void ha_frag_bt(uint32_t *b, const uint16_t *s, int g, int t) {
+    const uint16_t *p = s + g * S + 2 * t;
+    b[0] = ha_ld32(p);
+    b[1] = ha_ld32(p + 8);
+}
+/* B[k][n] = s[k S + n]: a tile stored [k][n], e.g. V[key][d] for P V */
+template <int S> __device__ __forceinline__ void ha_frag_b(uint32_t *b, const uint16_t *s, int g, int t) {
+    const uint16_t *p = s + 2 * t * S + g;
+    b[0] = (uint32_t)p[0] | (uint32_t)p[S] << 16;
+    b[1] = (uint32_t)p[8 * S] | (uint32_t)p[9 * S] << 16;
+}
+/* C fragments nt = 2 ks, 2 ks + 1 (16 x 16 of fp32) rounded to an A fragment */
+template <typename E> __device__ __forceinline__ void ha_c2a(uint32_t *a, const float *c0, const float *c1) {
+    a[0] = ha_pack<E>(c0[0], c0[1]);
+    a[1] = ha_pack<E>(c0[2], c0[3]);
+    a[2] = ha_pack<E>(c1[0], c1[1]);
+    a[3] = ha_pack<E>(c1[2], c1[3]);
+}
+
+/* acc[16 x 8 NT] += A[16 x 16 KS] B, A's rows at sa (stride S), B[k][n] =
+ * sb[n S + k] for n in [0, 8 NT): the scores Q K^T, or dY V^T */
+template <typename E, int S, int KS, int NT>
+__device__ __forceinline__ void ha_mm_abt(float (*acc)[4], const uint16_t *sa, const uint16_t *sb, int g, int t) {
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        uint32_t a[4];
+        ha_frag_a<S>(a, sa + 16 * ks, g, t);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            uint32_t b[2];
+            ha_frag_bt<S>(b, sb + 8 * nt * S + 16 * ks, g, t);
+            ha_mma<E>(acc[nt], a, b);
+        }
+    }
+}
+
+/* acc[16 x 8 NT] += P[16 x 16 KS] B, P in C fragments (rounded to E here),
+ * B[k][n] = sb[k S + n]: P V, P^T dY, dS^T Q, dS K */
+template <typename E, int S, int KS, int NT>
+__device__ __forceinline__ void ha_mm_pb(float (*acc)[4], const float (*p)[4], const uint16_t *sb, int g, int t) {
+#pragma unroll
+    for (int ks = 0; ks < KS; ks++) {
+        uint32_t a[4];
+        ha_c2a<E>(a, p[2 * ks], p[2 * ks + 1]);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            uint32_t b[2];
+            ha_frag_b<S>(b, sb + 16 * ks * S + 8 * nt, g, t);
+            ha_mma<E>(acc[nt], a, b);
+        }
+    }
+}
+
+/* ROWS rows of channels [0, D) from g (row stride ld) into s (stride D + 8):
+ * rows from `valid` on and channels from hs on are zeros. vec: 16-byte
+ * loads (hs, ld and g multiples of 8 elements). All the block's threads. */
+template <int D, int ROWS>
+__device__ __forceinline__ void ha_load(uint16_t *s, const uint16_t *g, int64_t ld, int valid, int hs, bool vec) {
+    constexpr int S = D + 8;
+    if (vec) {
+        for (int x = threadIdx.x; x < ROWS * (D / 8); x += HA_THREADS) {
+            int r = x / (D / 8), c = (x % (D / 8)) * 8;
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (r < valid && c < hs) v = *reinterpret_cast<const uint4 *>(g + r * ld + c);
+            *reinterpret_cast<uint4 *>(s + r * S + c) = v;
+        }
+    } else {
+        for (int x = threadIdx.x; x < ROWS * D; x += HA_THREADS) {
+            int r = x / D, c = x % D;
+            s[r * S + c] = r < valid && c < hs ? g[r * ld + c] : (uint16_t)0;
+        }
+    }
+}
+
+/* ---- forward: block (n h, query tile), 64 queries, warp w rows q0 + 16 w.
+ * Key tiles of BC from 0 to the diagonal: S = Q K^T (fp32), scaled and masked
+ * (j > i or j >= T: -inf), online softmax per row (running max m, partial sum
+ * l of this lane's columns, summed over the quad at the end), P rounded to E,
+ * O += P V in fp32 fragments rescaled by exp(m_old - m_new). y = O / l
+ * rounded to E; lse = m + log l (fp32). smem: Q [64][D+8], K, V [BC][D+8]. */
+template <typename E, int D, int BC>
+__global__ void __launch_bounds__(HA_THREADS)
+    ha_fwd(const E *qkv_, E *y_, float *lse, int T, int64_t C, int H, float scale, bool vec) {
+    constexpr int S = D + 8;
+    extern __shared__ __align__(16) uint16_t ha_sm[];
+    uint16_t *sq = ha_sm, *sk = sq + HA_ROWS * S, *sv = sk + BC * S;
+    const uint16_t *qkv = reinterpret_cast<const uint16_t *>(qkv_);
+    int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    int64_t bh = blockIdx.x, n = bh / H, h = bh % H, hs = C / H, ld = 3 * C;
+    int q0 = (gridDim.y - 1 - blockIdx.y) * HA_ROWS; /* the longest rows first */
+    int qw = q0 + 16 * w;                            /* the warp's first query */
+    const uint16_t *base = qkv + n * T * ld + h * hs;
+    ha_load<D, HA_ROWS>(sq, base + q0 * ld, ld, T - q0, (int)hs, vec);
+
+    float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int nt = 0; nt < D / 8; nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    int kend = min(q0 + HA_ROWS, T);
+    for (int k0 = 0; k0 < kend; k0 += BC) {
+        __syncthreads(); /* the last tile's readers are done */
+        ha_load<D, BC>(sk, base + k0 * ld + C, ld, T - k0, (int)hs, vec);
+        ha_load<D, BC>(sv, base + k0 * ld + 2 * C, ld, T - k0, (int)hs, vec);
+        __syncthreads();
+        if (k0 > qw + 15) continue; /* the whole tile is above the warp's diagonal */
+        float s[BC / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        ha_mm_abt<E, S, D / 16, BC / 8>(s, sq + 16 * w * S, sk, g, t);
+        float mx[2] = {m[0], m[1]};
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int i = qw + g + 8 * (e >> 1), j = k0 + 8 * nt + 2 * t + (e & 1);
+                float v = j <= i && j < T ? scale * s[nt][e] : -INFINITY;
+                s[nt][e] = v;
+                mx[e >> 1] = fmaxf(mx[e >> 1], v);
+            }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            /* key 0 is in every row's first tile: mx is finite from there on */
+            float f = expf(m[r] - mx[r]);
+            m[r] = mx[r];
+            l[r] *= f;
+#pragma unroll
+            for (int nt = 0; nt < D / 8; nt++) o[nt][2 * r] *= f, o[nt][2 * r + 1] *= f;
+        }
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                float p = expf(s[nt][e] - m[e >> 1]);
+                s[nt][e] = p;
+                l[e >> 1] += p;
+            }
+        ha_mm_pb<E, S, BC / 16, D / 8>(o, s, sv, g, t);
+    }
+
+    E *y = y_ + n * T * C + h * hs;
+#pragma unroll
+    for (int r = 0; r < 2; r++) { /* the row's sum over the quad, before any lane leaves */
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int i = qw + g + 8 * r;
+        if (i >= T) continue;
+#pragma unroll
+        for (int nt = 0; nt < D / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int d = 8 * nt + 2 * t + e;
+                if (d < hs) y[(int64_t)i * C + d] = hr_to<E>(o[nt][2 * r + e] / l[r]);
+            }
+        if (lse && t == 0) lse[bh * T + i] = m[r] + logf(l[r]);
+    }
+}
+
+/* ---- backward (1): D_r = dy_r . y_r in fp32, one warp a row r = (n H + h) T + i */
+template <typename E>
+__global__ void ha_rowdot(const E *dy, const E *y, float *D, int64_t T, int64_t C, int64_t H, int64_t R) {
+    int lane = threadIdx.x & 31;
+    int64_t hs = C / H;
+    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < R;
+         r += ((int64_t)gridDim.x * blockDim.x) >> 5) {
+        int64_t i = r % T, bh = r / T, n = bh / H, h = bh % H, off = (n * T + i) * C + h * hs;
+        float s = 0.0f;
+        for (int64_t d = lane; d < hs; d += 32) s += hr_f(dy[off + d]) * hr_f(y[off + d]);
+        s = hr_warp_sum(s);
+        if (lane == 0) D[r] = s;
+    }
+}
+
+/* dqkv element: the value rounded to E, or the sum with what is there */
+template <typename E> __device__ __forceinline__ void ha_put(E *p, float v, bool acc) {
+    *p = hr_to<E>(acc ? hr_f(*p) + v : v);
+}
+
+/* ---- backward (2): dK, dV. Block (n h, key tile of 64, channel chunk of DO),
+ * warp w keys j0 + 16 w. Query tiles of BQ from the diagonal to T: S^T = K Q^T,
+ * P^T = exp(scale S^T - lse_i) (fp32; 0 where i < j or i >= T), dV += P^T dY
+ * (P rounded to E), dP^T = V dY^T, dS^T = P^T (dP^T - D_i) (fp32), dK += dS^T Q
+ * (dS rounded to E); dK *= scale. Both accumulate in fp32 fragments, written
+ * once. smem: K, V [64][D+8], Q, dY [BQ][D+8], lse, D [BQ] floats. */
+template <typename E, int D, int BQ, int DO>
+__global__ void __launch_bounds__(HA_THREADS)
+    ha_dkv(const E *qkv_, const E *dy_, const float *lse, const float *Dr, E *dqkv, int T, int64_t C, int H,
+           float scale, bool acc, bool vec) {
+    constexpr int S = D + 8;
+    extern __shared__ __align__(16) uint16_t ha_sm[];
+    uint16_t *sk = ha_sm, *sv = sk + HA_ROWS * S, *sq = sv + HA_ROWS * S, *sdy = sq + BQ * S;
+    float *slse = reinterpret_cast<float *>(sdy + BQ * S), *sD = slse + BQ;
+    const uint16_t *qkv = reinterpret_cast<const uint16_t *>(qkv_), *dy = reinterpret_cast<const uint16_t *>(dy_);
+    int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    int64_t bh = blockIdx.x, n = bh / H, h = bh % H, hs = C / H, ld = 3 * C;
+    int j0 = blockIdx.y * HA_ROWS, jw = j0 + 16 * w, c0 = blockIdx.z * DO; /* key tile 0 has the most work */
+    const uint16_t *base = qkv + n * T * ld + h * hs, *dyb = dy + n * T * C + h * hs;
+    ha_load<D, HA_ROWS>(sk, base + j0 * ld + C, ld, T - j0, (int)hs, vec);
+    ha_load<D, HA_ROWS>(sv, base + j0 * ld + 2 * C, ld, T - j0, (int)hs, vec);
+
+    float dk[DO / 8][4], dv[DO / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < DO / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk[nt][e] = dv[nt][e] = 0.0f;
+    for (int i0 = j0; i0 < T; i0 += BQ) {
+        __syncthreads();
+        ha_load<D, BQ>(sq, base + i0 * ld, ld, T - i0, (int)hs, vec);
+        ha_load<D, BQ>(sdy, dyb + i0 * C, C, T - i0, (int)hs, vec);
+        for (int x = threadIdx.x; x < BQ; x += HA_THREADS) {
+            bool in = i0 + x < T;
+            slse[x] = in ? lse[bh * T + i0 + x] : 0.0f;
+            sD[x] = in ? Dr[bh * T + i0 + x] : 0.0f;
+        }
+        __syncthreads();
+        if (i0 + BQ - 1 < jw) continue; /* every query of the tile precedes the warp's keys */
+        float p[BQ / 8][4], ds[BQ / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) p[nt][e] = ds[nt][e] = 0.0f;
+        ha_mm_abt<E, S, D / 16, BQ / 8>(p, sk + 16 * w * S, sq, g, t);
+        ha_mm_abt<E, S, D / 16, BQ / 8>(ds, sv + 16 * w * S, sdy, g, t);
+#pragma unroll
+        for (int nt = 0; nt < BQ / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int j = jw + g + 8 * (e >> 1), x = 8 * nt + 2 * t + (e & 1), i = i0 + x;
+                float pe = j <= i && i < T ? expf(scale * p[nt][e] - slse[x]) : 0.0f;
+                p[nt][e] = pe;
+                ds[nt][e] = pe * (ds[nt][e] - sD[x]);
+            }
+        ha_mm_pb<E, S, BQ / 16, DO / 8>(dv, p, sdy + c0, g, t);
+        ha_mm_pb<E, S, BQ / 16, DO / 8>(dk, ds, sq + c0, g, t);
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int j = jw + g + 8 * r;
+        if (j >= T) continue;
+        E *pk = dqkv + (n * T + j) * ld + C + h * hs, *pv = pk + C;
+#pragma unroll
+        for (int nt = 0; nt < DO / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int d = c0 + 8 * nt + 2 * t + e;
+                if (d >= hs) continue;
+                ha_put(pk + d, scale * dk[nt][2 * r + e], acc);
+                ha_put(pv + d, dv[nt][2 * r + e], acc);
+            }
+    }
+}
+
+/* ---- backward (3): dQ. Block (n h, query tile of 64, channel chunk of DO),
+ * warp w queries q0 + 16 w. Key tiles of BK from 0 to the diagonal: S = Q K^T,
+ * P = exp(scale S - lse_i), dP = dY V^T, dS = P (dP - D_i) (fp32), dQ += dS K
+ * (dS rounded to E); dQ *= scale. smem: Q, dY [64][D+8], K, V [BK][D+8]. */
+template <typename E, int D, int BK, int DO>
+__global__ void __launch_bounds__(HA_THREADS)
+    ha_dq(const E *qkv_, const E *dy_, const float *lse, const float *Dr, E *dqkv, int T, int64_t C, int H,
+          float scale, bool acc, bool vec) {
+    constexpr int S = D + 8;
+    extern __shared__ __align__(16) uint16_t ha_sm[];
+    uint16_t *sq = ha_sm, *sdy = sq + HA_ROWS * S, *sk = sdy + HA_ROWS * S, *sv = sk + BK * S;
+    const uint16_t *qkv = reinterpret_cast<const uint16_t *>(qkv_), *dy = reinterpret_cast<const uint16_t *>(dy_);
+    int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    int64_t bh = blockIdx.x, n = bh / H, h = bh % H, hs = C / H, ld = 3 * C;
+    int q0 = (gridDim.y - 1 - blockIdx.y) * HA_ROWS, qw = q0 + 16 * w, c0 = blockIdx.z * DO;
+    const uint16_t *base = qkv + n * T * ld + h * hs;
+    ha_load<D, HA_ROWS>(sq, base + q0 * ld, ld, T - q0, (int)hs, vec);
+    ha_load<D, HA_ROWS>(sdy, dy + (n * T + q0) * C + h * hs, C, T - q0, (int)hs, vec);
+    float L[2], Di[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int i = qw + g + 8 * r;
+        L[r] = i < T ? lse[bh * T + i] : 0.0f;
+        Di[r] = i < T ? Dr[bh * T + i] : 0.0f;
+    }
+
+    float dq[DO / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < DO / 8; nt++) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.0f;
+    int kend = min(q0 + HA_ROWS, T);
+    for (int k0 = 0; k0 < kend; k0 += BK) {
+        __syncthreads();
+        ha_load<D, BK>(sk, base + k0 * ld + C, ld, T - k0, (int)hs, vec);
+        ha_load<D, BK>(sv, base + k0 * ld + 2 * C, ld, T - k0, (int)hs, vec);
+        __syncthreads();
+        if (k0 > qw + 15) continue; /* the whole tile is above the warp's diagonal */
+        float p[BK / 8][4], ds[BK / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) p[nt][e] = ds[nt][e] = 0.0f;
+        ha_mm_abt<E, S, D / 16, BK / 8>(p, sq + 16 * w * S, sk, g, t);
+        ha_mm_abt<E, S, D / 16, BK / 8>(ds, sdy + 16 * w * S, sv, g, t);
+#pragma unroll
+        for (int nt = 0; nt < BK / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                int r = e >> 1, i = qw + g + 8 * r, j = k0 + 8 * nt + 2 * t + (e & 1);
+                float pe = j <= i && i < T ? expf(scale * p[nt][e] - L[r]) : 0.0f;
+                ds[nt][e] = pe * (ds[nt][e] - Di[r]);
+            }
+        ha_mm_pb<E, S, BK / 16, DO / 8>(dq, ds, sk + c0, g, t);
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int i = qw + g + 8 * r;
+        if (i >= T) continue;
+        E *pq = dqkv + (n * T + i) * ld + h * hs;
+#pragma unroll
+        for (int nt = 0; nt < DO / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                int d = c0 + 8 * nt + 2 * t + e;
+                if (d < hs) ha_put(pq + d, scale * dq[nt][2 * r + e], acc);
+            }
+    }
+}
+
+/* ---- host side ---- */
+
+/* sets a kernel's dynamic shared memory limit past the default 48 KB */
+template <typename K> static hr_status ha_smem(K kernel, size_t bytes) {
+    if (bytes > 48 * 1024) HR_CU(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    return HR_OK;
+}
+
+/* 16-byte tile loads: channels of a head and rows in multiples of 8 elements */
+static bool ha_vec(const hr_attention_args *p, const void *a, const void *b) {
+    return (p->C / p->H) % 8 == 0 && p->C % 8 == 0 && hr_al(a, 16) && (!b || hr_al(b, 16));
+}
+
+/* shape checks shared by both directions; *D gets the padded head size */
+static hr_status ha_check(const hr_attention_args *p, hr_dtype dt, int *D) {
+    int64_t hs = p->H > 0 ? p->C / p->H : 0;
+    if (dt != HR_BF16 && dt != HR_F16)
+        return hr_error_set(HR_ERR_UNSUPPORTED, "CausalSelfAttention's half kernels take BF16 or F16 activations");
+    if (hs < 1 || hs > 256)
+        return hr_error_set(HR_ERR_UNSUPPORTED, "CausalSelfAttention on the GPU takes heads of up to 256 channels; this "
+                            "one has %lld (use more heads)", (long long)hs);
+    if (p->T > INT_MAX - 2 * HA_ROWS || (p->T + HA_ROWS - 1) / HA_ROWS > 65535 || p->N * p->H > INT_MAX)
+        return hr_error_set(HR_ERR_UNSUPPORTED, "CausalSelfAttention: %lld positions x %lld heads is too many for the "
+                            "GPU kernels", (long long)p->T, (long long)(p->N * p->H));
+    *D = hs <= 32 ? 32 : hs <= 64 ? 64 : hs <= 128 ? 128 : 256;
+    return HR_OK;
+}
+
+template <typename E, int D, int BC> static hr_status ha_fwd_run(cudaStream_t st, const hr_attention_args *p) {
+    size_t bytes = sizeof(uint16_t) * (HA_ROWS + 2 * BC) * (D + 8);
+    hr_status s = ha_smem(ha_fwd<E, D, BC>, bytes);
+    if (s != HR_OK) return s;
+    dim3 grid((unsigned)(p->N * p->H), (unsigned)((p->T + HA_ROWS - 1) / HA_ROWS));
+    ha_fwd<E, D, BC><<<grid, HA_THREADS, bytes, st>>>((const E *)p->qkv, (E *)p->y, p->lse, (int)p->T, p->C,
+                                                      (int)p->H, p->scale, ha_vec(p, p->qkv, NULL));
+    HR_CU(cudaGetLastError());
+    return HR_OK;
+}
+
+template <typename E> static hr_status ha_fwd_dt(cudaStream_t st, const hr_attention_args *p, int D) {
+    switch (D) {
+    case 32: return ha_fwd_run<E, 32, 64>(st, p);
+    case 64: return ha_fwd_run<E, 64, 64>(st, p);
+    case 128: return ha_fwd_run<E, 128, 64>(st, p);
+    default: return ha_fwd_run<E, 256, 32>(st, p);
+    }
+}
+
+/* BQ: the dK/dV kernel's query tile; BK: the dQ kernel's key tile; DO: the
+ * output channels a block keeps (128 at most: its accumulators are registers) */
+template <typename E, int D, int BQ, int BK>
+static hr_status ha_bwd_run(cudaStream_t st, const hr_attention_args *p, float *D_) {
+    constexpr int DO = D < 128 ? D : 128;
+    int64_t R = p->N * p->H * p->T;
+    bool vec = ha_vec(p, p->qkv, p->dy);
+    ha_rowdot<E><<<hr_grid(R, 256 / 32), 256, 0, st>>>( /* a warp a row */
+        (const E *)p->dy, (const E *)p->y_saved, D_, p->T, p->C, p->H, R);
+    HR_CU(cudaGetLastError());
+
+    unsigned tiles = (unsigned)((p->T + HA_ROWS - 1) / HA_ROWS);
+    dim3 grid((unsigned)(p->N * p->H), tiles, D / DO);
+    size_t kv_bytes = sizeof(uint16_t) * (2 * HA_ROWS + 2 * BQ) * (D + 8) + sizeof(float) * 2 * BQ;
+    hr_status s = ha_smem(ha_dkv<E, D, BQ, DO>, kv_bytes);
+    if (s != HR_OK) return s;
+    ha_dkv<E, D, BQ, DO><<<grid, HA_THREADS, kv_bytes, st>>>((const E *)p->qkv, (const E *)p->dy, p->lse_saved, D_,
+                                                            (E *)p->dqkv, (int)p->T, p->C, (int)p->H, p->scale,
+                                                            p->acc, vec);
+    HR_CU(cudaGetLastError());
+
+    size_t q_bytes = sizeof(uint16_t) * (2 * HA_ROWS + 2 * BK) * (D + 8);
+    s = ha_smem(ha_dq<E, D, BK, DO>, q_bytes);
+    if (s != HR_OK) return s;
+    ha_dq<E, D, BK, DO><<<grid, HA_THREADS, q_bytes, st>>>((const E *)p->qkv, (const E *)p->dy, p->lse_saved, D_,
+                                                          (E *)p->dqkv, (int)p->T, p->C, (int)p->H, p->scale, p->acc,
+                                                          vec);
+    HR_CU(cudaGetLastError());
+    return HR_OK;
+}
+
+template <typename E> static hr_status ha_bwd_dt(cudaStream_t st, const hr_attention_args *p, float *D_, int D) {
+    switch (D) {
+    case 32: return ha_bwd_run<E, 32, 64, 64>(st, p, D_);
+    case 64: return ha_bwd_run<E, 64, 64, 64>(st, p, D_);
+    case 128: return ha_bwd_run<E, 128, 32, 64>(st, p, D_);
+    default: return ha_bwd_run<E, 256, 32, 32>(st, p, D_);
+    }
+}
+
+extern "C" {
+
+/* y (and lse unless NULL) from qkv; dt: the activations' type (BF16, F16) */
+hr_status hr_cuda_attention_half(cudaStream_t st, const hr_attention_args *p, hr_dtype dt) {
+    int D;
+    hr_status s = ha_check(p, dt, &D);
+    if (s != HR_OK || p->N * p->H * p->T == 0) return s;
+    return dt == HR_BF16 ? ha_fwd_dt<__nv_bfloat16>(st, p, D) : ha_fwd_dt<__half>(st, p, D);
+}
+
+/* dqkv from qkv, y_saved, lse_saved, dy; D: N H T floats of scratch */
+hr_status hr_cuda_attention_half_bwd(cudaStream_t st, const hr_attention_args *p, hr_dtype dt, float *D) {
+    int Dp;
+    hr_status s = ha_check(p, dt, &Dp);
+    if (s != HR_OK || p->N * p->H * p->T == 0) return s;
+    return dt == HR_BF16 ? ha_bwd_dt<__nv_bfloat16>(st, p, D, Dp) : ha_bwd_dt<__half>(st, p, D, Dp);
+}
+
+} /* extern "C" */
