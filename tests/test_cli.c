@@ -350,6 +350,11 @@ static void test_text(void) {
     EXPECT(1, "write it as `input T`", HR " train examples/simple_cnn.model --data text:%s/fox.txt %s --epochs 1", tmp,
            common);
     EXPECT(1, "nosuch.txt", HR " train %s/gpt.model --data text:%s/nosuch.txt %s --epochs 1", tmp, tmp, common);
+    /* --max-steps without --epochs trains past the default 10 epochs (21 batches each) */
+    EXPECT(0, "stopped after 250 steps (--max-steps) in epoch 12 at batch 19", HR " train %s/gpt.model --data "
+           "text:%s/fox.txt %s --max-steps 250 --lr 0", tmp, tmp, common);
+    EXPECT(0, "epoch 2/2", HR " train %s/gpt.model --data text:%s/fox.txt %s --max-steps 250 --epochs 2 --lr 0", tmp,
+           tmp, common);
     /* --decay-matrices-only: one AdamW step with a large decay, with and
      * without it: the matrices (and the embeddings) the same bits, a 1-D
      * tensor that decay moves (LayerNorm's weight of ones) different */

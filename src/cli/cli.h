@@ -23,6 +23,7 @@ typedef struct {
     const char *save, *resume, *weights;
     const char *gpu;       /* plan: the GPU to estimate for where there is none (backend/gpus.c) */
     int64_t batch, epochs, max_steps, samples;
+    bool epochs_set;       /* --epochs given: else --max-steps alone trains until it */
     int64_t eval_batch;    /* train, plan (train mode): the evaluation pass's batch; 0: none; -1: the batch */
     double lr;
     hr_optim_kind optim;

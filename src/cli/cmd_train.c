@@ -418,6 +418,9 @@ int hr_cmd_train(const hr_cli_opts *o) {
     if (o->memory_stats && bus) witness = hr_nvml_sampler_start(NULL, bus, -1, 5);
 
     int64_t epoch0 = 0, batch0 = 0;
+    /* --max-steps without --epochs: as many epochs as the steps take (set below) */
+    bool by_steps = o->max_steps > 0 && !o->epochs_set;
+    int64_t epochs = o->epochs;
     if (o->resume) {
         hr_ckpt_meta meta;
         memset(&meta, 0, sizeof meta);
@@ -456,14 +459,14 @@ int hr_cmd_train(const hr_cli_opts *o) {
         if (meta.fingerprint[0] && meta.accumulate != K)
             printf("note: accumulation %lld → %d micro-batches, batch %lld unchanged\n", (long long)meta.accumulate, K,
                    (long long)cfg.batch);
-        if (epoch0 >= o->epochs) { /* a finished run: the checkpoint stays as it is */
-            if (batch0 == 0 && epoch0 == o->epochs)
+        if (!by_steps && epoch0 >= epochs) { /* a finished run: the checkpoint stays as it is */
+            if (batch0 == 0 && epoch0 == epochs)
                 printf("checkpoint %s has finished epoch %lld of %lld: nothing to train; raise --epochs to continue\n",
-                       o->resume, (long long)epoch0, (long long)o->epochs);
+                       o->resume, (long long)epoch0, (long long)epochs);
             else
                 printf("checkpoint %s has finished %lld epochs%s, and --epochs is %lld: nothing to train; raise "
                        "--epochs past %lld to continue\n", o->resume, (long long)epoch0,
-                       batch0 ? " and part of the next" : "", (long long)o->epochs, (long long)epoch0);
+                       batch0 ? " and part of the next" : "", (long long)epochs, (long long)epoch0);
             goto done;
         }
         if (o->max_steps && hr_step_count(s) >= o->max_steps) { /* --max-steps counts the run's steps from its start */
@@ -479,11 +482,13 @@ int hr_cmd_train(const hr_cli_opts *o) {
         goto done;
     }
     int64_t nb = hr_loader_batches_per_epoch(ld);
+    if (by_steps && nb > 0) /* the epoch that holds step --max-steps */
+        epochs = epoch0 + (batch0 + (o->max_steps - hr_step_count(s)) + nb - 1) / nb;
     bool tty = isatty(2) && !o->quiet;
     const char *last_good = NULL;
     int64_t step_start = hr_step_count(s);
     double last_loss = 0; /* the last finite loss, for the NaN stop */
-    for (int64_t e = epoch0; e < o->epochs; e++) {
+    for (int64_t e = epoch0; e < epochs; e++) {
         if ((st = hr_loader_start_epoch(ld, e, e == epoch0 ? batch0 : 0)) != HR_OK) {
             rc = hr_cli_fail(st);
             goto done;
@@ -519,7 +524,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
             double t = now();
             if (tty && (t - last_draw > 0.2 || b == nb)) {
                 double rate = (double)seen / (t - t0);
-                progress(e + 1, o->epochs, b, nb, sum / (double)(b - (e == epoch0 ? batch0 : 0)), rate,
+                progress(e + 1, epochs, b, nb, sum / (double)(b - (e == epoch0 ? batch0 : 0)), rate,
                          (double)(nb - b) * (double)cfg.batch / (rate > 0 ? rate : 1));
                 last_draw = t;
             }
@@ -554,7 +559,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
             snprintf(skips, sizeof skips, "  %lld of %lld steps skipped (inf/NaN gradients; loss scale now %.9g)",
                      (long long)(skipped - skipped0), (long long)steps, (double)sc);
         printf("epoch %lld/%lld  train loss %.4f  %s %s  %.0f samples/s  %.1f s%s\n", (long long)e + 1,
-               (long long)o->epochs, steps ? sum / (double)steps : 0.0, test.seq ? "val loss" : "test accuracy", accs,
+               (long long)epochs, steps ? sum / (double)steps : 0.0, test.seq ? "val loss" : "test accuracy", accs,
                (double)seen / secs, secs, skips);
         fflush(stdout);
         if ((st = save(s, o, o->model, e + 1, 0)) != HR_OK) {

@@ -46,6 +46,8 @@ static void usage(FILE *f) {
             "      loss as torch.amp.GradScaler (--loss-scale: its first scale, 65536)\n"
             "  --accumulate K: each step sums the gradients of K micro-batches of batch/K\n"
             "      samples (the same update as the whole batch, in the memory of batch/K)\n"
+            "  --max-steps N: stop after step N (counted from the run's start); without\n"
+            "      --epochs it alone sets the length, with it the first limit stops the run\n"
             "  --decay-matrices-only: weight decay for parameters of two or more dimensions\n"
             "      only (matrices, embeddings); biases and norm weights undecayed, as GPT-2\n"
             "  --warmup N, --lr-decay N, --min-lr LR: nanoGPT's schedule: the learning rate\n"
@@ -182,6 +184,7 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
         } else if (!strcmp(a, "--epochs")) {
             NEED();
             if (!parse_i64(v, &o->epochs) || o->epochs < 1) BAD("a positive integer");
+            o->epochs_set = true;
         } else if (!strcmp(a, "--max-steps")) {
             NEED();
             if (!parse_i64(v, &o->max_steps) || o->max_steps < 1) BAD("a positive integer");
