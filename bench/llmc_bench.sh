@@ -126,7 +126,7 @@ import json, re, statistics, sys
 out, mem, jpath, part, impl, binp = sys.argv[1:7]
 B, T, R, steps, warmup, rc = map(int, sys.argv[7:13])
 text = open(out, errors="replace").read()
-step_re = re.compile(r"^step\s+(\d+)/(\d+) \| loss (\S+) .*?\| ([\d.]+) ms \| ([\d.]+)% \w+ MFU \| ([\d.]+) tok/s", re.M)
+step_re = re.compile(r"^step\s+(\d+)/(\d+) \| loss (\S+) .*?\| ([\d.]+) ms \| (-?[\d.]+)% \w+ MFU \| ([\d.]+) tok/s", re.M)
 rows = [(int(m[1]), float(m[3]) if m[3] not in ("nan", "-nan") else None, float(m[4]), float(m[5]), float(m[6]))
         for m in step_re.finditer(text)]
 timed = [x for x in rows if x[0] > warmup] or rows[1:] or rows

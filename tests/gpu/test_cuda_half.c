@@ -704,8 +704,10 @@ static void test_product(hr_dtype t, hr_conv_args g, bool bias) {
 }
 
 static void test_products(hr_dtype t) {
-    hr_conv_args lin[3] = {{.N = 24, .C = 40, .K = 12}, {.N = 7, .C = 200, .K = 9}, {.N = 5, .C = 16, .K = 64}};
-    for (int i = 0; i < 3; i++) test_product(t, lin[i], i != 2);
+    /* the last: 1037 features without a bias, rows not 16-byte aligned: through padded rows (cuda_gemm.c) */
+    hr_conv_args lin[4] = {{.N = 24, .C = 40, .K = 12}, {.N = 7, .C = 200, .K = 9}, {.N = 5, .C = 16, .K = 64},
+                           {.N = 37, .C = 24, .K = 1037}};
+    for (int i = 0; i < 4; i++) test_product(t, lin[i], i < 2);
     hr_conv_args cv[3] = {
         {.N = 3, .C = 4, .H = 9, .W = 9, .K = 5, .OH = 9, .OW = 9, .kh = 3, .kw = 3, .sh = 1, .sw = 1, .ph = 1, .pw = 1},
         {.N = 2, .C = 3, .H = 10, .W = 10, .K = 4, .OH = 4, .OW = 4, .kh = 3, .kw = 3, .sh = 2, .sw = 2},

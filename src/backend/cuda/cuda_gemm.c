@@ -16,6 +16,7 @@
 
 #include <cublas_v2.h>
 #include <limits.h>
+#include <string.h>
 
 /* Operand types of a product: its inputs' (ab) and its output's (ct). */
 typedef struct {
@@ -158,10 +159,53 @@ static size_t node_partials(const hr_cuda *c, hr_op op, const hr_linear_args *l)
     return most;
 }
 
-/* Scratch a Linear node needs: cuBLAS's or its split-K partials, the more. */
+/* ---- products with a feature count that is not a multiple of 8 -----------
+ * cuBLAS has no fast kernel for a half product one of whose sizes is odd:
+ * GPT-2's lm_head (768 -> 50257) took 13.3 ms forward on an H200, 1.7 ms
+ * at 50256 (PyTorch eager has the same cliff). Such a Linear (out >=
+ * HR_PAD_MIN_OUT, no bias: lm_head) computes with out rounded up to `outp`,
+ * a multiple of 8, in the node's scratch: the weight copied into outp rows
+ * (the extra ones zero), y's rows written outp wide and copied into y,
+ * dy's rows copied into outp-wide ones (the extra columns zero), dW formed
+ * outp columns wide (the extra ones come out zero) and copied into dW. The
+ * zeros add nothing: the same sums. At most HR_PAD_BYTES of rows at a time. */
+#define HR_PAD_MIN_OUT 1024                /* narrower outputs: the plain product (copies cost more) */
+#define HR_PAD_BYTES ((size_t)256 << 20) /* the padded rows of y or dy, at most */
+
+static int64_t padded_out(const hr_kargs *a) {
+    const hr_linear_args *l = &a->linear;
+    bool half = a->dt == HR_BF16 || a->dt == HR_F16;
+    if (!half || l->out % 8 == 0 || l->out < HR_PAD_MIN_OUT || (a->op == HR_OP_LINEAR && l->b)) return 0;
+    return (l->out + 7) / 8 * 8;
+}
+
+/* The padded operands' place in the scratch: the weight (outp, in), rows
+ * (pad_rows, outp) of y or dy, and in the backward dW (outp, in) in F32. */
+typedef struct {
+    int64_t outp, rows;
+    size_t w_bytes, rows_bytes, dw_bytes;
+} pad_plan;
+
+static pad_plan pad_plan_for(const hr_cuda *c, const hr_kargs *a) {
+    pad_plan p = {0};
+    const hr_linear_args *l = &a->linear;
+    if (!(p.outp = padded_out(a)) || l->N <= 0) return (pad_plan){0};
+    int64_t r = (int64_t)(HR_PAD_BYTES / ((size_t)p.outp * 2)), step = rows_per_call(c, l->in, p.outp);
+    r = r < step ? r : step;
+    r = r < l->N ? r : l->N;
+    p.rows = r > 0 ? r : 1;
+    p.w_bytes = hr_align_up((size_t)(p.outp * l->in) * 2, HR_ALIGN);
+    p.rows_bytes = hr_align_up((size_t)(p.rows * p.outp) * 2, HR_ALIGN);
+    if (a->op == HR_OP_LINEAR_BWD && l->dw) p.dw_bytes = hr_align_up((size_t)(p.outp * l->in) * 4, HR_ALIGN);
+    return p;
+}
+
+/* Scratch a Linear node needs: cuBLAS's or its split-K partials, the more,
+ * and the padded operands. */
 static size_t linear_workspace(hr_cuda *c, const hr_kargs *a) {
     size_t part = node_partials(c, a->op, &a->linear);
-    return part > HR_CUDA_CUBLAS_WS ? part : HR_CUDA_CUBLAS_WS;
+    pad_plan p = pad_plan_for(c, a);
+    return p.w_bytes + p.rows_bytes + p.dw_bytes + (part > HR_CUDA_CUBLAS_WS ? part : HR_CUDA_CUBLAS_WS);
 }
 
 size_t hr_cuda_linear_workspace(hr_cuda *c, const hr_kargs *a) { return linear_workspace(c, a); }
@@ -175,13 +219,25 @@ size_t hr_cuda_linear_bwd_workspace(hr_cuda *c, const hr_kargs *a) { return line
 typedef struct {
     float *part;
     size_t part_bytes;
+    pad_plan pad;      /* outp 0: no padding */
+    void *w, *rows;    /* the padded weight and rows (first in the scratch) */
+    float *dw;         /* the padded dW (the backward's) */
 } node_scratch;
 
 static hr_status use_workspace(hr_cuda *c, const hr_kargs *a, node_scratch *s) {
     unsigned char *ws = a->ws;
     size_t bytes = ws ? a->ws_bytes : 0, need = ws ? node_partials(c, a->op, &a->linear) : 0;
-    s->part = NULL;
-    s->part_bytes = 0;
+    memset(s, 0, sizeof *s);
+    pad_plan p = ws ? pad_plan_for(c, a) : (pad_plan){0};
+    size_t pb = p.w_bytes + p.rows_bytes + p.dw_bytes;
+    if (p.outp && pb + need <= bytes) { /* each a multiple of HR_ALIGN */
+        s->pad = p;
+        s->w = ws;
+        s->rows = ws + p.w_bytes;
+        s->dw = p.dw_bytes ? (float *)(ws + p.w_bytes + p.rows_bytes) : NULL;
+        ws += pb;
+        bytes -= pb;
+    }
     if (need > 0 && need <= bytes) { /* need is a multiple of HR_ALIGN: cuBLAS's part stays 256-byte aligned */
         s->part = (float *)ws;
         s->part_bytes = need;
@@ -189,6 +245,18 @@ static hr_status use_workspace(hr_cuda *c, const hr_kargs *a, node_scratch *s) {
         bytes -= need;
     }
     HR_CUBLAS(cublasSetWorkspace(c->blas, bytes ? ws : NULL, bytes));
+    return HR_OK;
+}
+
+/* The weight (out, in) into outp rows, the extra ones zero; and, for dy,
+ * the rows' extra columns zero (the copies of dy leave them so). */
+static hr_status pad_operands(hr_cuda *c, const node_scratch *s, const hr_linear_args *l, bool rows_too) {
+    size_t w = (size_t)(l->out * l->in) * 2, wp = (size_t)(s->pad.outp * l->in) * 2;
+    HR_CU(cudaMemcpyAsync(s->w, l->w, w, cudaMemcpyDeviceToDevice, c->stream));
+    HR_CU(cudaMemsetAsync((char *)s->w + w, 0, wp - w, c->stream));
+    if (rows_too)
+        HR_CU(cudaMemset2DAsync((char *)s->rows + l->out * 2, (size_t)s->pad.outp * 2, 0, (size_t)(s->pad.outp - l->out) * 2,
+                                (size_t)s->pad.rows, c->stream));
     return HR_OK;
 }
 
@@ -221,6 +289,7 @@ static hr_status linear_rows(hr_cuda *c, const hr_kargs *a, bool pieces) {
     node_scratch s;
     hr_status st = use_workspace(c, a, &s);
     if (st) return st;
+    if (s.pad.outp && (st = pad_operands(c, &s, l, false))) return st;
     int64_t step = rows_per_call(c, in, out);
     int64_t r0 = 0;
     for (int k = 0; k < (pieces ? c->npieces : 1); k++) {
@@ -229,10 +298,20 @@ static hr_status linear_rows(hr_cuda *c, const hr_kargs *a, bool pieces) {
             if ((st = hr_cuda_stage_upto(c, k)) != HR_OK) return st;
             HR_CU(cudaStreamWaitEvent(c->stream, c->piece_ev[k], 0));
         }
-        for (int64_t r = r0; r < r1; r += step) {
-            int rows = (int)(r1 - r < step ? r1 - r : step);
+        int64_t st_rows = s.pad.outp ? s.pad.rows : step, outp = s.pad.outp;
+        for (int64_t r = r0; r < r1; r += st_rows) {
+            int rows = (int)(r1 - r < st_rows ? r1 - r : st_rows);
+            void *y = (void *)at(l->y, r * out, dt);
+            if (outp) { /* outp rows of the padded weight into the padded rows, then into y's */
+                if ((st = product(c, &s, ty, CUBLAS_OP_T, CUBLAS_OP_N, (int)outp, rows, (int)in, s.w, (int)in,
+                                  at(l->x, r * in, dt), (int)in, NULL, 0.0f, s.rows, (int)outp)))
+                    return st;
+                HR_CU(cudaMemcpy2DAsync(y, (size_t)out * 2, s.rows, (size_t)outp * 2, (size_t)out * 2, (size_t)rows,
+                                        cudaMemcpyDeviceToDevice, c->stream));
+                continue;
+            }
             if ((st = product(c, &s, ty, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, rows, (int)in, l->w, (int)in,
-                              at(l->x, r * in, dt), (int)in, b, 0.0f, (void *)at(l->y, r * out, dt), (int)out)))
+                              at(l->x, r * in, dt), (int)in, b, 0.0f, y, (int)out)))
                 return st;
         }
         r0 = r1;
@@ -267,22 +346,38 @@ hr_status hr_cuda_linear_bwd(void *ctx, const hr_kargs *a) {
     node_scratch s;
     hr_status st = use_workspace(c, a, &s);
     if (st) return st;
-    int64_t step = rows_per_call(c, in, out);
+    int64_t outp = s.pad.outp, step = outp ? s.pad.rows : rows_per_call(c, in, out), ldy = outp ? outp : out;
+    int64_t kout = outp ? outp : out; /* the products' size along the features */
+    const void *w = outp ? s.w : l->w;
+    float *dw = outp ? s.dw : l->dw;
+    if (outp && (st = pad_operands(c, &s, l, true))) return st;
+    if (outp && l->dw && l->acc_dw) { /* dW's old value into the padded one, its extra rows zero */
+        size_t n = (size_t)(out * in) * 4;
+        HR_CU(cudaMemcpyAsync(dw, l->dw, n, cudaMemcpyDeviceToDevice, c->stream));
+        HR_CU(cudaMemsetAsync((char *)dw + n, 0, (size_t)(outp * in) * 4 - n, c->stream));
+    }
     if (l->db) HR_CU(hrk_channel_sum(c->stream, dt, l->dy, l->db, N, out, 1, l->acc_db));
     for (int64_t r = 0; r < N; r += step) {
         int rows = (int)(N - r < step ? N - r : step);
         const void *dyr = at(l->dy, r * out, dt);
+        if (outp) { /* dy's rows into the padded ones */
+            HR_CU(cudaMemcpy2DAsync(s.rows, (size_t)outp * 2, dyr, (size_t)out * 2, (size_t)out * 2, (size_t)rows,
+                                    cudaMemcpyDeviceToDevice, c->stream));
+            dyr = s.rows;
+        }
         if (l->dw) { /* dW^T (in, out) = x^T (in, rows) . dy (rows, out) */
             bool add = r > 0 || l->acc_dw;
-            if ((st = product(c, &s, tw, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)out, rows, at(l->x, r * in, dt),
-                              (int)in, dyr, (int)out, NULL, add ? 1.0f : 0.0f, l->dw, (int)in)))
+            if ((st = product(c, &s, tw, CUBLAS_OP_N, CUBLAS_OP_T, (int)in, (int)kout, rows, at(l->x, r * in, dt),
+                              (int)in, dyr, (int)ldy, NULL, add ? 1.0f : 0.0f, dw, (int)in)))
                 return st;
         }
         if (l->dx) { /* dx^T (in, rows) = W^T-as-stored (in, out) . dy^T (out, rows) */
-            if ((st = product(c, &s, tx, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, rows, (int)out, l->w, (int)in, dyr,
-                              (int)out, NULL, l->acc_dx ? 1.0f : 0.0f, (void *)at(l->dx, r * in, dt), (int)in)))
+            if ((st = product(c, &s, tx, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, rows, (int)kout, w, (int)in, dyr,
+                              (int)ldy, NULL, l->acc_dx ? 1.0f : 0.0f, (void *)at(l->dx, r * in, dt), (int)in)))
                 return st;
         }
     }
+    if (outp && l->dw) /* the first out rows of the padded dW (in-wide rows: one block) */
+        HR_CU(cudaMemcpyAsync(l->dw, dw, (size_t)(out * in) * 4, cudaMemcpyDeviceToDevice, c->stream));
     return HR_OK;
 }
