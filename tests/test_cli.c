@@ -350,6 +350,12 @@ static void test_text(void) {
     EXPECT(1, "write it as `input T`", HR " train examples/simple_cnn.model --data text:%s/fox.txt %s --epochs 1", tmp,
            common);
     EXPECT(1, "nosuch.txt", HR " train %s/gpt.model --data text:%s/nosuch.txt %s --epochs 1", tmp, tmp, common);
+    /* the plan's attention line: (8, 16, 16) F32 out 8 KiB, lse (8, 2, 16) 1 KiB, probabilities 8 x 2 x 16 x 16 */
+    EXPECT(0, "output 8.00 KiB + log-sum-exp 1.00 KiB; the probabilities would be 16.00 KiB",
+           HR " plan %s/gpt.model --batch 8 --device cpu", tmp);
+    CHECK(strstr(out, "attention: 1 layer, none keeps its time x time probabilities (the backward"), "%s", out);
+    EXPECT(0, "\"attention\": [{\"layer\": \"4\", \"output\": 8192, \"lse\": 1024, \"probabilities_not_kept\": 16384}]",
+           HR " plan %s/gpt.model --batch 8 --device cpu --json", tmp);
     /* --max-steps without --epochs trains past the default 10 epochs (21 batches each) */
     EXPECT(0, "stopped after 250 steps (--max-steps) in epoch 12 at batch 19", HR " train %s/gpt.model --data "
            "text:%s/fox.txt %s --max-steps 250 --lr 0", tmp, tmp, common);

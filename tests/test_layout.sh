@@ -40,10 +40,12 @@ while IFS= read -r line; do
 done < <(grep -rn '^#include "' src --include='*.c' --include='*.h' --include='*.cu' --include='*.cuh' | sed -E 's/:[0-9]+:/:/')
 
 # One op, one place: its descriptor, its CPU and CUDA kernel files, the
-# public header and the op list.
+# public header and the op list. src/ops/blocks.c is not counted: it builds
+# PyTorch's composite modules from the public builders, as a model file does.
 for op in avgpool dropout maxpool batchnorm concat gelu layernorm; do
-    n=$(grep -ril "$op" src include | wc -l)
-    if [ "$n" -le 5 ]; then ok; else bad "files per op: $op is in $n files: $(grep -ril "$op" src include | tr '\n' ' ')"; fi
+    files=$(grep -ril "$op" src include | grep -v '^src/ops/blocks\.c$')
+    n=$(wc -l <<<"$files")
+    if [ "$n" -le 5 ]; then ok; else bad "files per op: $op is in $n files: $(tr '\n' ' ' <<<"$files")"; fi
 done
 
 # (grep -I: binary files, which have no lines to speak of, are left out)

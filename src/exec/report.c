@@ -47,6 +47,53 @@ bool hr_parse_bytes(const char *s, size_t *out) {
     return true;
 }
 
+/* ---- attention's bytes, layer by layer ------------------------------------------
+ * What each causal attention node of the forward pass keeps: its output and
+ * a log-sum-exp a query and head (the backward recomputes the probabilities
+ * from them), against the probabilities' own bytes, N x heads x T x T, which
+ * an attention that kept them (PyTorch's math path) would hold. */
+typedef struct {
+    const char *layer;
+    size_t out, lse, probs;
+} attn_bytes;
+
+static size_t tensor_bytes(const hr_graph *g, int t) {
+    return t < 0 ? 0 : (size_t)hr_shape_numel(&g->t[t].shape) * hr_dtype_size(g->t[t].dtype);
+}
+
+/* The k-th attention node of the forward pass into *a; false past the last. */
+static bool attention_at(const hr_session_t *s, int k, attn_bytes *a) {
+    const hr_graph *g = &s->prog.g;
+    for (int i = 0; i < s->prog.n_fwd; i++) {
+        const hr_node *n = &g->n[i];
+        if (n->op != HR_OP_ATTENTION || k--) continue;
+        const hr_shape *y = &g->t[n->out[0]].shape; /* (N, T, C) */
+        size_t N = (size_t)y->d[0], T = (size_t)y->d[1], H = (size_t)n->a.out_f;
+        *a = (attn_bytes){g->l[n->layer].name, tensor_bytes(g, n->out[0]), n->nout > 1 ? tensor_bytes(g, n->out[1]) : 0,
+                          N * H * T * T * hr_dtype_size(g->t[n->out[0]].dtype)};
+        return true;
+    }
+    return false;
+}
+
+static void print_attention(const hr_session_t *s, FILE *f) {
+    attn_bytes a0, a;
+    if (!attention_at(s, 0, &a0)) return;
+    int n = 1;
+    bool same = true;
+    while (attention_at(s, n, &a)) same &= a.out == a0.out && a.lse == a0.lse && a.probs == a0.probs, n++;
+    char b1[32], b2[32], b3[32];
+    fprintf(f, "  attention: %d layer%s, none keeps its time x time probabilities%s\n", n, n == 1 ? "" : "s",
+            s->prog.cfg.mode == HR_MODE_TRAIN ? " (the backward computes them again)" : "");
+    for (int k = 0; k < (same ? 1 : n); k++) {
+        attention_at(s, k, &a);
+        fprintf(f, "    %-30s output %s + log-sum-exp %s%s; the probabilities would be %s\n",
+                same && n > 1 ? "each" : a.layer, hr_format_bytes(a.out, b1, sizeof b1),
+                hr_format_bytes(a.lse, b2, sizeof b2), a.lse ? "" : " (inference: none)",
+                hr_format_bytes(a.probs, b3, sizeof b3));
+    }
+}
+
 void hr_report_print(const hr_session_t *s, FILE *f) {
     const hr_report_t *r = &s->plan.report;
     const hr_config_t *c = &s->prog.cfg;
@@ -104,6 +151,7 @@ void hr_report_print(const hr_session_t *s, FILE *f) {
                 r->recompute, r->recompute_nodes, hr_format_bytes(saved, a, sizeof a),
                 hr_format_bytes(r->arena_no_recompute, b, sizeof b), r->recompute_extra_ms);
     }
+    print_attention(s, f);
     fprintf(f, "  peak at step %d of %d: %s\n", r->peak_step, r->n_steps, r->peak_op);
     for (int i = 0; i < r->n_top; i++)
         fprintf(f, "    %-32s %-24s %12s\n", r->top[i].name, r->top[i].layer, hr_format_bytes(r->top[i].bytes, a, sizeof a));
@@ -150,6 +198,13 @@ void hr_report_json(const hr_session_t *s, FILE *f) {
         fprintf(f, ", \"layer\": ");
         json_str(f, r->top[i].layer);
         fprintf(f, ", \"bytes\": %zu}", r->top[i].bytes);
+    }
+    fprintf(f, "], \"attention\": [");
+    attn_bytes a;
+    for (int k = 0; attention_at(s, k, &a); k++) {
+        fprintf(f, "%s{\"layer\": ", k ? ", " : "");
+        json_str(f, a.layer);
+        fprintf(f, ", \"output\": %zu, \"lse\": %zu, \"probabilities_not_kept\": %zu}", a.out, a.lse, a.probs);
     }
     fprintf(f, "]}\n");
 }

@@ -59,9 +59,12 @@ void hr_op_unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const h
 }
 
 /* ---- model-file layers ----------------------------------------------------- */
+/* The ops' layer tables, then the blocks' (index HR_OP_COUNT). */
+static const hr_layer_sig *layer_table(int i) { return i < HR_OP_COUNT ? hr_op_descs[i]->layers : hr_block_layers; }
+
 const hr_layer_sig *hr_layer_find(const char *name, int len, bool loss) {
-    for (int op = 0; op < HR_OP_COUNT; op++)
-        for (const hr_layer_sig *l = hr_op_descs[op]->layers; l && l->name; l++)
+    for (int op = 0; op <= HR_OP_COUNT; op++)
+        for (const hr_layer_sig *l = layer_table(op); l && l->name; l++)
             if ((l->inputs == HR_LAYER_LOSS) == loss && (int)strlen(l->name) == len && !strncmp(l->name, name, (size_t)len))
                 return l;
     return NULL;
@@ -70,8 +73,8 @@ const hr_layer_sig *hr_layer_find(const char *name, int len, bool loss) {
 const char *hr_layer_names(bool loss, char *buf, size_t n) {
     size_t k = 0;
     buf[0] = 0;
-    for (int op = 0; op < HR_OP_COUNT; op++)
-        for (const hr_layer_sig *l = hr_op_descs[op]->layers; l && l->name; l++)
+    for (int op = 0; op <= HR_OP_COUNT; op++)
+        for (const hr_layer_sig *l = layer_table(op); l && l->name; l++)
             if ((l->inputs == HR_LAYER_LOSS) == loss && k < n)
                 k += (size_t)snprintf(buf + k, n - k, "%s%s", k ? ", " : "", l->name);
     return buf;

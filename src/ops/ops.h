@@ -185,6 +185,8 @@ static inline const hr_op_desc *hr_op_desc_of(hr_op op) { return hr_op_descs[op]
 
 /* The kernel arguments of node n (its descriptor's unpack, plus the workspace). */
 void hr_op_unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a);
+/* Blocks: model-file layers built from other layers (blocks.c), no op of their own. */
+extern const hr_layer_sig hr_block_layers[];
 /* The layer a model file names `name` (len bytes); NULL if none. */
 const hr_layer_sig *hr_layer_find(const char *name, int len, bool loss);
 /* Every layer name (loss: the losses), ", "-separated, into buf. */
