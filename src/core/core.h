@@ -129,6 +129,8 @@ typedef struct {
     int64_t max_call_elems; /* HR_CUDA_MAX_CALL_ELEMS: elements a library call takes (tests lower it); 0: INT_MAX */
     int dnnl;               /* HR_DNNL: CPU convolutions 0 im2col only, 1 (default) the fastest way per shape
                                (im2col or oneDNN), 2 oneDNN on plain layouts, 3 oneDNN on its blocked layouts */
+    bool sgemm_dnnl;        /* HR_SGEMM: the CPU's matrix products by oneDNN's sgemm where it loads (default),
+                               or by OpenBLAS (HR_SGEMM=openblas) */
 } hr_options;
 enum { HR_ALGO_PRECISE = 0, HR_ALGO_DETERMINISTIC, HR_ALGO_HEURISTIC };
 #define HR_SPLITK_DEFAULT 2048

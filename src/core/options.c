@@ -50,5 +50,7 @@ hr_options hr_options_read(void) {
     o.max_call_elems = mc > 0 ? mc : 0;
     long long dn = number("HR_DNNL", 1);
     o.dnnl = dn >= 0 && dn <= 3 ? (int)dn : 1;
+    const char *sg = env("HR_SGEMM");
+    o.sgemm_dnnl = !(sg && !strcmp(sg, "openblas"));
     return o;
 }

@@ -32,6 +32,10 @@ bool hr_cpu_dnnl_conv(void *ctx, const hr_kargs *a, hr_status *st);
 /* the oneDNN path's scratch bytes (0: it cannot run the node); the backend
  * plans the larger of the two paths */
 size_t hr_cpu_dnnl_workspace_size(hr_cpu *c, const hr_kargs *a);
+/* cpu_dnnl.c: row-major C = alpha op(A) op(B) + beta C by oneDNN's sgemm on
+ * this thread; false (nothing written) when oneDNN is not loaded or fails */
+bool hr_cpu_dnnl_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                       int ldb, float beta, float *C, int ldc);
 /* why oneDNN is not used (NULL: it is loaded) */
 const char *hr_cpu_dnnl_why(void);
 void hr_cpu_dnnl_close(hr_cpu *c);

@@ -25,6 +25,12 @@ size_t hr_cpu_dnnl_workspace_size(hr_cpu *c, const hr_kargs *a) {
 }
 const char *hr_cpu_dnnl_why(void) { return "this headroom was built without oneDNN's headers (dnnl.h)"; }
 void hr_cpu_dnnl_close(hr_cpu *c) { (void)c; }
+bool hr_cpu_dnnl_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                       int ldb, float beta, float *C, int ldc) {
+    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)alpha, (void)A, (void)lda, (void)B, (void)ldb, (void)beta;
+    (void)C, (void)ldc;
+    return false;
+}
 #else
 
 #include <dlfcn.h>
@@ -47,7 +53,7 @@ void hr_cpu_dnnl_close(hr_cpu *c) { (void)c; }
     X(dnnl_primitive_attr_destroy) X(dnnl_primitive_attr_set_scratchpad_mode) X(dnnl_primitive_desc_create)            \
     X(dnnl_primitive_desc_destroy) X(dnnl_primitive_desc_query) X(dnnl_primitive_desc_query_md)                        \
     X(dnnl_primitive_create) X(dnnl_primitive_destroy) X(dnnl_primitive_execute) X(dnnl_memory_create)                 \
-    X(dnnl_memory_destroy) X(dnnl_reorder_primitive_desc_create)
+    X(dnnl_memory_destroy) X(dnnl_reorder_primitive_desc_create) X(dnnl_sgemm)
 
 /* The process's oneDNN: loaded once, never unloaded (its OpenMP threads and
  * global caches outlive any backend). */
@@ -96,6 +102,24 @@ static bool loaded(void) {
 }
 
 const char *hr_cpu_dnnl_why(void) { return loaded() ? NULL : L.why; }
+
+/* ---- matrix products ----------------------------------------------------------
+ * oneDNN's sgemm on the calling thread alone (oneDNN's OpenMP would take
+ * every thread and might cut k among them: the bits would then depend on the
+ * thread count); the callers split the work among our threads. */
+bool hr_cpu_dnnl_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                       int ldb, float beta, float *C, int ldc) {
+    if (!loaded()) return false;
+#ifdef _OPENMP
+    int th = omp_get_max_threads();
+    omp_set_num_threads(1);
+#endif
+    dnnl_status_t s = L.dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#ifdef _OPENMP
+    omp_set_num_threads(th);
+#endif
+    return s == dnnl_success;
+}
 
 /* ---- one conv shape ---------------------------------------------------------- */
 enum { HAS_B = 1, HAS_DX = 2, HAS_DW = 4, HAS_DB = 8 };

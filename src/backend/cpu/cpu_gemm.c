@@ -1,25 +1,54 @@
-/* cpu_gemm.c — Linear and Conv2d on the CPU: matrix products by OpenBLAS,
+/* cpu_gemm.c — Linear and Conv2d on the CPU: matrix products by oneDNN's or OpenBLAS's sgemm,
  * convolution as im2col + GEMM with its columns in the planned workspace. */
 #include "backend/cpu/cpu.h"
 
 #include <cblas.h>
+#include <pthread.h>
 #include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
-/* OpenBLAS runs single-threaded (the backend sets it): with OpenMP threads of
- * our own around it, its pthreads would fight ours. A large product is split
- * into row blocks of C instead, one per thread. Row-major C = op(A) op(B). */
+/* One product on the calling thread: oneDNN's sgemm where it loads (its
+ * AVX-512 kernels ran 3-5x OpenBLAS's single-threaded sgemm on this
+ * project's Xeon: 42-84 against 12-17 GFLOP/s at 512 x 2000 x 1000), unless
+ * HR_SGEMM=openblas; OpenBLAS otherwise. The choice is made once a process
+ * and never by timing, so that every run gives the same bits. */
+static pthread_once_t lib_once = PTHREAD_ONCE_INIT;
+static bool lib_dnnl;
+static void choose_lib(void) { lib_dnnl = hr_options_read().sgemm_dnnl && hr_cpu_dnnl_why() == NULL; }
+
+/* Products under this many multiply-adds stay with OpenBLAS: oneDNN gains
+ * little there, and loading it costs a small job (a test) more than it saves.
+ * The rule looks at the whole product, before any split, so the threads
+ * never change which library computes it. */
+#define HR_SGEMM_DNNL_MIN (1 << 20)
+static bool wants_dnnl(int M, int N, int K) {
+    if ((double)M * N * K < HR_SGEMM_DNNL_MIN) return false;
+    pthread_once(&lib_once, choose_lib);
+    return lib_dnnl;
+}
+
+static void sgemm1(bool dnnl, bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc) {
+    if (dnnl && hr_cpu_dnnl_sgemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)) return;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B,
+                ldb, beta, C, ldc);
+}
+
+/* The libraries run single-threaded (the backend sets OpenBLAS so; oneDNN
+ * is called so): with OpenMP threads of our own around them, theirs would
+ * fight ours. A large product is split into row blocks of C instead, one per
+ * thread. Row-major C = op(A) op(B). */
 void hr_cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
                   float beta, float *C, int ldc) {
     int th = 1;
 #ifdef _OPENMP
     th = omp_get_max_threads();
 #endif
+    bool dnnl = wants_dnnl(M, N, K);
     if (th < 2 || (double)M * N * K < 4e6 || M < 2 * th) {
-        cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
-                    B, ldb, beta, C, ldc);
+        sgemm1(dnnl, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
 #pragma omp parallel num_threads(th)
@@ -28,8 +57,7 @@ void hr_cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const floa
         int per = (M + nt - 1) / nt, m0 = me * per, m1 = m0 + per < M ? m0 + per : M;
         if (m1 > m0) {
             const float *Ab = ta ? A + m0 : A + (size_t)m0 * lda;
-            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m1 - m0, N, K,
-                        alpha, Ab, lda, B, ldb, beta, C + (size_t)m0 * ldc, ldc);
+            sgemm1(dnnl, ta, tb, m1 - m0, N, K, alpha, Ab, lda, B, ldb, beta, C + (size_t)m0 * ldc, ldc);
         }
     }
 }
@@ -229,8 +257,8 @@ hr_status hr_cpu_conv2d(void *ctx, const hr_kargs *a) {
                 col = (float *)xg;
             else
                 im2col(&d, xg, col);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.Kg, d.ohw, d.ckk, 1.0f, Wt + (size_t)g * d.Kg * d.ckk,
-                        d.ckk, col, d.ohw, beta, yi + (size_t)g * d.Kg * d.ohw, d.ohw);
+            sgemm1(wants_dnnl(d.Kg, d.ohw, d.ckk), false, false, d.Kg, d.ohw, d.ckk, 1.0f,
+                   Wt + (size_t)g * d.Kg * d.ckk, d.ckk, col, d.ohw, beta, yi + (size_t)g * d.Kg * d.ohw, d.ohw);
         }
     }
     return HR_OK;
@@ -267,8 +295,8 @@ hr_status hr_cpu_conv2d_bwd(void *ctx, const hr_kargs *a) {
                      (float *)dyi + (size_t)k * d.ohw);
         for (int g = 0; dW && !dwise && g < d.G; g++) {
             im2col(&d, x + ((size_t)i * d.G + g) * xs, col);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.Kg, d.ckk, d.ohw, 1.0f, dyi + (size_t)g * d.Kg * d.ohw,
-                        d.ohw, col, d.ohw, 1.0f, pw + (size_t)g * d.Kg * d.ckk, d.ckk);
+            sgemm1(wants_dnnl(d.Kg, d.ckk, d.ohw), false, true, d.Kg, d.ckk, d.ohw, 1.0f,
+                   dyi + (size_t)g * d.Kg * d.ohw, d.ohw, col, d.ohw, 1.0f, pw + (size_t)g * d.Kg * d.ckk, d.ckk);
         }
         if (db)
             for (int k = 0; k < d.K; k++) {
@@ -283,8 +311,8 @@ hr_status hr_cpu_conv2d_bwd(void *ctx, const hr_kargs *a) {
                 dw_plane(&d, 1, (float *)Wt + (size_t)k * d.ckk, dxi + (size_t)(k / d.Kg) * xs,
                          (float *)dyi + (size_t)k * d.ohw);
             for (int g = 0; !dwise && g < d.G; g++) {
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.ckk, d.ohw, d.Kg, 1.0f, Wt + (size_t)g * d.Kg * d.ckk,
-                            d.ckk, dyi + (size_t)g * d.Kg * d.ohw, d.ohw, 0.0f, col, d.ohw);
+                sgemm1(wants_dnnl(d.ckk, d.ohw, d.Kg), true, false, d.ckk, d.ohw, d.Kg, 1.0f,
+                       Wt + (size_t)g * d.Kg * d.ckk, d.ckk, dyi + (size_t)g * d.Kg * d.ohw, d.ohw, 0.0f, col, d.ohw);
                 col2im_add(&d, col, dxi + (size_t)g * xs);
             }
         }
