@@ -361,6 +361,10 @@ static void test_text(void) {
            "text:%s/fox.txt %s --max-steps 250 --lr 0", tmp, tmp, common);
     EXPECT(0, "epoch 2/2", HR " train %s/gpt.model --data text:%s/fox.txt %s --max-steps 250 --epochs 2 --lr 0", tmp,
            tmp, common);
+    /* fp16 from a scale of 1e10: the first batches overflow and are skipped (no step), so more epochs are needed */
+    EXPECT(0, "stopped after 30 steps (--max-steps)", HR " train %s/gpt.model --data text:%s/fox.txt %s --max-steps 30 "
+           "--precision fp16 --loss-scale 1e10", tmp, tmp, common);
+    CHECK(strstr(out, "skipped"), "the run skipped steps (else this case tests nothing):\n%s", out);
     /* --decay-matrices-only: one AdamW step with a large decay, with and
      * without it: the matrices (and the embeddings) the same bits, a 1-D
      * tensor that decay moves (LayerNorm's weight of ones) different */

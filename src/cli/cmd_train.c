@@ -488,7 +488,9 @@ int hr_cmd_train(const hr_cli_opts *o) {
     const char *last_good = NULL;
     int64_t step_start = hr_step_count(s);
     double last_loss = 0; /* the last finite loss, for the NaN stop */
-    for (int64_t e = epoch0; e < epochs; e++) {
+    for (int64_t e = epoch0; e < epochs || (by_steps && nb > 0 && hr_step_count(s) < o->max_steps); e++) {
+        if (e >= epochs) /* fp16's skipped steps took batches but no step: more epochs until step --max-steps */
+            epochs = e + (o->max_steps - hr_step_count(s) + nb - 1) / nb;
         if ((st = hr_loader_start_epoch(ld, e, e == epoch0 ? batch0 : 0)) != HR_OK) {
             rc = hr_cli_fail(st);
             goto done;
