@@ -247,6 +247,14 @@ static int b_add(hr_model_t *m) {
     int x = input4(m);
     return hr_add(m, NULL, x, hr_maxpool2d(m, NULL, x, 2, 2));
 }
+/* a block's name too long for its layers' names (a model file's parser stops such names sooner) */
+static int b_block_name(hr_model_t *m) {
+    char name[256];
+    memset(name, 'a', 255);
+    name[255] = 0;
+    int x = hr_embedding(m, NULL, hr_input(m, "tokens", 1, (int64_t[]){8}), 10, 4);
+    return hr_transformer_encoder_layer(m, name, x, 4, 2, 8, true, 1e-5f, true, true);
+}
 static int b_concat(hr_model_t *m) {
     int x = input4(m);
     return hr_concat(m, NULL, 2, (int[]){x, hr_maxpool2d(m, NULL, x, 2, 2)});
@@ -293,6 +301,7 @@ static const misuse misuses[] = {
     {"Dropout p=1", b_dropout, {"1", NULL, NULL}},
     {"Dropout p=NaN", b_dropout_nan, {"p", NULL, NULL}},
     {"Add of different shapes", b_add, {"shape", NULL, NULL}},
+    {"TransformerEncoderLayer named in 255 characters", b_block_name, {"255 characters", "fewer than 200", NULL}},
     {"Concat of different sizes", b_concat, {"Concat", NULL, NULL}},
     {"Concat of one input", b_concat_one, {"Concat", NULL, NULL}},
     {"Reshape to another size", b_reshape, {"256", "10, 10", NULL}},

@@ -61,36 +61,38 @@ static size_t tensor_bytes(const hr_graph *g, int t) {
     return t < 0 ? 0 : (size_t)hr_shape_numel(&g->t[t].shape) * hr_dtype_size(g->t[t].dtype);
 }
 
-/* The k-th attention node of the forward pass into *a; false past the last. */
-static bool attention_at(const hr_session_t *s, int k, attn_bytes *a) {
+/* The first attention node of the forward pass at or after node i, into *a:
+ * its index, or -1 past the last. */
+static int next_attention(const hr_session_t *s, int i, attn_bytes *a) {
     const hr_graph *g = &s->prog.g;
-    for (int i = 0; i < s->prog.n_fwd; i++) {
+    for (; i < s->prog.n_fwd; i++) {
         const hr_node *n = &g->n[i];
-        if (n->op != HR_OP_ATTENTION || k--) continue;
+        if (n->op != HR_OP_ATTENTION) continue;
         const hr_shape *y = &g->t[n->out[0]].shape; /* (N, T, C) */
         size_t N = (size_t)y->d[0], T = (size_t)y->d[1], H = (size_t)n->a.out_f;
         *a = (attn_bytes){g->l[n->layer].name, tensor_bytes(g, n->out[0]), n->nout > 1 ? tensor_bytes(g, n->out[1]) : 0,
                           N * H * T * T * hr_dtype_size(g->t[n->out[0]].dtype)};
-        return true;
+        return i;
     }
-    return false;
+    return -1;
 }
 
 static void print_attention(const hr_session_t *s, FILE *f) {
     attn_bytes a0, a;
-    if (!attention_at(s, 0, &a0)) return;
-    int n = 1;
+    int first = next_attention(s, 0, &a0), n = 0;
+    if (first < 0) return;
     bool same = true;
-    while (attention_at(s, n, &a)) same &= a.out == a0.out && a.lse == a0.lse && a.probs == a0.probs, n++;
+    for (int i = first; (i = next_attention(s, i, &a)) >= 0; i++, n++)
+        same &= a.out == a0.out && a.lse == a0.lse && a.probs == a0.probs;
     char b1[32], b2[32], b3[32];
     fprintf(f, "  attention: %d layer%s, none keeps its time x time probabilities%s\n", n, n == 1 ? "" : "s",
             s->prog.cfg.mode == HR_MODE_TRAIN ? " (the backward computes them again)" : "");
-    for (int k = 0; k < (same ? 1 : n); k++) {
-        attention_at(s, k, &a);
+    for (int i = first; (i = next_attention(s, i, &a)) >= 0; i++) {
         fprintf(f, "    %-30s output %s + log-sum-exp %s%s; the probabilities would be %s\n",
                 same && n > 1 ? "each" : a.layer, hr_format_bytes(a.out, b1, sizeof b1),
                 hr_format_bytes(a.lse, b2, sizeof b2), a.lse ? "" : " (inference: none)",
                 hr_format_bytes(a.probs, b3, sizeof b3));
+        if (same) break;
     }
 }
 
@@ -201,7 +203,7 @@ void hr_report_json(const hr_session_t *s, FILE *f) {
     }
     fprintf(f, "], \"attention\": [");
     attn_bytes a;
-    for (int k = 0; attention_at(s, k, &a); k++) {
+    for (int i = 0, k = 0; (i = next_attention(s, i, &a)) >= 0; i++, k++) {
         fprintf(f, "%s{\"layer\": ", k ? ", " : "");
         json_str(f, a.layer);
         fprintf(f, ", \"output\": %zu, \"lse\": %zu, \"probabilities_not_kept\": %zu}", a.out, a.lse, a.probs);

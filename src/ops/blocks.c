@@ -5,11 +5,15 @@
 #include "ops/ops.h"
 
 #include <stdio.h>
+#include <string.h>
 
 int hr_transformer_encoder_layer(hr_model_t *m, const char *name, int x, int64_t d_model, int64_t nhead, int64_t dim_ff,
                                  bool gelu, float eps, bool norm_first, bool bias) {
     if (!hr_model_check_tensor(m, x, "TransformerEncoderLayer")) return -1;
     char base[200], nm[260], sb[64];
+    if (name && strlen(name) >= sizeof base) /* its layers' names would be cut, and could collide */
+        return hr_model_fail(m, HR_ERR_INVALID_ARG, "TransformerEncoderLayer: the name '%.40s...' has %zu characters; "
+                             "give it fewer than %zu", name, strlen(name), sizeof base);
     if (name)
         snprintf(base, sizeof base, "%s", name);
     else
