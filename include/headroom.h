@@ -184,6 +184,9 @@ typedef struct {
     uint64_t seed;       /* initial weights and dropout masks */
     bool allow_tf32;     /* CUDA: TF32 matrix products (off, as in PyTorch) */
     bool keep_grads;     /* gradients outlive the update (hr_grad_read, accumulation); costs memory */
+    bool keep_output;    /* training: the output (the loss's input) outlives the step, for
+                            hr_read_output; costs memory (a language model's logits, which the
+                            loss's gradient otherwise overwrites) */
     size_t device_budget; /* > 0: plan must fit this many bytes, whatever the device has */
     /* Training: also plan an evaluation pass (the forward pass in inference
      * mode) of this many samples, in the same arena: hr_eval_forward. 0: none;
@@ -294,7 +297,8 @@ hr_status hr_forward(hr_session_t *s, const float *x, float *out);
  * eval_batch samples x, in the training arena, with the current parameters;
  * out receives (eval_batch, output shape). */
 hr_status hr_eval_forward(hr_session_t *s, const float *x, float *out);
-/* The loss and outputs of the last train step or forward, copied to the host. */
+/* The outputs of the last forward, or of the last train step of a session
+ * compiled with keep_output, copied to the host as float32. */
 hr_status hr_read_output(hr_session_t *s, float *out);
 int64_t hr_step_count(const hr_session_t *s);
 /* fp16's loss scaler (torch.amp.GradScaler's rules): the scale, the good

@@ -64,6 +64,9 @@ static bool inplace_ok(const hr_node *n, int in_idx, int out_idx) {
     /* dx over dy: each dx element reads its own dy element after the
      * per-channel sums (cpu_norm.c, norm.cu) */
     case HR_OP_BATCHNORM_BWD: return in_idx == 4;
+    /* dlogits over the logits: a row's statistics are read first, then each
+     * dx element from its own logit (cpu_loss.c, loss.cu) */
+    case HR_OP_CROSS_ENTROPY_BWD: return in_idx == 0;
     default: return false;
     }
 }
@@ -142,7 +145,8 @@ static int check_plan(const hr_session_t *s, char *why, size_t whylen, check_out
      * pass's output after that pass (the step's are gone by then) */
     int S = p->n_step;
     if (p->loss >= 0 && L[p->loss].used) L[p->loss].last = S - 1;
-    if (p->cfg.mode == HR_MODE_INFER && p->output >= 0 && L[p->output].used) L[p->output].last = S - 1;
+    if ((p->cfg.mode == HR_MODE_INFER || p->cfg.keep_output) && p->output >= 0 && L[p->output].used)
+        L[p->output].last = S - 1;
     if (p->sqnorm >= 0 && L[p->sqnorm].used) L[p->sqnorm].last = S - 1;
     if (p->eval_output >= 0 && L[p->eval_output].used) L[p->eval_output].last = T - 1;
 

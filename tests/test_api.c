@@ -138,6 +138,9 @@ static void test_nulls(void) {
     CHECK(hr_forward(s, xb, out) == HR_ERR_INVALID_ARG && message(), "forward on a train session: '%s'",
           hr_last_error());
     CHECK(hr_grad_read(s, "0.weight", w) == HR_ERR_INVALID_ARG && has("keep_grads"), "grad_read without keep_grads");
+    CHECK(hr_train_step(s, xb, lb, NULL) == HR_OK, "step: %s", hr_last_error());
+    CHECK(hr_read_output(s, out) == HR_ERR_INVALID_ARG && has("keep_output"), "read_output after a step without "
+          "keep_output: '%s'", hr_last_error());
     CHECK(hr_state_read(s, -1, w) == HR_ERR_INVALID_ARG, "state_read(-1)");
     CHECK(hr_state_read(s, hr_state_count(s), w) == HR_ERR_INVALID_ARG, "state_read(count)");
     CHECK(hr_state_read(s, 0, NULL) == HR_ERR_INVALID_ARG, "state_read(NULL dst)");
@@ -439,6 +442,7 @@ static void test_learns(void) {
     c.batch = 64;
     c.optim.lr = 1e-2f;
     c.seed = 5;
+    c.keep_output = true; /* hr_read_output after the last step */
     hr_session_t *s = ready(m, c);
     c.mode = HR_MODE_INFER;
     hr_session_t *inf = ready(m, c);

@@ -88,43 +88,47 @@ static hr_status load_data(const hr_cli_opts *o, hr_model_t *m, hr_dataset *trai
  * inference session's forward pass (eval) or a training session's
  * evaluation pass (train); the last partial batch is padded, its extra rows
  * ignored. A text set has a label at every position: both are per token
- * (the validation loss). confusion: classes x classes or NULL; loss may be NULL. */
+ * (the validation loss). The rows of a batch are scored in parallel (a
+ * character model's validation set is millions of logits a pass), each into
+ * its own slot, then added in order: the same sum on any number of threads.
+ * confusion: classes x classes or NULL; loss may be NULL. */
 typedef hr_status (*forward_fn)(hr_session_t *s, const float *x, float *out);
 static hr_status evaluate(hr_session_t *s, forward_fn fwd, const hr_dataset *d, int64_t eb, int classes, double *acc,
                           double *loss, int64_t *confusion) {
     size_t per = (size_t)d->c * d->h * d->w, L = (size_t)hr_dataset_label_len(d);
     float *x = calloc((size_t)eb * per, sizeof(float)), *out = malloc(sizeof(float) * (size_t)eb * L * (size_t)classes);
-    int32_t *y = malloc(sizeof(int32_t) * (size_t)eb * L);
-    if (!x || !out || !y) {
-        free(x);
-        free(out);
-        free(y);
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)eb * L), *best = malloc(sizeof(int32_t) * (size_t)eb * L);
+    double *rnll = malloc(sizeof(double) * (size_t)eb * L);
+    if (!x || !out || !y || !best || !rnll) {
+        free(x), free(out), free(y), free(best), free(rnll);
         return hr_error_set(HR_ERR_OOM, "out of host memory for evaluation");
     }
     int64_t right = 0;
     double nll = 0;
     hr_status st = HR_OK;
     for (int64_t at = 0; at < d->n && !st; at += eb) {
-        int64_t n = d->n - at < eb ? d->n - at : eb;
+        int64_t n = d->n - at < eb ? d->n - at : eb, rows = n * (int64_t)L;
         if ((st = hr_dataset_read(d, at, n, x, y)) != HR_OK || (st = fwd(s, x, out)) != HR_OK) break;
-        for (int64_t i = 0; i < n * (int64_t)L; i++) {
+#pragma omp parallel for schedule(static) if (rows * classes > 65536)
+        for (int64_t i = 0; i < rows; i++) {
             const float *r = out + i * classes;
-            int best = 0;
+            int b = 0;
             for (int k = 1; k < classes; k++)
-                if (r[k] > r[best]) best = k;
-            int truth = y[i];
+                if (r[k] > r[b]) b = k;
             double z = 0;
-            for (int k = 0; k < classes; k++) z += exp((double)r[k] - r[best]);
-            nll += (double)r[best] + log(z) - r[truth];
-            right += best == truth;
-            if (confusion) confusion[truth * classes + best]++;
+            for (int k = 0; k < classes; k++) z += exp((double)r[k] - r[b]);
+            best[i] = b;
+            rnll[i] = (double)r[b] + log(z) - r[y[i]];
+        }
+        for (int64_t i = 0; i < rows; i++) {
+            nll += rnll[i];
+            right += best[i] == y[i];
+            if (confusion) confusion[y[i] * classes + best[i]]++;
         }
     }
     *acc = d->n ? (double)right / (double)(d->n * (int64_t)L) : 0;
     if (loss) *loss = d->n ? nll / (double)(d->n * (int64_t)L) : 0;
-    free(x);
-    free(out);
-    free(y);
+    free(x), free(out), free(y), free(best), free(rnll);
     return st;
 }
 

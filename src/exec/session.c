@@ -545,12 +545,30 @@ hr_status hr_eval_forward(hr_session_t *s, const float *x, float *out) {
     return st ? st : s->be->sync(s->be);
 }
 
+/* The output as F32. A training step under mixed precision may keep it half
+ * (its loss reads the half logits): the half values then come down into the
+ * back of `out` and are widened in place, front to back. */
 hr_status hr_read_output(hr_session_t *s, float *out) {
     if (!s || !out) return hr_error_set(HR_ERR_INVALID_ARG, "read_output: NULL argument");
     const hr_tensor *t = &s->prog.g.t[s->prog.output];
     if (!s->ptr || !s->ptr[s->prog.output]) return hr_error_set(HR_ERR_INVALID_ARG, "read_output: nothing has run");
-    hr_status st = s->be->download(s->be, out, s->ptr[s->prog.output], (size_t)hr_shape_numel(&t->shape) * sizeof(float));
-    return st ? st : s->be->sync(s->be);
+    if (s->prog.cfg.mode == HR_MODE_TRAIN && !s->prog.cfg.keep_output)
+        return hr_error_set(HR_ERR_INVALID_ARG, "read_output: a training step reuses its output's bytes; compile the "
+                                                "session with keep_output to read it after a step");
+    int64_t n = hr_shape_numel(&t->shape);
+    size_t es = hr_dtype_size(t->dtype);
+    void *dst = (char *)out + (size_t)n * (sizeof(float) - es);
+    hr_status st = s->be->download(s->be, dst, s->ptr[s->prog.output], (size_t)n * es);
+    if (!st) st = s->be->sync(s->be);
+    /* through a chunk on the stack (memcpy: no aliasing between the two
+     * views); writing floats [0, i + k) never reaches halves past i + k */
+    uint16_t chunk[2048];
+    for (int64_t i = 0; !st && t->dtype != HR_F32 && i < n; i += 2048) {
+        int64_t k = n - i < 2048 ? n - i : 2048;
+        memcpy(chunk, (const uint16_t *)dst + i, (size_t)k * 2);
+        for (int64_t j = 0; j < k; j++) out[i + j] = hr_load_f(chunk, t->dtype, j);
+    }
+    return st;
 }
 
 int64_t hr_step_count(const hr_session_t *s) { return s ? s->t : -1; }

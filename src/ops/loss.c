@@ -134,10 +134,18 @@ static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
 }
 
 /* No gradient reaches the labels. */
+/* Under autocast the cross-entropy reads the half logits themselves (with
+ * F32 arithmetic inside) and its backward writes their gradient in their
+ * type: the values of autocast's F32 copy and of the cast gradient, without
+ * those two tensors of (positions x classes) F32. dlogits may take the
+ * logits' bytes (where nothing reads them later): each row's statistics are
+ * read before any of its dx is written, and each dx element from its own
+ * logit. */
 const hr_op_desc hr_opdesc_cross_entropy = {
-    .layers = ce_layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1, .autocast = HR_AC_FP32,
+    .layers = ce_layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1, .autocast = HR_AC_READS_HALF,
     .work = work};
-const hr_op_desc hr_opdesc_cross_entropy_bwd = {.unpack = unpack, .autocast = HR_AC_FP32, .work = work};
+const hr_op_desc hr_opdesc_cross_entropy_bwd = {
+    .unpack = unpack, .inplace = true, .autocast = HR_AC_READS_HALF, .work = work};
 const hr_op_desc hr_opdesc_mse = {
     .layers = mse_layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1, .autocast = HR_AC_FP32,
     .work = work};

@@ -143,6 +143,10 @@ typedef enum {
     HR_AC_HALF,       /* in the half type, weight included (matrix products, convolutions) */
     HR_AC_FP32,       /* in F32 only (norms over features, softmax, losses, the update) */
     HR_AC_PROMOTE,    /* in the widest type of its inputs (joins) */
+    /* reads half inputs as they are and computes in F32, writing F32 (the
+     * cross-entropy: an F32 copy of a language model's logits would be its
+     * step's largest tensor, holding the same values, since widening is exact) */
+    HR_AC_READS_HALF,
 } hr_autocast_rule;
 
 typedef struct {

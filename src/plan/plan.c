@@ -69,7 +69,8 @@ static void lifetimes(hr_program *p) {
     /* results the host reads after the step (before any evaluation pass) */
     int S = p->n_step > 0 ? p->n_step : T;
     if (p->loss >= 0) g->t[p->loss].last = S - 1;
-    if (p->output >= 0) g->t[p->output].last = S - 1; /* hr_read_output after a step */
+    /* hr_read_output after a step; a training step keeps it on request only */
+    if (p->output >= 0 && (p->cfg.mode != HR_MODE_TRAIN || p->cfg.keep_output)) g->t[p->output].last = S - 1;
     if (p->sqnorm >= 0) g->t[p->sqnorm].last = S - 1;
     if (p->eval_output >= 0) g->t[p->eval_output].last = T - 1;
 }

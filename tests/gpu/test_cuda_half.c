@@ -1,222 +1,16 @@
 /* test_cuda_half.c — the CUDA backend's BF16 and F16 kernels, op by op, on
  * random values already rounded to the half type: each op's half kernel
  * against its F32 kernel on the same values (elementwise ops, pools,
- * BatchNorm, Dropout, copies: the F32 result rounded, within 1 ulp; masks,
- * argmax bytes and F32 statistics identical), Cast against the CPU's
+ * BatchNorm, Dropout, copies, the cross-entropy's gradient: the F32 result
+ * rounded, within 1 ulp; masks, argmax bytes, F32 statistics and the loss
+ * identical), Cast against the CPU's
  * conversions (identical), and Linear and Conv2d against a double reference
  * on the host within a derived bound (below), the F32 kernel too. Also which
  * ops takes_half claims. Three backends: the default one, one cutting the
  * batch into several library calls with split-K on, one on cuDNN's legacy
  * API. Skips (passing) where no GPU is present. */
-#include <math.h>
-#include <stdlib.h>
-#include <string.h>
-
-#include "backend/backend.h"
 #include "backend/gpus.h"
-#include "check.h"
-
-/* ---- host values ------------------------------------------------------------ */
-static uint64_t rng = 0x5eed;
-static float frand(float lo, float hi) {
-    rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
-    return lo + (hi - lo) * (float)((rng >> 40) * (1.0 / 16777216.0));
-}
-static uint16_t bits_of(float v, hr_dtype t) { return t == HR_BF16 ? hr_f32_to_bf16(v) : hr_f32_to_f16(v); }
-static float value_of(uint16_t b, hr_dtype t) { return t == HR_BF16 ? hr_bf16_to_f32(b) : hr_f16_to_f32(b); }
-/* unit roundoff of t: half its ulp at 1 */
-static double unit(hr_dtype t) { return t == HR_BF16 ? 0x1p-8 : t == HR_F16 ? 0x1p-11 : 0x1p-24; }
-/* ulps between two values of a 16-bit float type (both orders of zero are 0) */
-static int ulps(uint16_t a, uint16_t b) {
-    int oa = a & 0x8000 ? -(int)(a & 0x7fff) : (int)a, ob = b & 0x8000 ? -(int)(b & 0x7fff) : (int)b;
-    return abs(oa - ob);
-}
-static const char *tname(hr_dtype t) { return t == HR_BF16 ? "bf16" : "fp16"; }
-
-/* Host buffers live until the case ends. */
-static void *hold[512];
-static int nhold;
-static void *hmalloc(size_t n) {
-    void *p = calloc(1, n ? n : 1);
-    if (nhold < 512) hold[nhold++] = p;
-    return p;
-}
-
-/* ---- device memory: one arena (poisoned: NaN), cut per case ------------------ */
-static hr_backend *be;
-static char *dbase;
-static size_t dsize = (size_t)512 << 20, dused;
-static void *dalloc(size_t n) {
-    size_t o = hr_align_up(dused, HR_ALIGN);
-    if (o + n > dsize) {
-        fprintf(stderr, "test arena exhausted\n");
-        exit(2);
-    }
-    dused = o + n;
-    return dbase + o;
-}
-static void case_end(void) {
-    dused = 0;
-    while (nhold) free(hold[--nhold]);
-}
-static void up(void *d, const void *h, size_t n) { CHECK(be->upload(be, d, h, n) == HR_OK, "upload: %s", hr_last_error()); }
-static void down(void *h, const void *d, size_t n) {
-    CHECK(be->download(be, h, d, n) == HR_OK, "download: %s", hr_last_error());
-}
-
-/* A tensor in both forms: host values v (rounded to t), device copies in t
- * (h) and in F32 (f), each `off` elements past an aligned start (off 1: the
- * kernels' unaligned paths). fill: random values in [lo, hi), else the
- * arena's NaN (an output nobody adds into). */
-typedef struct {
-    int64_t n;
-    hr_dtype t;
-    float *v;
-    void *h;
-    float *f;
-} pair;
-
-static pair mk(int64_t n, hr_dtype t, bool fill, float lo, float hi, int off) {
-    pair p = {n, t, hmalloc(sizeof(float) * (size_t)n), NULL, NULL};
-    p.h = (char *)dalloc(2 * (size_t)(n + off)) + 2 * off;
-    p.f = (float *)dalloc(4 * (size_t)(n + off)) + off;
-    uint16_t *b = hmalloc(4 * (size_t)n);
-    if (!fill) { /* NaN (all ones) in both, so that a value not written shows */
-        memset(b, 0xff, 4 * (size_t)n);
-        up(p.h, b, 2 * (size_t)n), up(p.f, b, 4 * (size_t)n);
-        return p;
-    }
-    for (int64_t i = 0; i < n; i++) {
-        b[i] = bits_of(frand(lo, hi), t);
-        p.v[i] = value_of(b[i], t);
-    }
-    up(p.h, b, 2 * (size_t)n);
-    up(p.f, p.v, 4 * (size_t)n);
-    return p;
-}
-static pair in(int64_t n, hr_dtype t, float r, int off) { return mk(n, t, true, -r, r, off); }
-
-/* F32 device values (parameters, statistics) */
-static float *fbuf(int64_t n, float lo, float hi, float **host) {
-    float *v = hmalloc(sizeof(float) * (size_t)n), *d = dalloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++) v[i] = frand(lo, hi);
-    up(d, v, sizeof(float) * (size_t)n);
-    if (host) *host = v;
-    return d;
-}
-static float *fget(const float *d, int64_t n) {
-    float *h = hmalloc(sizeof(float) * (size_t)n);
-    down(h, d, sizeof(float) * (size_t)n);
-    return h;
-}
-
-/* ---- running a kernel ------------------------------------------------------------ */
-/* The node's workspace as planning sizes it: from a copy with HR_PLANNED for
- * every pointer it has (the products' only; the others need none). */
-#define PLANNED(q) ((q) = (q) ? HR_PLANNED : NULL)
-static void plan_ws(hr_kargs *a) {
-    hr_kargs p = *a;
-    bool prod = true;
-    if (a->op == HR_OP_LINEAR || a->op == HR_OP_LINEAR_BWD) {
-        hr_linear_args *l = &p.linear;
-        PLANNED(l->x), PLANNED(l->w), PLANNED(l->b), PLANNED(l->dy), PLANNED(l->y), PLANNED(l->dx), PLANNED(l->dw),
-            PLANNED(l->db);
-    } else if (a->op == HR_OP_CONV2D || a->op == HR_OP_CONV2D_BWD) {
-        hr_conv_args *v = &p.conv;
-        PLANNED(v->x), PLANNED(v->w), PLANNED(v->b), PLANNED(v->dy), PLANNED(v->y), PLANNED(v->dx), PLANNED(v->dw),
-            PLANNED(v->db);
-    } else {
-        prod = false;
-    }
-    size_t ws = be->workspace_size(be, &p);
-    CHECK(prod || ws == 0, "%s wants %zu bytes of workspace", hr_op_name(a->op), ws);
-    a->ws = ws ? dalloc(ws) : NULL;
-    a->ws_bytes = ws;
-}
-
-static bool run(hr_kargs *a, const char *what) {
-    plan_ws(a);
-    hr_status st = be->run(be, a);
-    if (st == HR_OK) st = be->sync(be);
-    CHECK(st == HR_OK, "%s (%s, %s): %s", what, hr_op_name(a->op), hr_dtype_name(a->dt), hr_last_error());
-    return st == HR_OK;
-}
-
-/* The node's kernel in F32 on the f copies and in t on the h copies: `set`
- * fills the family's arguments from the pairs' f (half = false) or h. */
-typedef void (*setter)(hr_kargs *a, bool half, void *ctx);
-static bool run_both(hr_op op, hr_dtype t, setter set, void *ctx, const char *what) {
-    hr_kargs a;
-    memset(&a, 0, sizeof a);
-    a.op = op, a.dt = HR_F32;
-    set(&a, false, ctx);
-    if (!run(&a, what)) return false;
-    memset(&a, 0, sizeof a);
-    a.op = op, a.dt = t;
-    set(&a, true, ctx);
-    return run(&a, what);
-}
-#define PTR(p, half) ((half) ? (p).h : (void *)(p).f)
-
-/* ---- comparisons ----------------------------------------------------------------- */
-/* the half output against the F32 kernel's, rounded: at most 1 ulp apart */
-static void cmp_half(const char *what, const pair *o) {
-    uint16_t *hb = hmalloc(2 * (size_t)o->n);
-    float *r = hmalloc(4 * (size_t)o->n);
-    down(hb, o->h, 2 * (size_t)o->n);
-    down(r, o->f, 4 * (size_t)o->n);
-    int worst = 0;
-    int64_t at = 0;
-    for (int64_t i = 0; i < o->n; i++) {
-        bool hn = isnan(value_of(hb[i], o->t)), rn = isnan(r[i]);
-        int d = hn || rn ? (hn == rn ? 0 : 1000) : ulps(hb[i], bits_of(r[i], o->t));
-        if (d > worst) worst = d, at = i;
-    }
-    CHECK(worst <= 1, "%s: %d ulps from the F32 kernel's result rounded, at %lld: %g vs %g", what, worst,
-          (long long)at, (double)value_of(hb[at], o->t), (double)r[at]);
-}
-
-/* two F32 outputs (statistics, parameter gradients): identical */
-static void cmp_same(const char *what, const float *a, const float *b, int64_t n) {
-    float *x = fget(a, n), *y = fget(b, n);
-    int64_t bad = 0;
-    for (int64_t i = 0; i < n; i++) bad += memcmp(&x[i], &y[i], 4) != 0 && !(isnan(x[i]) && isnan(y[i]));
-    CHECK(bad == 0, "%s: %lld of %lld values differ from the F32 kernel's", what, (long long)bad, (long long)n);
-}
-
-static void cmp_bytes(const char *what, const uint8_t *a, const uint8_t *b, int64_t n) {
-    uint8_t *x = hmalloc((size_t)n), *y = hmalloc((size_t)n);
-    down(x, a, (size_t)n);
-    down(y, b, (size_t)n);
-    CHECK(memcmp(x, y, (size_t)n) == 0, "%s: the bytes differ", what);
-}
-
-/* A product's output against the exact value e (double) with the bound
- *   |got - e| <= u |e| + slack,
- * u the output's unit roundoff (0: an F32 output, not rounded to half) and
- * slack what the arithmetic before that rounding may add (below). */
-static double worst_of_bound[2]; /* the largest error / bound seen: half outputs, F32 outputs */
-static void cmp_bound(const char *what, const float *got, const double *e, const double *slack, int64_t n, double u,
-                      int kind) {
-    double worst = 0;
-    int64_t at = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double b = u * fabs(e[i]) + slack[i], d = fabs((double)got[i] - e[i]);
-        double q = d != d ? INFINITY : d / b;
-        if (q > worst) worst = q, at = i;
-    }
-    if (worst > worst_of_bound[kind]) worst_of_bound[kind] = worst;
-    CHECK(worst <= 1, "%s: error %.3g times the bound at %lld: %.9g vs exact %.9g (bound %.3g)", what, worst,
-          (long long)at, (double)got[at], e[at], u * fabs(e[at]) + slack[at]);
-}
-
-static float *half_values(const pair *o) {
-    uint16_t *b = hmalloc(2 * (size_t)o->n);
-    float *v = hmalloc(4 * (size_t)o->n);
-    down(b, o->h, 2 * (size_t)o->n);
-    for (int64_t i = 0; i < o->n; i++) v[i] = value_of(b[i], o->t);
-    return v;
-}
+#include "half_harness.h"
 
 /* ---- the bound for products ---------------------------------------------------------
  * Products of two half values are exact in FP32; a sum of k of them in FP32
@@ -508,6 +302,110 @@ static void test_ew(hr_dtype t) {
     case_end();
 }
 
+/* ---- CrossEntropyLoss on half logits ---------------------------------------------------
+ * The half kernels read the logits as the matrix product wrote them and do
+ * the F32 kernel's arithmetic on the same (exactly widened) values, grouped
+ * by their own vector width: dx within 1 ulp of the F32 kernel's rounded.
+ * Both against float64: the loss within 2^-16 (1 + |loss|), dx within
+ * 2^-16 k + u |dx| (k = scale / N): float exp's few ulps a term, far below a
+ * wrong index or a lost rescaling. Rows of 3 columns (scalar), 1037 and
+ * 50,257 (GPT-2's: a scalar head and tail around 16-byte vectors; offset 1
+ * on odd rows shifts them), and -inf logits, which add nothing. */
+typedef struct {
+    pair x, dx;
+    int32_t *lab;
+    float *l32, *lh;
+    int64_t N, C;
+    float scale;
+    bool acc;
+} ce_case;
+
+static void set_ce(hr_kargs *a, bool half, void *ctx) {
+    ce_case *c = ctx;
+    hr_loss_args *p = &a->loss;
+    p->N = c->N, p->C = c->C, p->n = c->N * c->C, p->scale = c->scale, p->acc = c->acc;
+    p->x = PTR(c->x, half), p->labels = c->lab;
+    if (a->op == HR_OP_CROSS_ENTROPY) p->loss = half ? c->lh : c->l32;
+    else p->dx = PTR(c->dx, half);
+}
+
+static void test_ce(hr_dtype t) {
+    static const int64_t Cs[3] = {3, 1037, 50257};
+    char what[160];
+    for (int k = 0; k < 3; k++)
+        for (int ninf = 0; ninf < 2; ninf++) {
+            int64_t N = k == 2 ? 9 : 37, C = Cs[k], n = N * C;
+            ce_case c = {in(n, t, 8, k & 1), mk(n, t, false, 0, 0, k & 1), dalloc(4 * N), dalloc(4), dalloc(4), N, C,
+                         t == HR_F16 ? 4096.0f : 1.0f, false};
+            int32_t *lab = hmalloc(4 * (size_t)N);
+            for (int64_t r = 0; r < N; r++) lab[r] = (int32_t)((r * 7919) % C);
+            if (ninf) { /* a third of each row's logits -inf, never the label's */
+                uint16_t *b = hmalloc(2 * (size_t)n);
+                for (int64_t i = 0; i < n; i++) {
+                    if (i % 3 == 0 && i % C != lab[i / C]) c.x.v[i] = -INFINITY;
+                    b[i] = bits_of(c.x.v[i], t);
+                }
+                up(c.x.h, b, 2 * (size_t)n), up(c.x.f, c.x.v, 4 * (size_t)n);
+            }
+            up(c.lab, lab, 4 * (size_t)N);
+            /* the float64 reference: each row's log-sum-exp */
+            double *lse = hmalloc(sizeof(double) * (size_t)N), want = 0;
+            for (int64_t r = 0; r < N; r++) {
+                const float *xr = c.x.v + r * C;
+                double m = -INFINITY, s = 0;
+                for (int64_t j = 0; j < C; j++) m = xr[j] > m ? xr[j] : m;
+                for (int64_t j = 0; j < C; j++) s += exp((double)xr[j] - m);
+                lse[r] = m + log(s);
+                want += (lse[r] - xr[lab[r]]) / (double)N;
+            }
+            snprintf(what, sizeof what, "CrossEntropyLoss %s, %lld x %lld%s", tname(t), (long long)N, (long long)C,
+                     ninf ? ", -inf logits" : "");
+            if (run_both(HR_OP_CROSS_ENTROPY, t, set_ce, &c, what)) {
+                float *got = fget(c.lh, 1), *f32 = fget(c.l32, 1);
+                CHECK(fabs(got[0] - want) <= 0x1p-16 * (1 + fabs(want)) &&
+                          fabs(f32[0] - want) <= 0x1p-16 * (1 + fabs(want)),
+                      "%s: loss %.9g (the F32 kernel's %.9g), float64 %.9g", what, (double)got[0], (double)f32[0], want);
+            }
+            for (int acc = 0; acc < 2; acc++) {
+                c.acc = acc, c.dx = mk(n, t, acc, -1, 1, k & 1);
+                float *before = acc ? c.dx.v : NULL;
+                snprintf(what, sizeof what, "CrossEntropyLoss.backward %s, %lld x %lld%s%s", tname(t), (long long)N,
+                         (long long)C, ninf ? ", -inf logits" : "", acc ? " acc" : "");
+                if (!run_both(HR_OP_CROSS_ENTROPY_BWD, t, set_ce, &c, what)) continue;
+                cmp_half(what, &c.dx);
+                if (!acc) { /* dx over x (the plan's in place): the same bits */
+                    pair xp = mk(n, t, false, 0, 0, k & 1);
+                    uint16_t *b = hmalloc(2 * (size_t)n), *g0 = hmalloc(2 * (size_t)n), *g1 = hmalloc(2 * (size_t)n);
+                    for (int64_t i = 0; i < n; i++) b[i] = bits_of(c.x.v[i], t);
+                    up(xp.h, b, 2 * (size_t)n), up(xp.f, c.x.v, 4 * (size_t)n);
+                    ce_case d = c;
+                    d.x = d.dx = xp;
+                    char w2[200];
+                    snprintf(w2, sizeof w2, "%s, in place", what);
+                    if (run_both(HR_OP_CROSS_ENTROPY_BWD, t, set_ce, &d, w2)) {
+                        down(g0, xp.h, 2 * (size_t)n), down(g1, c.dx.h, 2 * (size_t)n);
+                        CHECK(!memcmp(g0, g1, 2 * (size_t)n), "%s: not the bits of dx in its own bytes", w2);
+                        cmp_same(w2, xp.f, c.dx.f, n);
+                    }
+                }
+                float *got = half_values(&c.dx);
+                double kk = (double)c.scale / (double)N, worst = 0;
+                int64_t at = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    int64_t r = i / C;
+                    double e = (exp((double)c.x.v[i] - lse[r]) - (i % C == lab[r])) * kk + (before ? before[i] : 0);
+                    double q = fabs(got[i] - e) / (0x1p-16 * kk + unit(t) * fabs(e));
+                    if (!(q <= worst)) worst = q, at = i;
+                }
+                CHECK(worst <= 1, "%s: dx %.9g at %lld, float64 %.9g (%.3g times the bound)", what, (double)got[at],
+                      (long long)at,
+                      (exp((double)c.x.v[at] - lse[at / C]) - (at % C == lab[at / C])) * kk + (before ? before[at] : 0),
+                      worst);
+            }
+            case_end();
+        }
+}
+
 /* ---- Cast: the CPU's conversions, bit for bit -------------------------------------------- */
 static void test_cast(void) {
     static const hr_dtype ts[3] = {HR_F32, HR_BF16, HR_F16};
@@ -723,7 +621,7 @@ static void test_takes_half(void) {
         HR_OP_SIGMOID, HR_OP_SIGMOID_BWD, HR_OP_TANH, HR_OP_TANH_BWD, HR_OP_MAXPOOL, HR_OP_MAXPOOL_BWD,
         HR_OP_AVGPOOL, HR_OP_AVGPOOL_BWD, HR_OP_BATCHNORM, HR_OP_BATCHNORM_BWD, HR_OP_DROPOUT, HR_OP_DROPOUT_BWD,
         HR_OP_RESHAPE, HR_OP_COPY, HR_OP_ADD, HR_OP_CONCAT, HR_OP_CONCAT_BWD, HR_OP_CAST, HR_OP_ATTENTION,
-        HR_OP_ATTENTION_BWD};
+        HR_OP_ATTENTION_BWD, HR_OP_CROSS_ENTROPY, HR_OP_CROSS_ENTROPY_BWD};
     CHECK(be->takes_half != NULL, "the CUDA backend has no takes_half");
     if (!be->takes_half) return;
     int wrong = 0;
@@ -781,7 +679,7 @@ int main(void) {
             hr_dtype t = ti ? HR_F16 : HR_BF16;
             if (s == 0) {
                 if (ti == 0) test_takes_half(), test_cast();
-                test_act(t), test_pool(t), test_bn(t), test_ew(t);
+                test_act(t), test_pool(t), test_bn(t), test_ew(t), test_ce(t);
             }
             test_products(t);
         }

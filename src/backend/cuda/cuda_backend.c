@@ -1,7 +1,7 @@
 /* cuda_backend.c — the CUDA backend's table: kernels indexed by op, the
  * dispatch (the batch's reader may take it in pieces), the arena, the copies. */
 #include "backend/cuda/hr_cuda.h"
-
+#include "backend/gpus.h"
 
 static hr_cuda *ctx_of(const hr_backend *be) { return be->ctx; }
 
@@ -54,10 +54,11 @@ static const hr_cuda_half_fn cuda_halves[HR_OP_COUNT] = {
 };
 
 /* BF16 and F16 (hr_gpu_takes_half says the same without a GPU); F32 is not
- * asked (every kernel runs it). */
+ * asked (every kernel runs it). Only ops that autocast may hand a half type:
+ * a kernel shared by a family (the losses') may take half for one of them. */
 static bool cuda_takes_half(hr_backend *be, hr_op op, hr_dtype dt) {
     hr_cuda_half_fn f = (unsigned)op < HR_OP_COUNT ? cuda_halves[op] : NULL;
-    return hr_dtype_is_half(dt) && f && f(ctx_of(be));
+    return hr_gpu_takes_half(op, dt) && f && f(ctx_of(be));
 }
 
 /* ---- the arena ------------------------------------------------------------------- */

@@ -15,44 +15,137 @@ __global__ void k_finish(const double *part, int n, float *out, bool acc, double
     if (threadIdx.x == 0) out[0] = (float)((acc ? (double)out[0] : 0.0) + s / div);
 }
 
-/* One warp a row: mx + log(sum exp(x - mx)) - x[label]. */
-__global__ void k_ce(const float *x, const int32_t *lab, int64_t N, int64_t C, double *part) {
+/* Cross-entropy, one warp a row, on F32, BF16 or F16 logits (the half ones
+ * as the matrix product wrote them: autocast's F32 copy would hold the same
+ * values, widening being exact, at twice the bytes). Each lane keeps an
+ * online maximum m and sum s = sum exp(x - m) (exp in float, the sum in
+ * double) over its part of the row, read in 16-byte vectors (two in flight)
+ * between a scalar head and tail; each vector's own (max, sum) in float
+ * merges into the lane's; the lanes' pairs then merge. A -inf logit adds
+ * nothing, a NaN makes the row NaN, as PyTorch's. */
+struct ce_stats {
+    float m;  /* the row's maximum */
+    double s; /* sum exp(x - m) */
+};
+
+template <typename S> __device__ __forceinline__ void ce_add(float &m, S &s, float v) {
+    float d = v - m;
+    if (d > 0.0f) { /* a new maximum (the first finite value: m was -inf) */
+        s = s * (S)expf(m - v) + (S)1;
+        m = v;
+    } else if (v != -INFINITY) {
+        s += (S)expf(d); /* NaN stays NaN */
+    }
+}
+
+/* (m, s) takes in (m2, s2); nothing when (m2, s2) saw only -inf (a NaN's
+ * s2 is NaN, whatever m2, and carries on) */
+__device__ __forceinline__ void ce_merge(float &m, double &s, float m2, float s2) {
+    if (m2 == -INFINITY && s2 == 0.0f) return;
+    if (m2 > m) {
+        s = s * (double)expf(m - m2) + (double)s2;
+        m = m2;
+    } else {
+        s += (double)s2 * (double)expf(m2 - m);
+    }
+}
+
+/* Row layout for 16-byte vectors: [0, head) scalar, then nv vectors, then
+ * the tail scalar (an element address not aligned to its size: all scalar). */
+template <typename T> struct ce_span {
+    static constexpr int V = 16 / (int)sizeof(T);
+    int64_t head, nv, tail;
+    __device__ ce_span(const T *xi, int64_t C) {
+        uintptr_t a = (uintptr_t)xi;
+        head = a % sizeof(T) ? C : (int64_t)(((16 - (a & 15)) & 15) / sizeof(T));
+        if (head > C) head = C;
+        nv = (C - head) / V;
+        tail = head + nv * V;
+    }
+};
+
+template <typename T> __device__ __forceinline__ void ce_vec(float &m, double &s, const hr_vec<T, ce_span<T>::V> &v) {
+    float m8 = -INFINITY, s8 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ce_span<T>::V; i++) ce_add(m8, s8, hr_f(v.v[i]));
+    ce_merge(m, s, m8, s8);
+}
+
+template <typename T> __device__ ce_stats ce_row(const T *xi, int64_t C, int lane) {
+    typedef hr_vec<T, ce_span<T>::V> vec;
+    ce_span<T> sp(xi, C);
+    float m = -INFINITY;
+    double s = 0;
+    for (int64_t j = lane; j < sp.head; j += 32) ce_add(m, s, hr_f(xi[j]));
+    const vec *xv = (const vec *)(xi + sp.head);
+    int64_t k = lane;
+    for (; k + 32 < sp.nv; k += 64) {
+        vec v0 = xv[k], v1 = xv[k + 32];
+        ce_vec<T>(m, s, v0);
+        ce_vec<T>(m, s, v1);
+    }
+    if (k < sp.nv) ce_vec<T>(m, s, xv[k]);
+    for (int64_t j = sp.tail + lane; j < C; j += 32) ce_add(m, s, hr_f(xi[j]));
+    float mx = hr_warp_max(m);
+    /* a lane that saw only -inf (or nothing) adds 0; a NaN stays */
+    s = m == -INFINITY && s == 0.0 ? 0.0 : s * (double)expf(m - mx);
+    s = hr_warp_sum(s);
+    return {mx, s};
+}
+
+/* The block partials of sum over rows of mx + log(s) - x[label]. */
+template <typename T> __global__ void k_ce(const T *x, const int32_t *lab, int64_t N, int64_t C, double *part) {
     __shared__ double sh[32];
     int lane = threadIdx.x & 31;
     int64_t wpb = blockDim.x >> 5;
     double acc = 0;
     for (int64_t r = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); r < N; r += (int64_t)gridDim.x * wpb) {
-        const float *xi = x + r * C;
-        float mx = -INFINITY;
-        for (int64_t j = lane; j < C; j += 32) mx = xi[j] > mx ? xi[j] : mx;
-        mx = hr_warp_max(mx);
-        double sum = 0;
-        for (int64_t j = lane; j < C; j += 32) sum += exp((double)xi[j] - mx);
-        sum = hr_warp_sum(sum);
-        if (lane == 0) acc += (double)mx + log(sum) - xi[lab[r]];
+        const T *xi = x + r * C;
+        ce_stats st = ce_row(xi, C, lane);
+        if (lane == 0) acc += (double)st.m + log(st.s) - (double)hr_f(xi[lab[r]]);
     }
     acc = hr_block_sum(acc, sh);
     if (threadIdx.x == 0) part[blockIdx.x] = acc;
 }
 
-__global__ void k_ce_bwd(const float *x, const int32_t *lab, float *dx, int64_t N, int64_t C, double scale, bool accum) {
+/* dx = (softmax(x) - onehot) * scale / N, in x's type: p = exp(x - lse) in
+ * float, lse = mx + log(s) from the row's statistics; each dx element
+ * written after its own x is read (dx may be x's bytes), in vectors where
+ * dx's row lines up with x's. */
+template <typename T> struct ce_grad {
+    float lse, k;
+    int64_t l;
+    bool accum;
+    __device__ __forceinline__ T at(float x, T old, int64_t j) const {
+        float v = (expf(x - lse) - (j == l ? 1.0f : 0.0f)) * k;
+        return hr_to<T>(accum ? hr_f(old) + v : v);
+    }
+};
+
+template <typename T>
+__global__ void k_ce_bwd(const T *x, const int32_t *lab, T *dx, int64_t N, int64_t C, double scale, bool accum) {
+    typedef hr_vec<T, ce_span<T>::V> vec;
+    constexpr int V = ce_span<T>::V;
     int lane = threadIdx.x & 31;
     int64_t wpb = blockDim.x >> 5;
-    double invn = scale / (double)N;
     for (int64_t r = (int64_t)blockIdx.x * wpb + (threadIdx.x >> 5); r < N; r += (int64_t)gridDim.x * wpb) {
-        const float *xi = x + r * C;
-        float *di = dx + r * C;
-        float mx = -INFINITY;
-        for (int64_t j = lane; j < C; j += 32) mx = xi[j] > mx ? xi[j] : mx;
-        mx = hr_warp_max(mx);
-        double sum = 0;
-        for (int64_t j = lane; j < C; j += 32) sum += exp((double)xi[j] - mx);
-        sum = hr_warp_sum(sum);
-        int32_t l = lab[r];
-        for (int64_t j = lane; j < C; j += 32) {
-            float v = (float)((exp((double)xi[j] - mx) / sum - (j == l)) * invn);
-            di[j] = accum ? di[j] + v : v;
+        const T *xi = x + r * C;
+        T *di = dx + r * C;
+        ce_stats st = ce_row(xi, C, lane);
+        ce_grad<T> g = {(float)((double)st.m + log(st.s)), (float)(scale / (double)N), lab[r], accum};
+        ce_span<T> sp(xi, C);
+        if ((((uintptr_t)xi ^ (uintptr_t)di) & 15) != 0) sp.head = sp.tail = C, sp.nv = 0;
+        for (int64_t j = lane; j < sp.head; j += 32) di[j] = g.at(hr_f(xi[j]), di[j], j);
+        const vec *xv = (const vec *)(xi + sp.head);
+        vec *dv = (vec *)(di + sp.head);
+        for (int64_t k = lane; k < sp.nv; k += 32) {
+            vec v = xv[k], o, d;
+            if (accum) o = dv[k];
+#pragma unroll
+            for (int i = 0; i < V; i++) d.v[i] = g.at(hr_f(v.v[i]), accum ? o.v[i] : v.v[i], sp.head + k * V + i);
+            dv[k] = d;
         }
+        for (int64_t j = sp.tail + lane; j < C; j += 32) di[j] = g.at(hr_f(xi[j]), di[j], j);
     }
 }
 
@@ -80,10 +173,26 @@ static unsigned red_grid(int64_t items, int per_block) {
     return (unsigned)(b > HR_CUDA_RED_BLOCKS ? HR_CUDA_RED_BLOCKS : b);
 }
 
-static cudaError_t hrk_cross_entropy(cudaStream_t s, const float *x, const int32_t *lab, float *loss, int64_t N,
+/* The cross-entropy's forward: a warp a row, up to 2048 blocks of 8 (16,384
+ * warps: enough rows in flight to keep memory busy), one partial a block. */
+#define HR_CE_BLOCKS 2048
+static unsigned ce_blocks(int64_t N) {
+    int64_t b = (N + 7) / 8;
+    return (unsigned)(b < 1 ? 1 : b > HR_CE_BLOCKS ? HR_CE_BLOCKS : b);
+}
+
+template <typename T>
+static cudaError_t hrk_ce_bwd(cudaStream_t s, const hr_loss_args *p) {
+    k_ce_bwd<T><<<hr_grid(p->N, 8), HR_THREADS, 0, s>>>((const T *)p->x, p->labels, (T *)p->dx, p->N, p->C,
+                                                         (double)p->scale, p->acc);
+    return cudaGetLastError();
+}
+
+template <typename T>
+static cudaError_t hrk_cross_entropy(cudaStream_t s, const void *x, const int32_t *lab, float *loss, int64_t N,
                                      int64_t C, double *ws) {
-    unsigned nb = red_grid(N, 8);
-    k_ce<<<nb, HR_THREADS, 0, s>>>(x, lab, N, C, ws);
+    unsigned nb = ce_blocks(N);
+    k_ce<T><<<nb, HR_THREADS, 0, s>>>((const T *)x, lab, N, C, ws);
     cudaError_t e = cudaGetLastError();
     return e != cudaSuccess ? e : hr_finish_launch(s, ws, (int)nb, loss, false, (double)N);
 }
@@ -97,6 +206,11 @@ static cudaError_t hrk_mse(cudaStream_t s, const float *p, const float *t, float
 
 extern "C" {
 
+/* Cross-entropy reads half logits itself (autocast's rule for it,
+ * HR_AC_READS_HALF); MSE's are F32 (HR_AC_FP32), never half here. */
+HR_CUDA_TAKES_HALF(loss)
+HR_CUDA_TAKES_HALF(loss_bwd)
+
 cudaError_t hr_finish_launch(cudaStream_t s, const double *part, int n, float *out, bool acc, double div) {
     k_finish<<<1, HR_THREADS, 0, s>>>(part, n, out, acc, div);
     return cudaGetLastError();
@@ -104,7 +218,10 @@ cudaError_t hr_finish_launch(cudaStream_t s, const double *part, int n, float *o
 
 /* ---- the kernel entries ---- */
 /* The forward's block partials: one double a block of the first launch. */
-size_t hr_cuda_loss_workspace(hr_cuda *c, const hr_kargs *a) { return HR_CUDA_RED_BYTES; }
+static size_t loss_ws(const hr_kargs *a) {
+    return a->op == HR_OP_CROSS_ENTROPY ? ce_blocks(a->loss.N) * sizeof(double) : HR_CUDA_RED_BYTES;
+}
+size_t hr_cuda_loss_workspace(hr_cuda *c, const hr_kargs *a) { return loss_ws(a); }
 
 /* The loss (a mean) into loss[0]; the block partials go to the node's
  * workspace (hr_cuda_loss_workspace). */
@@ -112,10 +229,11 @@ hr_status hr_cuda_loss(void *ctx, const hr_kargs *a) {
     const hr_loss_args *p = &a->loss;
     cudaStream_t s = ((hr_cuda *)ctx)->stream;
     bool ce = a->op == HR_OP_CROSS_ENTROPY;
-    if (!a->ws || a->ws_bytes < HR_CUDA_RED_BYTES)
+    if (!a->ws || a->ws_bytes < loss_ws(a))
         return hr_error_set(HR_ERR_INTERNAL, "%s: no workspace was planned", hr_op_name(a->op));
+    if (!ce && a->dt != HR_F32) return hr_error_set(HR_ERR_INTERNAL, "MSELoss runs F32 predictions only");
     if (ce)
-        HR_CU(hrk_cross_entropy(s, p->x, p->labels, p->loss, p->N, p->C, (double *)a->ws));
+        HR_CU(HR_DT_CALL(a->dt, hrk_cross_entropy, s, p->x, p->labels, p->loss, p->N, p->C, (double *)a->ws));
     else
         HR_CU(hrk_mse(s, p->x, p->target, p->loss, p->n, (double *)a->ws));
     return HR_OK;
@@ -124,10 +242,12 @@ hr_status hr_cuda_loss(void *ctx, const hr_kargs *a) {
 hr_status hr_cuda_loss_bwd(void *ctx, const hr_kargs *a) {
     const hr_loss_args *p = &a->loss;
     cudaStream_t s = ((hr_cuda *)ctx)->stream;
-    if (a->op == HR_OP_CROSS_ENTROPY_BWD)
-        k_ce_bwd<<<hr_grid(p->N, 8), HR_THREADS, 0, s>>>(p->x, p->labels, p->dx, p->N, p->C, (double)p->scale, p->acc);
-    else
-        k_mse_bwd<<<hr_grid(p->n), HR_THREADS, 0, s>>>(p->x, p->target, p->dx, p->n, 2.0f * p->scale / (float)p->n, p->acc);
+    if (a->op == HR_OP_CROSS_ENTROPY_BWD) {
+        HR_CU(HR_DT_CALL(a->dt, hrk_ce_bwd, s, p));
+        return HR_OK;
+    }
+    if (a->dt != HR_F32) return hr_error_set(HR_ERR_INTERNAL, "MSELoss.backward runs F32 predictions only");
+    k_mse_bwd<<<hr_grid(p->n), HR_THREADS, 0, s>>>(p->x, p->target, p->dx, p->n, 2.0f * p->scale / (float)p->n, p->acc);
     HR_CU(cudaGetLastError());
     return HR_OK;
 }
