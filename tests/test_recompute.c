@@ -246,6 +246,20 @@ static void test_search(void) {
     int64_t more = hr_largest_batch(m, &c, a0, 0, 1 << 20);
     CHECK(plain == 256 && more > plain * 5 / 4, "largest batch within batch 256's arena: %lld keeping, %lld recomputing",
           (long long)plain, (long long)more);
+    /* ... and exact: min's own search fits at that batch and not one past it
+     * (the search bisects with the layers min keeps at the config's batch,
+     * then confirms with a searched probe) */
+    c.recompute = "min";
+    c.batch = 64;
+    int64_t mb = hr_largest_batch(m, &c, a0, 0, 1 << 20);
+    for (int d = 0; d < 2; d++) {
+        hr_config_t at = c;
+        at.batch = mb + d;
+        hr_session_t *q = hr_compile(m, &at);
+        CHECK(q && (hr_session_report(q)->arena_bytes <= a0) == !d, "min at the largest batch %lld%s: arena %zu, "
+              "budget %zu", (long long)mb, d ? " + 1" : "", q ? hr_session_report(q)->arena_bytes : 0, a0);
+        hr_session_free(q);
+    }
     hr_session_free(none);
     hr_session_free(mn);
     hr_session_free(au);

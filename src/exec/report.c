@@ -247,27 +247,62 @@ static int plan_fits(const hr_model_t *m, const hr_config_t *cfg, int64_t batch,
     return fits;
 }
 
-/* With accumulation the search is over micro-batches, and the answer is K
- * times the largest (the batches that K divides). */
-int64_t hr_largest_batch_on(const hr_model_t *m, const hr_config_t *cfg, size_t budget, size_t overhead, int64_t hi,
-                            hr_backend *be) {
-    int64_t lo = 0, K = cfg->accumulate > 1 ? cfg->accumulate : 1;
-    hi /= K;
-    if (hi < 1) return 0;
+/* The largest micro-batch in (lo, hi] that fits, given that lo does (0:
+ * none known); lo when none does, -1 when a plan could not be made for want
+ * of host memory (no answer rather than a wrong one). */
+static int64_t bisect(const hr_model_t *m, const hr_config_t *cfg, int64_t lo, int64_t hi, size_t budget,
+                      size_t overhead, hr_backend *be) {
     int f = plan_fits(m, cfg, hi, budget, overhead, be);
     if (f < 0 && hr_last_status() == HR_ERR_OOM) return -1;
-    if (f < 0 && hi > 1) f = 0; /* too large to even plan: search below */
-    if (f == 1) return hi * K;
+    if (f == 1) return hi;
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
         int r = plan_fits(m, cfg, mid, budget, overhead, be);
-        if (r < 0 && hr_last_status() == HR_ERR_OOM) return -1; /* no answer rather than a wrong one */
+        if (r < 0 && hr_last_status() == HR_ERR_OOM) return -1;
         if (r == 1)
             lo = mid;
         else
-            hi = mid;
+            hi = mid; /* too large to fit, or to plan */
     }
-    return lo * K;
+    return lo;
+}
+
+/* With accumulation the search is over micro-batches, and the answer is K
+ * times the largest (the batches that K divides). A searched recomputation
+ * (auto, min) plans each probe with its own search, seconds a probe on a
+ * GPT; the layers that search keeps are the same at nearby batches, since
+ * every activation grows with the batch alike. So: min's layers at the
+ * config's batch, a bisection with those layers fixed (plain plans), then
+ * one searched probe just past that answer, which confirms it; only when
+ * that probe fits does the bisection go on with searched probes. */
+int64_t hr_largest_batch_on(const hr_model_t *m, const hr_config_t *cfg, size_t budget, size_t overhead, int64_t hi,
+                            hr_backend *be) {
+    int64_t K = cfg->accumulate > 1 ? cfg->accumulate : 1, lo = 0;
+    hi /= K;
+    if (hi < 1) return 0;
+    if (hr_recompute_searched(cfg->recompute) && cfg->mode == HR_MODE_TRAIN) {
+        hr_config_t c = *cfg;
+        int64_t seed = cfg->batch / K;
+        c.batch = (seed < 1 ? 1 : seed > hi ? hi : seed) * K;
+        c.recompute = "min";
+        hr_recompute_choice ch;
+        if (hr_recompute_fit(m, &c, be, budget, overhead, &ch) == HR_OK) {
+            c = *cfg;
+            c.recompute = ch.layers;
+            int64_t b = bisect(m, &c, 0, hi, budget, overhead, be);
+            hr_free(ch.layers);
+            if (b < 0) return -1;
+            if (b >= hi) return hi * K;
+            int f = plan_fits(m, cfg, b + 1, budget, overhead, be);
+            if (f < 0 && hr_last_status() == HR_ERR_OOM) return -1;
+            if (f != 1) return b * K;
+            lo = b + 1; /* the searched layers do better past b: searched probes from here */
+        } else if (hr_last_status() == HR_ERR_OOM) {
+            return -1;
+        }
+    }
+    int64_t r = bisect(m, cfg, lo, hi, budget, overhead, be);
+    return r < 0 ? -1 : r * K;
 }
 
 int64_t hr_largest_batch(const hr_model_t *m, const hr_config_t *cfg, size_t budget, size_t overhead, int64_t hi) {
