@@ -1,5 +1,6 @@
 /* loss.cu — CrossEntropyLoss and MSELoss on the GPU, forward and backward
- * (sums in double, as the CPU's), and the two-launch reduction they share. */
+ * (sums in double, as the CPU's; the cross-entropy's exp in float, the
+ * CPU's in double), and the two-launch reduction they share. */
 
 /* The reduction (the gradient norm uses it too): per-block partials in the
  * node's workspace, then one block adds them in order, so the result does not
