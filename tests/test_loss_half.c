@@ -4,16 +4,18 @@
  * its backward writes the half gradient over the logits' own bytes unless
  * the session keeps its output (keep_output), which hr_read_output then
  * widens: half values whose float64 cross-entropy is the loss the step
- * returned. An MLP and a small CNN. */
+ * returned, and the logits of an inference session and of an evaluation
+ * pass, whose outputs stay half too. An MLP and a small CNN. */
 #include "check.h"
 #include "exec/internal.h"
 #include "headroom.h"
 
 #include <math.h>
+#include <string.h>
 
 enum { B = 16, D = 20, H = 27, C = 5 };
 
-static hr_session_t *session(bool cnn, hr_precision p, bool keep) {
+static hr_session_t *session_mode(bool cnn, hr_precision p, bool keep, hr_mode mode, int64_t eval_batch) {
     hr_model_t *m = hr_model_new(cnn ? "cnn" : "mlp");
     int x = hr_input(m, "x", cnn ? 3 : 1, cnn ? (int64_t[]){1, 6, 6} : (int64_t[]){D});
     if (cnn) {
@@ -28,12 +30,13 @@ static hr_session_t *session(bool cnn, hr_precision p, bool keep) {
     x = hr_linear(m, NULL, x, H, C, true);
     hr_loss_cross_entropy(m, x, C);
     hr_config_t c = hr_config_default();
-    c.batch = B, c.precision = p, c.keep_output = keep, c.seed = 3;
+    c.batch = B, c.precision = p, c.keep_output = keep, c.seed = 3, c.mode = mode, c.eval_batch = eval_batch;
     hr_session_t *s = hr_compile(m, &c);
     hr_model_free(m);
     CHECK(s != NULL && hr_session_alloc(s) == HR_OK, "compile %s: %s", hr_precision_name(p), hr_last_error());
     return s;
 }
+static hr_session_t *session(bool cnn, hr_precision p, bool keep) { return session_mode(cnn, p, keep, HR_MODE_TRAIN, 0); }
 
 /* Each precision, with and without keep_output: the program's shape, then
  * one step; the loss against the float64 cross-entropy of the logits read
@@ -93,6 +96,24 @@ static void test_loss_reads_half(bool cnn) {
                 CHECK(not_half == 0 && fabs(loss - want) <= 1e-6 * (1 + fabs(want)),
                       "%s: loss %.9g vs float64 %.9g of the logits read back (%d of them not %s values)", pn, loss,
                       want, not_half, pn);
+                /* inference and a training session's evaluation pass, from the
+                 * same initial weights: their half outputs, widened on the
+                 * host, are the same logits (no F32 copy on the device) */
+                hr_session_t *inf = session_mode(cnn, p, false, HR_MODE_INFER, 0);
+                hr_session_t *ev = session_mode(cnn, p, false, HR_MODE_TRAIN, B);
+                float a[B * C], b[B * C];
+                if (inf && ev) {
+                    const hr_program *ip = hr_session_program(inf), *ep = hr_session_program(ev);
+                    CHECK(hr_dtype_is_half(ip->g.t[ip->output].dtype) && hr_dtype_is_half(ep->g.t[ep->eval_output].dtype),
+                          "%s: the inference and evaluation outputs are %s and %s", pn,
+                          hr_dtype_name(ip->g.t[ip->output].dtype), hr_dtype_name(ep->g.t[ep->eval_output].dtype));
+                    CHECK(hr_forward(inf, x, a) == HR_OK && hr_eval_forward(ev, x, b) == HR_OK, "%s forward: %s", pn,
+                          hr_last_error());
+                    CHECK(!memcmp(a, logits, sizeof a) && !memcmp(b, logits, sizeof b),
+                          "%s: the inference or evaluation logits differ from the training step's", pn);
+                }
+                hr_session_free(inf);
+                hr_session_free(ev);
             }
             hr_session_free(s);
         }

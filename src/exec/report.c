@@ -267,42 +267,60 @@ static int64_t bisect(const hr_model_t *m, const hr_config_t *cfg, int64_t lo, i
     return lo;
 }
 
+/* min's layers for micro-batch `batch` into *layers (hr_free), and whether
+ * its plan fits: 1, 0, or -1 when the search failed. */
+static int min_layers(const hr_model_t *m, const hr_config_t *cfg, int64_t batch, size_t budget, size_t overhead,
+                      hr_backend *be, char **layers) {
+    hr_config_t c = *cfg;
+    c.batch = batch * (cfg->accumulate > 1 ? cfg->accumulate : 1);
+    c.recompute = "min";
+    hr_recompute_choice ch;
+    *layers = NULL;
+    if (hr_recompute_fit(m, &c, be, budget, overhead, &ch) != HR_OK) return -1;
+    *layers = ch.layers;
+    return ch.fits;
+}
+
 /* With accumulation the search is over micro-batches, and the answer is K
  * times the largest (the batches that K divides). A searched recomputation
- * (auto, min) plans each probe with its own search, seconds a probe on a
- * GPT; the layers that search keeps are the same at nearby batches, since
- * every activation grows with the batch alike. So: min's layers at the
- * config's batch, a bisection with those layers fixed (plain plans), then
- * one searched probe just past that answer, which confirms it; only when
- * that probe fits does the bisection go on with searched probes. */
+ * (auto, min) would plan each probe with its own search, seconds a probe on
+ * a GPT. Instead: min's layers at the config's batch, and a bisection with
+ * them fixed (plain plans) gives b; then, while min's own search at b + 1
+ * fits, a bisection from b + 1 with the layers it chose there (at small
+ * batches the fixed bytes hide what larger ones need recomputed). The
+ * answer is the b at which min's search no longer fits one more. */
 int64_t hr_largest_batch_on(const hr_model_t *m, const hr_config_t *cfg, size_t budget, size_t overhead, int64_t hi,
                             hr_backend *be) {
-    int64_t K = cfg->accumulate > 1 ? cfg->accumulate : 1, lo = 0;
+    int64_t K = cfg->accumulate > 1 ? cfg->accumulate : 1;
     hi /= K;
     if (hi < 1) return 0;
-    if (hr_recompute_searched(cfg->recompute) && cfg->mode == HR_MODE_TRAIN) {
-        hr_config_t c = *cfg;
-        int64_t seed = cfg->batch / K;
-        c.batch = (seed < 1 ? 1 : seed > hi ? hi : seed) * K;
-        c.recompute = "min";
-        hr_recompute_choice ch;
-        if (hr_recompute_fit(m, &c, be, budget, overhead, &ch) == HR_OK) {
-            c = *cfg;
-            c.recompute = ch.layers;
-            int64_t b = bisect(m, &c, 0, hi, budget, overhead, be);
-            hr_free(ch.layers);
-            if (b < 0) return -1;
-            if (b >= hi) return hi * K;
-            int f = plan_fits(m, cfg, b + 1, budget, overhead, be);
-            if (f < 0 && hr_last_status() == HR_ERR_OOM) return -1;
-            if (f != 1) return b * K;
-            lo = b + 1; /* the searched layers do better past b: searched probes from here */
-        } else if (hr_last_status() == HR_ERR_OOM) {
-            return -1;
-        }
+    if (!hr_recompute_searched(cfg->recompute) || cfg->mode != HR_MODE_TRAIN) {
+        int64_t r = bisect(m, cfg, 0, hi, budget, overhead, be);
+        return r < 0 ? -1 : r * K;
     }
-    int64_t r = bisect(m, cfg, lo, hi, budget, overhead, be);
-    return r < 0 ? -1 : r * K;
+    int64_t seed = cfg->batch / K, b = 0;
+    seed = seed < 1 ? 1 : seed > hi ? hi : seed;
+    char *layers;
+    int f = min_layers(m, cfg, seed, budget, overhead, be, &layers);
+    if (f < 0) { /* no plan at the config's batch: searched probes throughout */
+        if (hr_last_status() == HR_ERR_OOM) return -1;
+        int64_t r = bisect(m, cfg, 0, hi, budget, overhead, be);
+        return r < 0 ? -1 : r * K;
+    }
+    for (int round = 0; round < 16; round++) {
+        hr_config_t c = *cfg;
+        c.recompute = layers;
+        int64_t nb = bisect(m, &c, round ? b : 0, hi, budget, overhead, be);
+        hr_free(layers);
+        if (nb < 0) return -1;
+        b = nb;
+        if (b >= hi) return hi * K;
+        if ((f = min_layers(m, cfg, b + 1, budget, overhead, be, &layers)) != 1) break;
+        b++; /* min's layers at b + 1 fit there: bisect from it with them */
+    }
+    hr_free(layers); /* f == 1: the rounds ran out; b fits, larger ones may */
+    if (f < 0 && hr_last_status() == HR_ERR_OOM) return -1;
+    return b * K;
 }
 
 int64_t hr_largest_batch(const hr_model_t *m, const hr_config_t *cfg, size_t budget, size_t overhead, int64_t hi) {

@@ -518,6 +518,26 @@ hr_status hr_set_loss_scale(hr_session_t *s, float scale, int64_t growth, int64_
     return HR_OK;
 }
 
+/* Tensor t as F32 into out: an F32 one as it is; a half one (a pass's output
+ * under mixed precision) comes down into the back of `out` and is widened in
+ * place, front to back, through a chunk on the stack (memcpy: no aliasing
+ * between the views; floats [0, i + k) never reach the halves past i + k). */
+static hr_status read_f32(hr_session_t *s, int t, float *out) {
+    const hr_tensor *x = &s->prog.g.t[t];
+    int64_t n = hr_shape_numel(&x->shape);
+    size_t es = hr_dtype_size(x->dtype);
+    void *dst = (char *)out + (size_t)n * (sizeof(float) - es);
+    hr_status st = s->be->download(s->be, dst, s->ptr[t], (size_t)n * es);
+    if (!st) st = s->be->sync(s->be);
+    uint16_t chunk[2048];
+    for (int64_t i = 0; !st && x->dtype != HR_F32 && i < n; i += 2048) {
+        int64_t k = n - i < 2048 ? n - i : 2048;
+        memcpy(chunk, (const uint16_t *)dst + i, (size_t)k * 2);
+        for (int64_t j = 0; j < k; j++) out[i + j] = hr_load_f(chunk, x->dtype, j);
+    }
+    return st;
+}
+
 hr_status hr_forward(hr_session_t *s, const float *x, float *out) {
     if (!s || !x) return hr_error_set(HR_ERR_INVALID_ARG, "forward: NULL argument");
     if (!s->arena) return hr_error_set(HR_ERR_INVALID_ARG, "forward: call hr_session_alloc first");
@@ -537,38 +557,20 @@ hr_status hr_eval_forward(hr_session_t *s, const float *x, float *out) {
     if (p->eval_input < 0)
         return hr_error_set(HR_ERR_INVALID_ARG, "eval_forward: this session has no evaluation pass; compile it for "
                             "training with cfg.eval_batch > 0");
-    const hr_tensor *in = &p->g.t[p->eval_input], *o = &p->g.t[p->eval_output];
+    const hr_tensor *in = &p->g.t[p->eval_input];
     hr_status st = s->be->upload(s->be, s->ptr[p->eval_input], x, (size_t)hr_shape_numel(&in->shape) * sizeof(float));
     if (!st) st = run_range(s, p->n_step, p->g.nn, NULL);
     if (st) return finish_batch(s, st);
-    st = s->be->download(s->be, out, s->ptr[p->eval_output], (size_t)hr_shape_numel(&o->shape) * sizeof(float));
-    return st ? st : s->be->sync(s->be);
+    return read_f32(s, p->eval_output, out);
 }
 
-/* The output as F32. A training step under mixed precision may keep it half
- * (its loss reads the half logits): the half values then come down into the
- * back of `out` and are widened in place, front to back. */
 hr_status hr_read_output(hr_session_t *s, float *out) {
     if (!s || !out) return hr_error_set(HR_ERR_INVALID_ARG, "read_output: NULL argument");
-    const hr_tensor *t = &s->prog.g.t[s->prog.output];
     if (!s->ptr || !s->ptr[s->prog.output]) return hr_error_set(HR_ERR_INVALID_ARG, "read_output: nothing has run");
     if (s->prog.cfg.mode == HR_MODE_TRAIN && !s->prog.cfg.keep_output)
         return hr_error_set(HR_ERR_INVALID_ARG, "read_output: a training step reuses its output's bytes; compile the "
                                                 "session with keep_output to read it after a step");
-    int64_t n = hr_shape_numel(&t->shape);
-    size_t es = hr_dtype_size(t->dtype);
-    void *dst = (char *)out + (size_t)n * (sizeof(float) - es);
-    hr_status st = s->be->download(s->be, dst, s->ptr[s->prog.output], (size_t)n * es);
-    if (!st) st = s->be->sync(s->be);
-    /* through a chunk on the stack (memcpy: no aliasing between the two
-     * views); writing floats [0, i + k) never reaches halves past i + k */
-    uint16_t chunk[2048];
-    for (int64_t i = 0; !st && t->dtype != HR_F32 && i < n; i += 2048) {
-        int64_t k = n - i < 2048 ? n - i : 2048;
-        memcpy(chunk, (const uint16_t *)dst + i, (size_t)k * 2);
-        for (int64_t j = 0; j < k; j++) out[i + j] = hr_load_f(chunk, t->dtype, j);
-    }
-    return st;
+    return read_f32(s, s->prog.output, out);
 }
 
 int64_t hr_step_count(const hr_session_t *s) { return s ? s->t : -1; }

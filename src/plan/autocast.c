@@ -10,10 +10,10 @@
  *   - the cross-entropy (HR_AC_READS_HALF) reads half logits as they are, in
  *     F32 arithmetic, and writes an F32 loss;
  *   - everything else (HR_AC_FOLLOW) computes in its input's type.
- * A tensor is cast to a type once, whoever asks. The model's output is read
- * as F32: a half output gets its F32 copy, which an F32 loss then shares,
- * except where a loss that reads half is the output's reader in the step
- * (the output stays half; hr_read_output widens it on the host). */
+ * A tensor is cast to a type once, whoever asks. The model's output stays in
+ * the type its layer computes (half after a product): the host widens it as
+ * it reads it (hr_read_output, hr_forward, hr_eval_forward), since an F32
+ * copy on the device would be a language model's largest tensor. */
 #include "plan/autocast.h"
 
 #include <string.h>
@@ -24,7 +24,6 @@ typedef struct {
     const char *prefix;  /* "" or "eval.": the evaluation pass's copies */
     int *copy;           /* [3 * nt0]: tensor i's copy in F32 / half, -1 */
     int nt0;
-    bool half_output;    /* the output stays half: the loss reads it so */
 } autocast;
 
 static bool is_float(hr_dtype t) { return t == HR_F32 || t == HR_F16 || t == HR_BF16; }
@@ -66,7 +65,7 @@ static unsigned act_inputs(const hr_graph *g, const hr_node *n) {
 }
 
 /* Rewrites node n (a copy, appended after whatever casts it needs). */
-static hr_status one_node(autocast *ac, hr_node n, int *output) {
+static hr_status one_node(autocast *ac, hr_node n) {
     hr_graph *g = ac->g;
     hr_autocast_rule pol = hr_op_descs[n.op]->autocast;
     unsigned acts = act_inputs(g, &n);
@@ -90,19 +89,13 @@ static hr_status one_node(autocast *ac, hr_node n, int *output) {
             if ((n.in[i] = cast_to(ac, n.in[i], out, n.layer)) < 0) return HR_ERR_OOM;
         }
     if (is_float(g->t[n.out[0]].dtype)) g->t[n.out[0]].dtype = out;
-    if (hr_graph_add_node(g, &n) < 0) return HR_ERR_OOM;
-    if (output && n.out[0] == *output && out != HR_F32 && !ac->half_output) {
-        int y = cast_to(ac, *output, HR_F32, n.layer);
-        if (y < 0) return HR_ERR_OOM;
-        *output = y;
-    }
-    return HR_OK;
+    return hr_graph_add_node(g, &n) < 0 ? HR_ERR_OOM : HR_OK;
 }
 
-hr_status hr_autocast(hr_graph *g, int from, hr_precision prec, const char *prefix, int *output) {
+hr_status hr_autocast(hr_graph *g, int from, hr_precision prec, const char *prefix) {
     if (prec == HR_PREC_FP32) return HR_OK;
     int nn = g->nn, count = nn - from;
-    autocast ac = {g, prec == HR_PREC_BF16 ? HR_BF16 : HR_F16, prefix, NULL, g->nt, false};
+    autocast ac = {g, prec == HR_PREC_BF16 ? HR_BF16 : HR_F16, prefix, NULL, g->nt};
     hr_node *nodes = hr_malloc(sizeof(hr_node) * (size_t)(count > 0 ? count : 1));
     ac.copy = hr_malloc(sizeof(int) * 2 * (size_t)(ac.nt0 ? ac.nt0 : 1));
     hr_status st = HR_OK;
@@ -112,13 +105,8 @@ hr_status hr_autocast(hr_graph *g, int from, hr_precision prec, const char *pref
     }
     for (int i = 0; i < 2 * ac.nt0; i++) ac.copy[i] = -1;
     memcpy(nodes, g->n + from, sizeof(hr_node) * (size_t)count);
-    /* The step's loss is its last forward node: one that reads half keeps
-     * the output half (none in the evaluation pass, whose output is read). */
-    const hr_node *last = count > 0 ? &nodes[count - 1] : NULL;
-    ac.half_output = output && last && last->nin > 0 && last->in[0] == *output &&
-                     hr_op_descs[last->op]->autocast == HR_AC_READS_HALF;
     g->nn = from;
-    for (int k = 0; k < count && !st; k++) st = one_node(&ac, nodes[k], output);
+    for (int k = 0; k < count && !st; k++) st = one_node(&ac, nodes[k]);
 done:
     hr_free(nodes);
     hr_free(ac.copy);

@@ -7,9 +7,8 @@
 
 /* Rewrites nodes [from, g->nn) — the forward pass, or the evaluation pass
  * appended last — for precision `prec` (nothing for fp32): tensor types and
- * Cast nodes. The copies of parameters are named with `prefix` first. When
- * *output (may be NULL) comes out half, it is given an F32 copy, and *output
- * becomes that copy. */
-hr_status hr_autocast(hr_graph *g, int from, hr_precision prec, const char *prefix, int *output);
+ * Cast nodes. The copies of parameters are named with `prefix` first. The
+ * pass's output keeps the type its layer computes (the host widens it). */
+hr_status hr_autocast(hr_graph *g, int from, hr_precision prec, const char *prefix);
 
 #endif

@@ -324,7 +324,7 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
         p->g.nn--; /* the loss node is last */
         p->loss = p->label = -1;
     }
-    if ((st = hr_autocast(&p->g, 0, cfg->precision, "", &p->output)) != HR_OK) goto fail;
+    if ((st = hr_autocast(&p->g, 0, cfg->precision, "")) != HR_OK) goto fail;
     p->n_fwd = p->g.nn;
     if (train) {
         if ((st = build_backward(p)) != HR_OK) goto fail;
@@ -337,7 +337,7 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
     int64_t eb = cfg->eval_batch < 0 ? micro : cfg->eval_batch;
     if (train && eb > 0) {
         if ((st = build_eval(p, m, eb)) != HR_OK) goto fail;
-        if ((st = hr_autocast(&p->g, p->n_step, cfg->precision, "eval.", &p->eval_output)) != HR_OK) goto fail;
+        if ((st = hr_autocast(&p->g, p->n_step, cfg->precision, "eval.")) != HR_OK) goto fail;
     }
     /* Workspace: one tensor per node that asks for scratch. */
     for (int s = 0; s < p->g.nn; s++) {
