@@ -97,6 +97,14 @@ static void run(const char *model, int64_t batch, int64_t per, hr_precision prec
 }
 
 int main(void) {
+    /* The default (precise) choice times cuDNN's candidates at the first run,
+     * and which engine wins moves deep_cnn's bf16 first-step gradients by
+     * about PyTorch's own error (session 8, H100, three runs: 6.bias 0.114
+     * of its largest value with one engine, against a bound of 0.108; 0.05
+     * with the other). The comparison with PyTorch runs on the deterministic
+     * choice, so that a rerun is the same; test_cuda_half bounds the half
+     * kernels of every engine choice against float64. */
+    setenv("HR_CUDNN_ALGO", "deterministic", 0);
     if (!hr_backend_cuda_available()) {
         printf("SKIP: no CUDA device\n");
         TEST_END();
