@@ -382,8 +382,41 @@ static void test_fit(void) {
     CHECK(system(cmd) == 0, "cleanup");
 }
 
+/* Patterns: '*.mlp.gelu' names the GELU of every block (the layers llm.c's
+ * -r 1 recomputes), the same list as naming each; all matching layers train
+ * as without recomputation; a pattern that names nothing is refused. */
+static void test_patterns(void) {
+    hr_model_t *m = hr_modelfile_load("examples/char_gpt.model");
+    CHECK(m, "char_gpt: %s", hr_last_error());
+    if (!m) return;
+    hr_config_t cfg = hr_config_default();
+    cfg.batch = 2;
+    char names[1024] = "";
+    for (int b = 0; b < 6; b++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%stransformer.h.%d.mlp.gelu", b ? "," : "", b);
+    cfg.recompute = "*.mlp.gelu";
+    hr_session_t *s = hr_compile(m, &cfg);
+    const char *got = s ? hr_session_report(s)->recompute : NULL;
+    CHECK(got && !strcmp(got, names), "'*.mlp.gelu' recomputes %s; want %s (%s)", got ? got : "nothing", names,
+          s ? "" : hr_last_error());
+    hr_session_free(s);
+    cfg.recompute = "transformer.h.*.attn.c_*, *.nothing";
+    hr_error_clear();
+    CHECK(!hr_compile(m, &cfg) && hr_last_status() == HR_ERR_INVALID_ARG && strstr(hr_last_error(), "*.nothing"),
+          "a pattern that names no layer: '%s'", hr_last_error());
+    hr_model_free(m);
+    hr_model_t *r = hr_modelfile_load("examples/resnet_tiny.model");
+    if (r) {
+        hr_config_t c = hr_config_default();
+        c.batch = 4;
+        CHECK(same_training("resnet_tiny, pattern *", r, c, "*", 2) > 0, "'*' recomputes nothing on resnet_tiny");
+        hr_model_free(r);
+    }
+}
+
 int main(void) {
     test_fit();
+    test_patterns();
     test_models();
     test_random();
     test_search();

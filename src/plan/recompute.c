@@ -14,6 +14,7 @@
  * batch statistics and leaves the running ones alone (a.recompute). */
 #include "plan/recompute.h"
 
+#include <fnmatch.h>
 #include <string.h>
 
 /* Forward node k may be recomputed: it belongs to a layer, and it makes
@@ -50,13 +51,31 @@ hr_status hr_recompute_parse(const hr_program *p, const char *list, bool *sel) {
         size_t len = strcspn(s, ",");
         size_t end = len;
         while (end && s[end - 1] == ' ') end--;
+        if (memchr(s, '*', end) || memchr(s, '?', end) || memchr(s, '[', end)) {
+            /* a pattern (fnmatch's): every layer it names that can be recomputed */
+            char pat[512];
+            if (end >= sizeof pat)
+                return hr_error_set(HR_ERR_INVALID_ARG, "--recompute: a pattern of %zu characters is too long", end);
+            memcpy(pat, s, end);
+            pat[end] = 0;
+            int hits = 0;
+            for (int l = 0; l < g->nl; l++)
+                if (!fnmatch(pat, g->l[l].name, 0) && hr_recompute_layer_ok(p, l)) sel[l] = true, hits++;
+            if (!hits)
+                return hr_error_set(HR_ERR_INVALID_ARG,
+                                    "--recompute: '%s' names no layer that can be recomputed; patterns match whole "
+                                    "layer names as the plan's report prints them (e.g. '*.mlp.gelu')", pat);
+            s += len;
+            if (*s == ',') s++;
+            continue;
+        }
         int found = -1;
         for (int l = 0; l < g->nl && found < 0; l++)
             if (strlen(g->l[l].name) == end && !strncmp(g->l[l].name, s, end)) found = l;
         if (found < 0)
             return hr_error_set(HR_ERR_INVALID_ARG,
                                 "--recompute: the model has no layer named '%.*s'; name layers as the plan's report "
-                                "does (e.g. --recompute 0,1), or use all, none or auto",
+                                "does (e.g. --recompute 0,1), give a pattern ('*.mlp.gelu'), or use all, none or auto",
                                 (int)end, s);
         if (!hr_recompute_layer_ok(p, found)) {
             char where[160];
