@@ -57,7 +57,7 @@ static void usage(FILE *f) {
             "      from the start of the epoch after its last (a resumed run keeps them otherwise)\n"
             "  --recompute: layers whose activations are computed again in the backward pass\n"
             "      instead of kept (bit-identical gradients): names (1,3,stem), patterns\n"
-            "      ('*.mlp.gelu'), all, auto (the cheapest that fits --budget or what is\n"
+            "      ('*.mlp.*'), all, auto (the cheapest that fits --budget or what is\n"
             "      free), min (the smallest plan)\n"
             "  --trace FILE: the first N steps (--trace-steps, default 10, at most 1000) as a\n"
             "      Chrome trace (open it in ui.perfetto.dev or chrome://tracing): each node's\n"

@@ -64,7 +64,7 @@ hr_status hr_recompute_parse(const hr_program *p, const char *list, bool *sel) {
             if (!hits)
                 return hr_error_set(HR_ERR_INVALID_ARG,
                                     "--recompute: '%s' names no layer that can be recomputed; patterns match whole "
-                                    "layer names as the plan's report prints them (e.g. '*.mlp.gelu')", pat);
+                                    "layer names as the plan's report prints them (e.g. '*.mlp.*')", pat);
             s += len;
             if (*s == ',') s++;
             continue;
@@ -75,7 +75,7 @@ hr_status hr_recompute_parse(const hr_program *p, const char *list, bool *sel) {
         if (found < 0)
             return hr_error_set(HR_ERR_INVALID_ARG,
                                 "--recompute: the model has no layer named '%.*s'; name layers as the plan's report "
-                                "does (e.g. --recompute 0,1), give a pattern ('*.mlp.gelu'), or use all, none or auto",
+                                "does (e.g. --recompute 0,1), give a pattern ('*.mlp.*'), or use all, none or auto",
                                 (int)end, s);
         if (!hr_recompute_layer_ok(p, found)) {
             char where[160];
