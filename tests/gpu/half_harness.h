@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "check.h"
+#include "device_arena.h"
 
 /* ---- host values ------------------------------------------------------------ */
 static uint64_t rng = 0x5eed;
@@ -39,26 +40,10 @@ static void *hmalloc(size_t n) {
     return p;
 }
 
-/* ---- device memory: one arena (poisoned: NaN), cut per case ------------------ */
-static hr_backend *be;
-static char *dbase;
-static size_t dsize = (size_t)512 << 20, dused;
-static void *dalloc(size_t n) {
-    size_t o = hr_align_up(dused, HR_ALIGN);
-    if (o + n > dsize) {
-        fprintf(stderr, "test arena exhausted\n");
-        exit(2);
-    }
-    dused = o + n;
-    return dbase + o;
-}
+/* ---- a case's end: its device memory (device_arena.h) and host buffers back --- */
 static void case_end(void) {
     dused = 0;
     while (nhold) free(hold[--nhold]);
-}
-static void up(void *d, const void *h, size_t n) { CHECK(be->upload(be, d, h, n) == HR_OK, "upload: %s", hr_last_error()); }
-static void down(void *h, const void *d, size_t n) {
-    CHECK(be->download(be, h, d, n) == HR_OK, "download: %s", hr_last_error());
 }
 
 /* A tensor in both forms: host values v (rounded to t), device copies in t

@@ -31,27 +31,13 @@
 #include "backend/backend.h"
 #include "check.h"
 
+#define HR_TEST_ARENA_BYTES ((size_t)1 << 30)
+#include "device_arena.h"
+
 static uint64_t rng = 0xa77e;
 static double frand(double lo, double hi) {
     rng = rng * 6364136223846793005ull + 1442695040888963407ull;
     return lo + (hi - lo) * (double)(rng >> 11) * 0x1p-53;
-}
-
-static hr_backend *be;
-static char *dbase;
-static size_t dsize = (size_t)1 << 30, dused;
-static void *dalloc(size_t n) {
-    size_t o = hr_align_up(dused, HR_ALIGN);
-    if (o + n > dsize) {
-        fprintf(stderr, "test arena exhausted\n");
-        exit(2);
-    }
-    dused = o + n;
-    return dbase + o;
-}
-static void up(void *d, const void *h, size_t n) { CHECK(be->upload(be, d, h, n) == HR_OK, "upload: %s", hr_last_error()); }
-static void down(void *h, const void *d, size_t n) {
-    CHECK(be->download(be, h, d, n) == HR_OK, "download: %s", hr_last_error());
 }
 
 static size_t esize(hr_dtype t) { return t == HR_F32 ? 4 : 2; }
