@@ -564,7 +564,7 @@ static void test_fit(void) {
     EXPECT(2, "leave out --accumulate", HR " train examples/mlp.model --fit --accumulate 2");
     write_file("fit.model", "input 1 8 8\nConv2d(1, 8, 3, padding=1)\nReLU()\nFlatten()\nLinear(512, 10)\n"
                             "loss CrossEntropyLoss\n");
-    EXPECT(0, "fit: batch 256 as 4 x 64",
+    EXPECT(0, "fit: batch 256 as 2 x 128",
            "HR_CACHE_DIR=%s/cache " HR " train %s/fit.model --data synthetic --samples 1024 --batch 256 --epochs 1 "
            "--fit --budget 600KiB --no-measure --device cpu", tmp, tmp);
 }

@@ -93,6 +93,8 @@ hr_status hr_cuda_init(hr_cuda *c, const hr_config_t *cfg) {
     c->blas = h;
     HR_CUBLAS(cublasSetStream(h, c->stream));
     HR_CUBLAS(cublasSetMathMode(h, c->allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    hr_status st = hr_cuda_gemm_init(c);
+    if (st) return st;
     if (hr_cuda_dnn_open(c) != HR_OK && !c->dnn_why[0]) return HR_ERR_OOM;
     HR_CU(cudaMemGetInfo(&f1, &t1));
     c->overhead = g_ctx_bytes + (f0 > f1 ? f0 - f1 : 0);
@@ -105,6 +107,7 @@ void hr_cuda_fini(hr_cuda *c) {
     if (c->copy_stream) cudaStreamSynchronize(c->copy_stream);
     hr_cuda_conv_plans_free(c); /* their descriptors need the library: before it closes */
     hr_cuda_dnn_close(c);
+    hr_cuda_gemm_free(c);
     if (c->blas) cublasDestroy(c->blas);
     c->blas = NULL;
     for (int i = 0; i < 2; i++)

@@ -51,6 +51,9 @@ typedef struct hr_cuda {
     cudaStream_t copy_stream; /* host-to-device batch copies */
     cudaEvent_t compute_ev;   /* marks the compute stream when an upload is queued */
     hr_cublas_handle blas;
+    void *lt;                 /* cuBLASLt's handle (products with a bias epilogue) */
+    struct hr_lt_algo *lt_algos; /* its algorithm by product shape (cuda_gemm.c) */
+    int nlt, caplt;
     hr_cuda_dnn *dnn;         /* cuDNN, loaded at run time; NULL when missing */
     char dnn_why[256];        /* why cuDNN is missing */
     /* memory facts */
@@ -136,6 +139,9 @@ typedef size_t (*hr_cuda_ws_fn)(hr_cuda *c, const hr_kargs *a);
 
 /* ---- conv2d.c: Conv2d by plans made per shape while planning ---- */
 void hr_cuda_conv_plans_free(hr_cuda *c);
+/* cuda_gemm.c: cuBLASLt's handle, made with cuBLAS's; freed with its choices */
+hr_status hr_cuda_gemm_init(hr_cuda *c);
+void hr_cuda_gemm_free(hr_cuda *c);
 /* The forward pass on an input arriving in pieces (c->piece_*); returns with
  * the compute stream past the whole upload. */
 hr_status hr_cuda_conv2d_pieces(hr_cuda *c, const hr_kargs *a);
@@ -188,8 +194,17 @@ static inline int64_t hr_chan_splits(int64_t N, int64_t C) {
     if (k > 1024) k = 1024;
     return k < 1 ? 1 : k;
 }
+/* HW = 1, row-major (N, C): slices of at least 64 rows, about 1024 blocks of
+ * 256 columns each. */
+static inline int64_t hr_col_splits(int64_t N, int64_t C) {
+    int64_t cb = (C + 255) / 256, k = (1024 + cb - 1) / (cb > 0 ? cb : 1);
+    if (k > N / 64) k = N / 64;
+    if (k > 65535) k = 65535;
+    return k < 1 ? 1 : k;
+}
 static inline size_t hr_chan_sum_ws(int64_t N, int64_t C, int64_t HW) {
-    return HW > 1 && hr_chan_splits(N, C) > 1 ? (size_t)(C * hr_chan_splits(N, C)) * sizeof(double) : 0;
+    int64_t S = HW > 1 ? hr_chan_splits(N, C) : hr_col_splits(N, C);
+    return S > 1 ? (size_t)(C * S) * sizeof(double) : 0;
 }
 cudaError_t hrk_channel_sum_ws(cudaStream_t s, hr_dtype dt, const void *dy, float *db, int64_t N, int64_t C,
                                int64_t HW, bool acc, void *part);
