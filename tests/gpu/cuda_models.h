@@ -172,4 +172,23 @@ static hr_model_t *tiny_gpt(void) {
     return m;
 }
 
+/* tiny_gpt 128 wide: LayerNorm's register form (rows of 128 n floats), with
+ * and without its affine, its dx added to the residual's gradient */
+static hr_model_t *wide_gpt(void) {
+    hr_model_t *m = hr_model_new("wide_gpt");
+    int x = hr_input(m, "tokens", 1, (int64_t[]){8});
+    int e = hr_embedding(m, "wte", x, 50, 128);
+    e = hr_position_embedding(m, "wpe", e, 16, 128);
+    x = hr_layernorm(m, NULL, e, 1, (int64_t[]){128}, 1e-5f, true, true);
+    x = hr_linear(m, NULL, x, 128, 384, true);
+    x = hr_causal_attention(m, NULL, x, 2);
+    x = hr_linear(m, NULL, x, 128, 128, true);
+    x = hr_add(m, NULL, e, x);
+    x = hr_layernorm(m, NULL, x, 1, (int64_t[]){128}, 1e-5f, false, false);
+    x = hr_gelu(m, NULL, x, true);
+    x = hr_linear_tied(m, NULL, x, 128, 50, true, "wte");
+    hr_loss_cross_entropy(m, x, 50);
+    return m;
+}
+
 #endif

@@ -562,9 +562,9 @@ int main(void) {
     test_faults();
 
     printf("node by node, CUDA vs CPU on identical inputs\n");
-    enum { NMODELS = 10 };
-    hr_model_t *ms[NMODELS] = {mlp_dropout(),  cnn_bn(),    res_concat(), bn1d_softmax_mse(), overlap_pool(),
-                               wide_pool(),    act_mlp(),   ln_cnn(),     grouped_cnn(),      tiny_gpt()};
+    enum { NMODELS = 11 };
+    hr_model_t *ms[NMODELS] = {mlp_dropout(), cnn_bn(),  res_concat(), bn1d_softmax_mse(), overlap_pool(), wide_pool(),
+                               act_mlp(),     ln_cnn(),  grouped_cnn(), tiny_gpt(),        wide_gpt()};
     hr_config_t c1 = config(16, HR_OPTIM_ADAM);
     c1.optim.clip_norm = 0.5f;
     hr_config_t c2 = config(8, HR_OPTIM_SGD);
@@ -591,6 +591,7 @@ int main(void) {
     run_nodes("grouped_cnn infer", ms[8], ci);
     run_nodes("tiny_gpt", ms[9], c3);
     run_nodes("tiny_gpt infer", ms[9], ci);
+    run_nodes("wide_gpt", ms[10], c3);
     setenv("HR_CUDNN_API", "legacy", 1); /* cudnnSetConvolutionGroupCount and the legacy dilation */
     run_nodes("grouped_cnn legacy", ms[8], c3);
     unsetenv("HR_CUDNN_API");
@@ -636,6 +637,7 @@ int main(void) {
     run_steps("grouped_cnn", ms[8], c3, 3, 1e-5, 1e-4, 1e-5, 1e-5);
     /* SGD: Adam would turn the last bits of near-zero gradients into whole steps of lr */
     run_steps("tiny_gpt", ms[9], c2, 3, 1e-5, 1e-4, 1e-5, 1e-5);
+    run_steps("wide_gpt", ms[10], c2, 3, 1e-5, 1e-4, 1e-5, 1e-5);
     for (int i = 0; i < NMODELS; i++) hr_model_free(ms[i]);
 
     printf("seed models, 5 Adam steps, CUDA vs CPU\n");

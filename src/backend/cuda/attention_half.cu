@@ -49,27 +49,41 @@ template <> __device__ __forceinline__ uint32_t ha_pack<__half>(float lo, float 
     return *reinterpret_cast<uint32_t *>(&v);
 }
 
-__device__ __forceinline__ uint32_t ha_ld32(const uint16_t *p) { return *reinterpret_cast<const uint32_t *>(p); }
+/* Fragments come from shared memory by ldmatrix: each lane gives the address
+ * of one 8-element row (16 bytes: rows of D + 8 elements keep them aligned
+ * and in distinct banks) of four 8 x 8 matrices, and gets register i of its
+ * (g, 2t..2t+1) pair of matrix i; .trans gives (2t..2t+1, g). The same
+ * values in the same registers as 32-bit loads (and 16-bit ones for
+ * ha_frag_b) gave, in one instruction. */
+__device__ __forceinline__ void ha_ldm(uint32_t *r, const uint16_t *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ __forceinline__ void ha_ldm_t(uint32_t *r, const uint16_t *p) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
 
-/* A at s (16 rows of stride S from s, 16 channels from s): lane's 4 registers */
+/* A at s (16 rows of stride S from s, 16 channels from s): lane's 4
+ * registers, matrices (rows 0-7, 8-15) x (channels 0-7, 8-15) */
 template <int S> __device__ __forceinline__ void ha_frag_a(uint32_t *a, const uint16_t *s, int g, int t) {
-    const uint16_t *p = s + g * S + 2 * t;
-    a[0] = ha_ld32(p);
-    a[1] = ha_ld32(p + 8 * S);
-    a[2] = ha_ld32(p + 8);
-    a[3] = ha_ld32(p + 8 * S + 8);
+    int lane = 4 * g + t, mi = lane >> 3, rr = lane & 7;
+    ha_ldm(a, s + (rr + 8 * (mi & 1)) * S + 8 * (mi >> 1));
 }
-/* B[k][n] = s[n S + k]: a tile stored [n][k], e.g. K[key][d] for Q K^T */
-template <int S> __device__ __forceinline__ void ha_frag_bt(uint32_t *b, const uint16_t *s, int g, int t) {
-    const uint16_t *p = s + g * S + 2 * t;
-    b[0] = ha_ld32(p);
-    b[1] = ha_ld32(p + 8);
+/* B[k][n] = s[n S + k] for two n tiles (e.g. K[key][d] for Q K^T): b[0..1]
+ * the first tile's, b[2..3] the second's */
+template <int S> __device__ __forceinline__ void ha_frag_bt2(uint32_t *b, const uint16_t *s, int g, int t) {
+    int lane = 4 * g + t, mi = lane >> 3, rr = lane & 7;
+    ha_ldm(b, s + (rr + 8 * (mi >> 1)) * S + 8 * (mi & 1));
 }
-/* B[k][n] = s[k S + n]: a tile stored [k][n], e.g. V[key][d] for P V */
-template <int S> __device__ __forceinline__ void ha_frag_b(uint32_t *b, const uint16_t *s, int g, int t) {
-    const uint16_t *p = s + 2 * t * S + g;
-    b[0] = (uint32_t)p[0] | (uint32_t)p[S] << 16;
-    b[1] = (uint32_t)p[8 * S] | (uint32_t)p[9 * S] << 16;
+/* B[k][n] = s[k S + n] for two n tiles (e.g. V[key][d] for P V) */
+template <int S> __device__ __forceinline__ void ha_frag_b2(uint32_t *b, const uint16_t *s, int g, int t) {
+    int lane = 4 * g + t, mi = lane >> 3, rr = lane & 7;
+    ha_ldm_t(b, s + (rr + 8 * (mi & 1)) * S + 8 * (mi >> 1));
 }
 /* C fragments nt = 2 ks, 2 ks + 1 (16 x 16 of fp32) rounded to an A fragment */
 template <typename E> __device__ __forceinline__ void ha_c2a(uint32_t *a, const float *c0, const float *c1) {
@@ -83,15 +97,17 @@ template <typename E> __device__ __forceinline__ void ha_c2a(uint32_t *a, const 
  * sb[n S + k] for n in [0, 8 NT): the scores Q K^T, or dY V^T */
 template <typename E, int S, int KS, int NT>
 __device__ __forceinline__ void ha_mm_abt(float (*acc)[4], const uint16_t *sa, const uint16_t *sb, int g, int t) {
+    static_assert(NT % 2 == 0, "n tiles go in pairs");
 #pragma unroll
     for (int ks = 0; ks < KS; ks++) {
         uint32_t a[4];
         ha_frag_a<S>(a, sa + 16 * ks, g, t);
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            uint32_t b[2];
-            ha_frag_bt<S>(b, sb + 8 * nt * S + 16 * ks, g, t);
+        for (int nt = 0; nt < NT; nt += 2) {
+            uint32_t b[4];
+            ha_frag_bt2<S>(b, sb + 8 * nt * S + 16 * ks, g, t);
             ha_mma<E>(acc[nt], a, b);
+            ha_mma<E>(acc[nt + 1], a, b + 2);
         }
     }
 }
@@ -100,15 +116,17 @@ __device__ __forceinline__ void ha_mm_abt(float (*acc)[4], const uint16_t *sa, c
  * B[k][n] = sb[k S + n]: P V, P^T dY, dS^T Q, dS K */
 template <typename E, int S, int KS, int NT>
 __device__ __forceinline__ void ha_mm_pb(float (*acc)[4], const float (*p)[4], const uint16_t *sb, int g, int t) {
+    static_assert(NT % 2 == 0, "n tiles go in pairs");
 #pragma unroll
     for (int ks = 0; ks < KS; ks++) {
         uint32_t a[4];
         ha_c2a<E>(a, p[2 * ks], p[2 * ks + 1]);
 #pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            uint32_t b[2];
-            ha_frag_b<S>(b, sb + 16 * ks * S + 8 * nt, g, t);
+        for (int nt = 0; nt < NT; nt += 2) {
+            uint32_t b[4];
+            ha_frag_b2<S>(b, sb + 16 * ks * S + 8 * nt, g, t);
             ha_mma<E>(acc[nt], a, b);
+            ha_mma<E>(acc[nt + 1], a, b + 2);
         }
     }
 }
