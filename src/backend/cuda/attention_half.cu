@@ -152,18 +152,48 @@ __device__ __forceinline__ void ha_load(uint16_t *s, const uint16_t *g, int64_t 
     }
 }
 
+/* ha_load's tile without waiting (vec: cp.async, 16 bytes a copy, zeros for
+ * rows past `valid` and channels past hs; else ha_load itself): the block's
+ * copies land once ha_wait has passed and a __syncthreads follows, so the
+ * next tile arrives while the block works on this one. */
+__device__ __forceinline__ void ha_cp16(uint16_t *dst, const void *src, bool in) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(a), "l"(src), "r"(in ? 16 : 0));
+}
+__device__ __forceinline__ void ha_cp4(float *dst, const float *src, bool in) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(a), "l"(src), "r"(in ? 4 : 0));
+}
+__device__ __forceinline__ void ha_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/* the copies of every group but the last `pending` are in */
+template <int pending> __device__ __forceinline__ void ha_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
+
+template <int D, int ROWS>
+__device__ __forceinline__ void ha_load_async(uint16_t *s, const uint16_t *g, int64_t ld, int valid, int hs, bool vec) {
+    constexpr int S = D + 8;
+    if (!vec) return ha_load<D, ROWS>(s, g, ld, valid, hs, false);
+    for (int x = threadIdx.x; x < ROWS * (D / 8); x += HA_THREADS) {
+        int r = x / (D / 8), c = (x % (D / 8)) * 8;
+        bool in = r < valid && c < hs;
+        ha_cp16(s + r * S + c, in ? g + r * ld + c : g, in);
+    }
+}
+
 /* ---- forward: block (n h, query tile), 64 queries, warp w rows q0 + 16 w.
  * Key tiles of BC from 0 to the diagonal: S = Q K^T (fp32), scaled and masked
  * (j > i or j >= T: -inf), online softmax per row (running max m, partial sum
  * l of this lane's columns, summed over the quad at the end), P rounded to E,
  * O += P V in fp32 fragments rescaled by exp(m_old - m_new). y = O / l
- * rounded to E; lse = m + log l (fp32). smem: Q [64][D+8], K, V [BC][D+8]. */
+ * rounded to E; lse = m + log l (fp32). smem: Q [64][D+8], two buffers of K,
+ * V [BC][D+8]. */
 template <typename E, int D, int BC>
 __global__ void __launch_bounds__(HA_THREADS)
     ha_fwd(const E *qkv_, E *y_, float *lse, int T, int64_t C, int H, float scale, bool vec) {
     constexpr int S = D + 8;
     extern __shared__ __align__(16) uint16_t ha_sm[];
-    uint16_t *sq = ha_sm, *sk = sq + HA_ROWS * S, *sv = sk + BC * S;
+    uint16_t *sq = ha_sm, *sk = sq + HA_ROWS * S; /* then K, V, K, V: [BC][S] each */
     const uint16_t *qkv = reinterpret_cast<const uint16_t *>(qkv_);
     int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
     int64_t bh = blockIdx.x, n = bh / H, h = bh % H, hs = C / H, ld = 3 * C;
@@ -176,16 +206,27 @@ __global__ void __launch_bounds__(HA_THREADS)
 #pragma unroll
     for (int nt = 0; nt < D / 8; nt++) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
     int kend = min(q0 + HA_ROWS, T);
-    for (int k0 = 0; k0 < kend; k0 += BC) {
-        __syncthreads(); /* the last tile's readers are done */
-        ha_load<D, BC>(sk, base + k0 * ld + C, ld, T - k0, (int)hs, vec);
-        ha_load<D, BC>(sv, base + k0 * ld + 2 * C, ld, T - k0, (int)hs, vec);
+    /* K and V tiles in two buffers: tile k0 + BC loads while k0 is used */
+    auto fetch = [&](int k, int b) {
+        ha_load_async<D, BC>(sk + b * 2 * BC * S, base + k * ld + C, ld, T - k, (int)hs, vec);
+        ha_load_async<D, BC>(sk + (b * 2 + 1) * BC * S, base + k * ld + 2 * C, ld, T - k, (int)hs, vec);
+        ha_commit();
+    };
+    fetch(0, 0);
+    for (int k0 = 0, b = 0; k0 < kend; k0 += BC, b ^= 1) {
+        if (k0 + BC < kend) {
+            fetch(k0 + BC, b ^ 1);
+            ha_wait<1>();
+        } else {
+            ha_wait<0>();
+        }
         __syncthreads();
-        if (k0 > qw + 15) continue; /* the whole tile is above the warp's diagonal */
+        const uint16_t *sk_ = sk + b * 2 * BC * S, *sv_ = sk_ + BC * S;
+        if (k0 <= qw + 15) { /* else the whole tile is above the warp's diagonal */
         float s[BC / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BC / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-        ha_mm_abt<E, S, D / 16, BC / 8>(s, sq + 16 * w * S, sk, g, t);
+        ha_mm_abt<E, S, D / 16, BC / 8>(s, sq + 16 * w * S, sk_, g, t);
         float mx[2] = {m[0], m[1]};
 #pragma unroll
         for (int nt = 0; nt < BC / 8; nt++)
@@ -215,7 +256,9 @@ __global__ void __launch_bounds__(HA_THREADS)
                 s[nt][e] = p;
                 l[e >> 1] += p;
             }
-        ha_mm_pb<E, S, BC / 16, D / 8>(o, s, sv, g, t);
+        ha_mm_pb<E, S, BC / 16, D / 8>(o, s, sv_, g, t);
+        }
+        __syncthreads(); /* every warp is done with buffer b before it is refilled */
     }
 
     E *y = y_ + n * T * C + h * hs;
@@ -264,15 +307,16 @@ template <typename E> __device__ __forceinline__ void ha_put(E *p, float v, bool
  * P^T = exp(scale S^T - lse_i) (fp32; 0 where i < j or i >= T), dV += P^T dY
  * (P rounded to E), dP^T = V dY^T, dS^T = P^T (dP^T - D_i) (fp32), dK += dS^T Q
  * (dS rounded to E); dK *= scale. Both accumulate in fp32 fragments, written
- * once. smem: K, V [64][D+8], Q, dY [BQ][D+8], lse, D [BQ] floats. */
+ * once. smem: K, V [64][D+8], two buffers of Q, dY [BQ][D+8] and lse, D [BQ] floats. */
 template <typename E, int D, int BQ, int DO>
 __global__ void __launch_bounds__(HA_THREADS)
     ha_dkv(const E *qkv_, const E *dy_, const float *lse, const float *Dr, E *dqkv, int T, int64_t C, int H,
            float scale, bool acc, bool vec) {
     constexpr int S = D + 8;
     extern __shared__ __align__(16) uint16_t ha_sm[];
-    uint16_t *sk = ha_sm, *sv = sk + HA_ROWS * S, *sq = sv + HA_ROWS * S, *sdy = sq + BQ * S;
-    float *slse = reinterpret_cast<float *>(sdy + BQ * S), *sD = slse + BQ;
+    /* K, V, then two buffers of Q, dY [BQ][S] and of lse, D [BQ] */
+    uint16_t *sk = ha_sm, *sv = sk + HA_ROWS * S, *sqb = sv + HA_ROWS * S;
+    float *slb = reinterpret_cast<float *>(sqb + 4 * BQ * S);
     const uint16_t *qkv = reinterpret_cast<const uint16_t *>(qkv_), *dy = reinterpret_cast<const uint16_t *>(dy_);
     int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
     int64_t bh = blockIdx.x, n = bh / H, h = bh % H, hs = C / H, ld = 3 * C;
@@ -286,17 +330,31 @@ __global__ void __launch_bounds__(HA_THREADS)
     for (int nt = 0; nt < DO / 8; nt++)
 #pragma unroll
         for (int e = 0; e < 4; e++) dk[nt][e] = dv[nt][e] = 0.0f;
-    for (int i0 = j0; i0 < T; i0 += BQ) {
-        __syncthreads();
-        ha_load<D, BQ>(sq, base + i0 * ld, ld, T - i0, (int)hs, vec);
-        ha_load<D, BQ>(sdy, dyb + i0 * C, C, T - i0, (int)hs, vec);
+    /* query tile i0 + BQ loads while i0 is used */
+    auto fetch = [&](int i, int b) {
+        ha_load_async<D, BQ>(sqb + 2 * b * BQ * S, base + i * ld, ld, T - i, (int)hs, vec);
+        ha_load_async<D, BQ>(sqb + (2 * b + 1) * BQ * S, dyb + i * C, C, T - i, (int)hs, vec);
+        float *sl = slb + 2 * b * BQ;
         for (int x = threadIdx.x; x < BQ; x += HA_THREADS) {
-            bool in = i0 + x < T;
-            slse[x] = in ? lse[bh * T + i0 + x] : 0.0f;
-            sD[x] = in ? Dr[bh * T + i0 + x] : 0.0f;
+            bool in = i + x < T;
+            int64_t at = in ? bh * T + i + x : 0;
+            ha_cp4(sl + x, lse + at, in);
+            ha_cp4(sl + BQ + x, Dr + at, in);
+        }
+        ha_commit();
+    };
+    fetch(j0, 0);
+    for (int i0 = j0, b = 0; i0 < T; i0 += BQ, b ^= 1) {
+        if (i0 + BQ < T) {
+            fetch(i0 + BQ, b ^ 1);
+            ha_wait<1>();
+        } else {
+            ha_wait<0>();
         }
         __syncthreads();
-        if (i0 + BQ - 1 < jw) continue; /* every query of the tile precedes the warp's keys */
+        const uint16_t *sq = sqb + 2 * b * BQ * S, *sdy = sq + BQ * S;
+        const float *slse = slb + 2 * b * BQ, *sD = slse + BQ;
+        if (i0 + BQ - 1 >= jw) { /* else every query of the tile precedes the warp's keys */
         float p[BQ / 8][4], ds[BQ / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; nt++)
@@ -315,6 +373,8 @@ __global__ void __launch_bounds__(HA_THREADS)
             }
         ha_mm_pb<E, S, BQ / 16, DO / 8>(dv, p, sdy + c0, g, t);
         ha_mm_pb<E, S, BQ / 16, DO / 8>(dk, ds, sq + c0, g, t);
+        }
+        __syncthreads(); /* every warp is done with buffer b before it is refilled */
     }
 
 #pragma unroll
@@ -337,14 +397,14 @@ __global__ void __launch_bounds__(HA_THREADS)
 /* ---- backward (3): dQ. Block (n h, query tile of 64, channel chunk of DO),
  * warp w queries q0 + 16 w. Key tiles of BK from 0 to the diagonal: S = Q K^T,
  * P = exp(scale S - lse_i), dP = dY V^T, dS = P (dP - D_i) (fp32), dQ += dS K
- * (dS rounded to E); dQ *= scale. smem: Q, dY [64][D+8], K, V [BK][D+8]. */
+ * (dS rounded to E); dQ *= scale. smem: Q, dY [64][D+8], two buffers of K, V [BK][D+8]. */
 template <typename E, int D, int BK, int DO>
 __global__ void __launch_bounds__(HA_THREADS)
     ha_dq(const E *qkv_, const E *dy_, const float *lse, const float *Dr, E *dqkv, int T, int64_t C, int H,
           float scale, bool acc, bool vec) {
     constexpr int S = D + 8;
     extern __shared__ __align__(16) uint16_t ha_sm[];
-    uint16_t *sq = ha_sm, *sdy = sq + HA_ROWS * S, *sk = sdy + HA_ROWS * S, *sv = sk + BK * S;
+    uint16_t *sq = ha_sm, *sdy = sq + HA_ROWS * S, *skb = sdy + HA_ROWS * S; /* then K, V, K, V [BK][S] */
     const uint16_t *qkv = reinterpret_cast<const uint16_t *>(qkv_), *dy = reinterpret_cast<const uint16_t *>(dy_);
     int w = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
     int64_t bh = blockIdx.x, n = bh / H, h = bh % H, hs = C / H, ld = 3 * C;
@@ -364,12 +424,22 @@ __global__ void __launch_bounds__(HA_THREADS)
 #pragma unroll
     for (int nt = 0; nt < DO / 8; nt++) dq[nt][0] = dq[nt][1] = dq[nt][2] = dq[nt][3] = 0.0f;
     int kend = min(q0 + HA_ROWS, T);
-    for (int k0 = 0; k0 < kend; k0 += BK) {
+    auto fetch = [&](int k, int b) { /* key tile k0 + BK loads while k0 is used */
+        ha_load_async<D, BK>(skb + 2 * b * BK * S, base + k * ld + C, ld, T - k, (int)hs, vec);
+        ha_load_async<D, BK>(skb + (2 * b + 1) * BK * S, base + k * ld + 2 * C, ld, T - k, (int)hs, vec);
+        ha_commit();
+    };
+    fetch(0, 0);
+    for (int k0 = 0, b = 0; k0 < kend; k0 += BK, b ^= 1) {
+        if (k0 + BK < kend) {
+            fetch(k0 + BK, b ^ 1);
+            ha_wait<1>();
+        } else {
+            ha_wait<0>();
+        }
         __syncthreads();
-        ha_load<D, BK>(sk, base + k0 * ld + C, ld, T - k0, (int)hs, vec);
-        ha_load<D, BK>(sv, base + k0 * ld + 2 * C, ld, T - k0, (int)hs, vec);
-        __syncthreads();
-        if (k0 > qw + 15) continue; /* the whole tile is above the warp's diagonal */
+        const uint16_t *sk = skb + 2 * b * BK * S, *sv = sk + BK * S;
+        if (k0 <= qw + 15) { /* else the whole tile is above the warp's diagonal */
         float p[BK / 8][4], ds[BK / 8][4];
 #pragma unroll
         for (int nt = 0; nt < BK / 8; nt++)
@@ -386,6 +456,8 @@ __global__ void __launch_bounds__(HA_THREADS)
                 ds[nt][e] = pe * (ds[nt][e] - Di[r]);
             }
         ha_mm_pb<E, S, BK / 16, DO / 8>(dq, ds, sk + c0, g, t);
+        }
+        __syncthreads(); /* every warp is done with buffer b before it is refilled */
     }
 
 #pragma unroll
@@ -432,7 +504,7 @@ static hr_status ha_check(const hr_attention_args *p, hr_dtype dt, int *D) {
 }
 
 template <typename E, int D, int BC> static hr_status ha_fwd_run(cudaStream_t st, const hr_attention_args *p) {
-    size_t bytes = sizeof(uint16_t) * (HA_ROWS + 2 * BC) * (D + 8);
+    size_t bytes = sizeof(uint16_t) * (HA_ROWS + 4 * BC) * (D + 8);
     hr_status s = ha_smem(ha_fwd<E, D, BC>, bytes);
     if (s != HR_OK) return s;
     dim3 grid((unsigned)(p->N * p->H), (unsigned)((p->T + HA_ROWS - 1) / HA_ROWS));
@@ -464,7 +536,7 @@ static hr_status ha_bwd_run(cudaStream_t st, const hr_attention_args *p, float *
 
     unsigned tiles = (unsigned)((p->T + HA_ROWS - 1) / HA_ROWS);
     dim3 grid((unsigned)(p->N * p->H), tiles, D / DO);
-    size_t kv_bytes = sizeof(uint16_t) * (2 * HA_ROWS + 2 * BQ) * (D + 8) + sizeof(float) * 2 * BQ;
+    size_t kv_bytes = sizeof(uint16_t) * (2 * HA_ROWS + 4 * BQ) * (D + 8) + sizeof(float) * 4 * BQ;
     hr_status s = ha_smem(ha_dkv<E, D, BQ, DO>, kv_bytes);
     if (s != HR_OK) return s;
     ha_dkv<E, D, BQ, DO><<<grid, HA_THREADS, kv_bytes, st>>>((const E *)p->qkv, (const E *)p->dy, p->lse_saved, D_,
@@ -472,7 +544,7 @@ static hr_status ha_bwd_run(cudaStream_t st, const hr_attention_args *p, float *
                                                             p->acc, vec);
     HR_CU(cudaGetLastError());
 
-    size_t q_bytes = sizeof(uint16_t) * (2 * HA_ROWS + 2 * BK) * (D + 8);
+    size_t q_bytes = sizeof(uint16_t) * (2 * HA_ROWS + 4 * BK) * (D + 8);
     s = ha_smem(ha_dq<E, D, BK, DO>, q_bytes);
     if (s != HR_OK) return s;
     ha_dq<E, D, BK, DO><<<grid, HA_THREADS, q_bytes, st>>>((const E *)p->qkv, (const E *)p->dy, p->lse_saved, D_,
