@@ -569,6 +569,31 @@ static void test_fit(void) {
            "--fit --budget 600KiB --no-measure --device cpu", tmp, tmp);
 }
 
+/* --context T: a token model planned, fitted and trained at another length;
+ * images, features and lengths past the position table are refused. */
+static long long largest_in(const char *o) {
+    const char *a = strstr(o, "largest batch that fits: ");
+    return a ? atoll(a + strlen("largest batch that fits: ")) : -1;
+}
+
+static void test_context(void) {
+    EXPECT(0, "largest batch that fits", HR " plan examples/char_gpt.model --batch 8 --budget 1GiB --device cpu");
+    long long full = largest_in(out);
+    EXPECT(0, "largest batch that fits",
+           HR " plan examples/char_gpt.model --batch 8 --context 64 --budget 1GiB --device cpu");
+    long long short_ = largest_in(out);
+    CHECK(full > 0 && short_ > 2 * full, "a quarter of the context fits more than twice the batch: %lld at 64, %lld at "
+          "256", short_, full);
+    EXPECT(0, "--context 64 --accumulate",
+           "HR_CACHE_DIR=%s/cache " HR " fit examples/char_gpt.model --batch 64 --context 64 --budget 300MiB "
+           "--no-measure --device cpu", tmp);
+    EXPECT(0, "stopped after 2 steps", HR " train examples/char_gpt.model --data text:README.md --context 16 --batch 4 "
+           "--max-steps 2 --device cpu");
+    EXPECT(1, "longer than layer transformer.wpe's table of 256", HR " plan examples/char_gpt.model --context 257");
+    EXPECT(1, "a model of token ids", HR " plan examples/mlp.model --context 64");
+    EXPECT(2, "not a positive number of positions", HR " plan examples/char_gpt.model --context 0");
+}
+
 int main(void) {
     snprintf(tmp, sizeof tmp, "/tmp/hr_test_cli.%d", (int)getpid());
     mkdir(tmp, 0755);
@@ -601,6 +626,7 @@ int main(void) {
     test_host_memory();
     test_accumulate_eval();
     test_fit();
+    test_context();
     sh("rm -rf %s", tmp);
     TEST_END();
 }

@@ -23,6 +23,7 @@ typedef struct {
     const char *save, *resume, *weights;
     const char *gpu;       /* plan: the GPU to estimate for where there is none (backend/gpus.c) */
     int64_t batch, epochs, max_steps, samples;
+    int64_t context;       /* --context T: a token model's input length (0: the model file's) */
     bool epochs_set;       /* --epochs given: else --max-steps alone trains until it */
     int64_t eval_batch;    /* train, plan (train mode): the evaluation pass's batch; 0: none; -1: the batch */
     double lr;
@@ -53,6 +54,8 @@ typedef struct {
 } hr_cli_opts;
 
 int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd);
+/* The model file, at --context's length when given; NULL with the error set. */
+hr_model_t *hr_cli_load_model(const hr_cli_opts *o);
 hr_config_t hr_cli_config(const hr_cli_opts *o);
 int hr_cmd_plan(const hr_cli_opts *o);
 int hr_cmd_fit(const hr_cli_opts *o);

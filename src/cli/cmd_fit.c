@@ -34,6 +34,7 @@ static hr_status measure(const hr_model_t *m, const hr_config_t *base, const hr_
 
 static void print_command(FILE *f, const hr_cli_opts *o, const hr_fit_candidate *c, bool cuda) {
     fprintf(f, "headroom train %s --batch %lld", o->model, (long long)o->batch);
+    if (o->context > 0) fprintf(f, " --context %lld", (long long)o->context);
     if (c->accumulate > 1) fprintf(f, " --accumulate %d", c->accumulate);
     if (c->precision != HR_PREC_FP32) fprintf(f, " --precision %s", hr_precision_name(c->precision));
     if (c->recompute) fprintf(f, " --recompute %s", c->recompute);
@@ -181,7 +182,7 @@ int hr_cmd_fit(const hr_cli_opts *o) {
         fprintf(stderr, "headroom fit: fitting is for training; leave --mode out\n");
         return HR_EXIT_USAGE;
     }
-    hr_model_t *m = hr_modelfile_load(o->model);
+    hr_model_t *m = hr_cli_load_model(o);
     if (!m) return hr_cli_fail(HR_ERR_PARSE);
     hr_config_t cfg = hr_cli_config(o);
     if (cfg.device == HR_DEVICE_AUTO) cfg.device = hr_backend_cuda_available() ? HR_DEVICE_CUDA : HR_DEVICE_CPU;

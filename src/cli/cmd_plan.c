@@ -16,7 +16,7 @@ int hr_cmd_plan(const hr_cli_opts *o) {
                 o->gpu, hr_gpu_keys());
         return HR_EXIT_USAGE;
     }
-    hr_model_t *m = hr_modelfile_load(o->model);
+    hr_model_t *m = hr_cli_load_model(o);
     if (!m) return hr_cli_fail(HR_ERR_PARSE);
     hr_config_t cfg = hr_cli_config(o);
     if (o->batch < 0) cfg.batch = 64;

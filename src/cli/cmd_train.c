@@ -328,7 +328,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
                 o->recompute ? "--recompute" : "--accumulate");
         return HR_EXIT_USAGE;
     }
-    hr_model_t *m = hr_modelfile_load(o->model);
+    hr_model_t *m = hr_cli_load_model(o);
     if (!m) return hr_cli_fail(HR_ERR_PARSE);
     int c, h, w, classes;
     model_io(m, &c, &h, &w, &classes);
@@ -596,7 +596,7 @@ int hr_cmd_eval(const hr_cli_opts *o) {
     hr_dataset test = {0};
     hr_session_t *ev = NULL;
     int64_t *conf = NULL;
-    hr_model_t *m = hr_modelfile_load(o->model);
+    hr_model_t *m = hr_cli_load_model(o);
     if (!m) return hr_cli_fail(HR_ERR_PARSE);
     int c, h, w, classes;
     model_io(m, &c, &h, &w, &classes);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "io/io.h"
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -44,6 +45,9 @@ static void usage(FILE *f) {
             "  --precision bf16|fp16: mixed precision as torch.autocast (fp32 weights and\n"
             "      optimizer; products and convolutions in the half type); fp16 scales the\n"
             "      loss as torch.amp.GradScaler (--loss-scale: its first scale, 65536)\n"
+            "  --context T: a model of token ids (`input T`, an Embedding) at context length T\n"
+            "      instead of the file's, for plan, fit, train and eval: the largest micro-batch\n"
+            "      and fit's choice for that length (at most PositionEmbedding's positions)\n"
             "  --accumulate K: each step sums the gradients of K micro-batches of batch/K\n"
             "      samples (the same update as the whole batch, in the memory of batch/K)\n"
             "  --max-steps N: stop after step N (counted from the run's start); without\n"
@@ -100,6 +104,8 @@ static bool parse_f(const char *s, double *out) {
     return true;
 }
 
+hr_model_t *hr_cli_load_model(const hr_cli_opts *o) { return hr_modelfile_load_context(o->model, o->context); }
+
 int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
     memset(o, 0, sizeof *o);
     o->data = "fashion-mnist";
@@ -141,6 +147,9 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
             /* -1 is the default's mark inside: given, it is refused like 0 */
             if (!parse_i64(v, &o->batch)) BAD("an integer");
             if (o->batch < 1) BAD("a batch size of at least 1");
+        } else if (!strcmp(a, "--context")) {
+            NEED();
+            if (!parse_i64(v, &o->context) || o->context <= 0) BAD("a positive number of positions");
         } else if (!strcmp(a, "--eval-batch")) {
             NEED();
             if (!parse_i64(v, &o->eval_batch) || o->eval_batch < 0) BAD("an integer >= 0 (0: no evaluation)");

@@ -184,5 +184,9 @@ hr_status hr_checkpoint_peek(const char *path, hr_ckpt_meta *meta);
  * NULL on error, with "file:line: what was wrong and what was expected". */
 hr_model_t *hr_modelfile_load(const char *path);
 hr_model_t *hr_modelfile_parse(const char *text, const char *name_for_errors);
+/* The same with its `input T` read as `input context` (a model of token ids:
+ * the context length the plan, fit and train use; PositionEmbedding's table
+ * bounds it); context 0: as written. */
+hr_model_t *hr_modelfile_load_context(const char *path, int64_t context);
 
 #endif

@@ -344,6 +344,7 @@ typedef struct {
     int input, prev, loss_line, n_layers;
     named *names;
     int n_names, cap_names;
+    int64_t context; /* > 0: replaces the T of `input T` (hr_modelfile_load_context) */
 } builder;
 
 static hr_status add_name(builder *b, const char *name, int tensor) {
@@ -484,6 +485,10 @@ static hr_status input_line(builder *b) {
     }
     if (n != 1 && n != 3)
         return errf(lx, HR_ERR_PARSE, "input takes 1 size (features) or 3 (channels height width), got %d", n);
+    if (b->context > 0 && n != 1)
+        return errf(lx, HR_ERR_PARSE, "a context length (%lld) is for a model of token ids (`input T`), not of images",
+                    (long long)b->context);
+    if (b->context > 0) d[0] = b->context;
     hr_model_set_source(b->m, lx->file, lx->line);
     b->input = b->prev = hr_input(b->m, "input", n, d);
     if (b->input < 0) return builder_failed(b);
@@ -555,12 +560,12 @@ static hr_status statement(builder *b) {
 }
 
 /* ---- the file ------------------------------------------------------------------------ */
-hr_model_t *hr_modelfile_parse(const char *text, const char *name_for_errors) {
+static hr_model_t *parse(const char *text, const char *name_for_errors, int64_t context) {
     const char *file = name_for_errors ? name_for_errors : "model";
     const char *base = strrchr(file, '/') ? strrchr(file, '/') + 1 : file, *dot = strrchr(base, '.');
     char mname[128];
     snprintf(mname, sizeof mname, "%.*s", dot && dot > base ? (int)(dot - base) : (int)strlen(base), base);
-    builder b = {.input = -1, .prev = -1};
+    builder b = {.input = -1, .prev = -1, .context = context};
     if (!(b.m = hr_model_new(mname))) return NULL;
     hr_status st = HR_OK;
     int line = 0;
@@ -594,7 +599,36 @@ hr_model_t *hr_modelfile_parse(const char *text, const char *name_for_errors) {
     return b.m;
 }
 
-hr_model_t *hr_modelfile_load(const char *path) {
+hr_model_t *hr_modelfile_parse(const char *text, const char *name_for_errors) {
+    return parse(text, name_for_errors, 0);
+}
+
+/* A context length for m as written: its input must be token ids (an
+ * Embedding reads them) and no longer than its PositionEmbedding's table. */
+static hr_status context_fits(const hr_model_t *m, const char *path, int64_t context) {
+    const hr_graph *g = &m->g;
+    bool ids = false;
+    for (int i = 0; i < g->nn; i++) {
+        const hr_node *n = &g->n[i];
+        ids |= n->op == HR_OP_EMBEDDING && g->t[n->in[0]].kind == HR_T_INPUT;
+        if (n->op == HR_OP_POS_EMBEDDING && n->a.in_f < context)
+            return hr_error_set(HR_ERR_INVALID_ARG, "%s: a context of %lld positions is longer than layer %s's "
+                                "table of %lld (PositionEmbedding); give at most %lld", path, (long long)context,
+                                g->l[n->layer].name, (long long)n->a.in_f, (long long)n->a.in_f);
+    }
+    if (!ids)
+        return hr_error_set(HR_ERR_INVALID_ARG, "%s: a context length is for a model of token ids (`input T` read by "
+                            "an Embedding); this model's input is features or images", path);
+    return HR_OK;
+}
+
+hr_model_t *hr_modelfile_load(const char *path) { return hr_modelfile_load_context(path, 0); }
+
+hr_model_t *hr_modelfile_load_context(const char *path, int64_t context) {
+    if (context < 0) {
+        hr_error_set(HR_ERR_INVALID_ARG, "a context length must be positive, got %lld", (long long)context);
+        return NULL;
+    }
     FILE *f = fopen(path, "rb");
     if (!f) {
         hr_error_set(HR_ERR_IO, "cannot open model file %s: %s", path, strerror(errno));
@@ -622,7 +656,15 @@ hr_model_t *hr_modelfile_load(const char *path) {
     }
     fclose(f);
     if (!text) return NULL;
-    hr_model_t *m = hr_modelfile_parse(text, path);
+    hr_model_t *m = parse(text, path, 0);
+    if (m && context > 0 && context_fits(m, path, context) != HR_OK) {
+        hr_model_free(m);
+        m = NULL;
+    }
+    if (m && context > 0) { /* again at that length */
+        hr_model_free(m);
+        m = parse(text, path, context);
+    }
     hr_free(text);
     return m;
 }

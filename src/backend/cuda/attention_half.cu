@@ -557,7 +557,7 @@ static hr_status ha_bwd_run(cudaStream_t st, const hr_attention_args *p, float *
 template <typename E> static hr_status ha_bwd_dt(cudaStream_t st, const hr_attention_args *p, float *D_, int D) {
     switch (D) {
     case 32: return ha_bwd_run<E, 32, 64, 64>(st, p, D_);
-    case 64: return ha_bwd_run<E, 64, 64, 64>(st, p, D_);
+    case 64: return ha_bwd_run<E, 64, 32, 64>(st, p, D_); /* BQ 32: 0.386 ms against 0.423 at 64 (GPT-2, H200) */
     case 128: return ha_bwd_run<E, 128, 32, 64>(st, p, D_);
     default: return ha_bwd_run<E, 256, 32, 32>(st, p, D_);
     }
