@@ -72,6 +72,10 @@ int main(int argc, char **argv) {
         {"c_fc dx", 0, 0, C, N, 4 * C, C, 4 * C, C, CUDA_R_16BF},
         {"mlp.c_proj dx", 0, 0, 4 * C, N, C, 4 * C, C, 4 * C, CUDA_R_16BF},
         {"lm_head dx", 0, 0, C, N, V, C, V, C, CUDA_R_16BF},
+        /* lm_head at its odd width, every leading dimension a multiple of 8 */
+        {"lm_head fwd odd", 1, 0, V - 7, N, C, C, C, V, CUDA_R_16BF},
+        {"lm_head dW odd", 0, 1, C, V - 7, N, C, V, C, CUDA_R_32F},
+        {"lm_head dx odd", 0, 0, C, N, V - 7, C, V, C, CUDA_R_16BF},
     };
     size_t big = (size_t)V * N * 2 + ((size_t)64 << 20);
     void *A, *B, *Cm, *ws;
