@@ -67,6 +67,9 @@
     X(CROSS_ENTROPY_BWD, cross_entropy_bwd, loss_bwd, "CrossEntropyLoss.backward") \
     X(MSE, mse, loss, "MSELoss")                                               \
     X(MSE_BWD, mse_bwd, loss_bwd, "MSELoss.backward")                          \
+    /* a language model's head and its loss in one (plan/program.c fuses them) */ \
+    X(LINEAR_CE, linear_ce, linear_ce, "LinearCrossEntropy")                   \
+    X(LINEAR_CE_BWD, linear_ce_bwd, linear_ce_bwd, "LinearCrossEntropy.backward") \
     /* mixed precision: a tensor in another element type (autocast's casts) */ \
     X(CAST, cast, cast, "Cast")                                                \
     /* the update */                                                           \
@@ -314,6 +317,23 @@ typedef struct {
     int64_t t;
 } hr_optim_args;
 
+/* LinearCrossEntropy: the mean cross-entropy of logits = x W^T (no bias)
+ * against int32 labels, the logits made a piece of rows at a time in the
+ * node's scratch and never kept whole; lse (N) each row's log-sum-exp, for
+ * the backward, which makes each piece again and from it dx = dlogits W and
+ * dW += dlogits^T x (dlogits = (softmax - onehot) scale / N). logits_dt:
+ * the type the unfused Linear wrote its logits in (half under autocast),
+ * which the logits and dlogits are rounded to. */
+typedef struct {
+    const float *x, *w; /* x (N, in), w (out, in) */
+    const int32_t *labels;
+    float *loss, *lse, *dx, *dw;
+    int64_t N, in, out;
+    float scale;
+    bool acc_dx, acc_dw;
+    hr_dtype logits_dt;
+} hr_linear_ce_args;
+
 /* What a kernel receives: the op, its family's arguments, its workspace. */
 typedef struct {
     hr_op op;
@@ -337,6 +357,7 @@ typedef struct {
         hr_cast_args cast;
         hr_unscale_args unscale;
         hr_loss_args loss;
+        hr_linear_ce_args lce;
         hr_sqnorm_args sq;
         hr_optim_args opt;
     };

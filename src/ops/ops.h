@@ -116,6 +116,11 @@ hr_status hr_ad_simple(hr_autodiff *ad, const hr_node *f, hr_op op, int saved0, 
  * it can), or a Cast when x's gradient has another type (mixed precision). */
 hr_status hr_ad_copy(hr_autodiff *ad, int layer, int dy, int x);
 
+/* linear_ce.c: the loss node at loss_node and the Linear right before it as
+ * one LinearCrossEntropy, when they are a language model's head whose
+ * logits nothing else reads (*fused says whether they were). */
+hr_status hr_linear_ce_fuse(hr_graph *g, int loss_node, bool *fused);
+
 /* ---- work: what a node computes and moves (the cost model's estimates) ------- */
 typedef struct {
     double flops;  /* floating-point operations, a multiply-add counted as 2 */

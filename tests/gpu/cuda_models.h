@@ -173,7 +173,9 @@ static hr_model_t *tiny_gpt(void) {
 }
 
 /* tiny_gpt 128 wide: LayerNorm's register form (rows of 128 n floats), with
- * and without its affine, its dx added to the residual's gradient */
+ * and without its affine, its dx added to the residual's gradient; the head
+ * without a bias, so that training fuses it with the loss (LinearCrossEntropy:
+ * 50 classes padded to 56, its dW added to the Embedding's) */
 static hr_model_t *wide_gpt(void) {
     hr_model_t *m = hr_model_new("wide_gpt");
     int x = hr_input(m, "tokens", 1, (int64_t[]){8});
@@ -186,7 +188,7 @@ static hr_model_t *wide_gpt(void) {
     x = hr_add(m, NULL, e, x);
     x = hr_layernorm(m, NULL, x, 1, (int64_t[]){128}, 1e-5f, false, false);
     x = hr_gelu(m, NULL, x, true);
-    x = hr_linear_tied(m, NULL, x, 128, 50, true, "wte");
+    x = hr_linear_tied(m, NULL, x, 128, 50, false, "wte");
     hr_loss_cross_entropy(m, x, 50);
     return m;
 }

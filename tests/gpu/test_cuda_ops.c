@@ -89,6 +89,7 @@ static void set_bounds(void) {
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) bound[exact[i]] = 0;
     /* FP32 products of hundreds to thousands of terms, summed in another order */
     bound[HR_OP_LINEAR] = bound[HR_OP_LINEAR_BWD] = 2e-5;
+    bound[HR_OP_LINEAR_CE] = bound[HR_OP_LINEAR_CE_BWD] = 2e-5; /* a Linear's products, then the loss's sums */
     bound[HR_OP_CONV2D] = bound[HR_OP_CONV2D_BWD] = 5e-5;
     bound[HR_OP_BATCHNORM] = 1e-5;
     bound[HR_OP_BATCHNORM_BWD] = 1e-4;
@@ -599,6 +600,7 @@ int main(void) {
     setenv("HR_CUDA_MAX_CALL_ELEMS", "2000", 1); /* first conv: 1 sample a call; second: 6, then 2 */
     run_nodes("cnn_bn chunked", ms[1], c2);
     run_nodes("grouped_cnn chunked", ms[8], c3); /* 2 samples a call; 5, then a last 1 */
+    run_nodes("wide_gpt chunked", ms[10], c3);   /* LinearCrossEntropy: pieces of 15 rows (15, 15, 15, 3) */
     setenv("HR_CUDA_MAX_CALL_ELEMS", "64", 1); /* Linear: 4 rows a call */
     run_nodes("bn1d chunked", ms[3], c4);
     unsetenv("HR_CUDA_MAX_CALL_ELEMS");

@@ -385,7 +385,65 @@ static void test_lr_schedule(void) {
     hr_model_free(m);
 }
 
+/* ---- LinearCrossEntropy: a head and its loss in one node ----------------------
+ * logits = x W^T (N rows, V classes) and the mean cross-entropy, against the
+ * float64 reference; lse each row's log-sum-exp; the backward's dx and dW
+ * against central differences, overwritten, accumulated and each skipped. */
+typedef struct {
+    double *x, *w;
+    int *lab;
+    int N, in, V;
+} lce_ctx;
+
+static double lce_loss(void *p) {
+    lce_ctx *c = p;
+    double *lg = dalloc((int64_t)c->N * c->V);
+    ref_linear(c->x, c->w, NULL, c->N, c->in, c->V, lg);
+    double L = ref_ce(lg, c->lab, c->N, c->V);
+    free(lg);
+    return L;
+}
+
+static void test_linear_ce(int N, int in, int V) {
+    const char *op = "LinearCrossEntropy";
+    lce_ctx c = {dalloc((int64_t)N * in), dalloc((int64_t)V * in), calloc((size_t)N, sizeof(int)), N, in, V};
+    fill(c.x, (int64_t)N * in, -2, 2), fill(c.w, (int64_t)V * in, -1, 1);
+    for (int i = 0; i < N; i++) c.lab[i] = (i * 5 + 2) % V;
+    kt k;
+    kt_init(&k);
+    int tx = KT(&k, N, in), tw = KT(&k, V, in), tl = kt_tensor(&k, HR_I32, 1, (int64_t[]){N});
+    int tloss = KT(&k, 1), tlse = KT(&k, N), tdx = KT(&k, N, in), tdw = KT(&k, V, in);
+    kt_set(&k, tx, c.x), kt_set(&k, tw, c.w);
+    for (int i = 0; i < N; i++) ((int32_t *)k.ptr[tl])[i] = c.lab[i];
+    hr_node f = hr_node_make(HR_OP_LINEAR_CE, -1);
+    f.a.in_f = in, f.a.out_f = V, f.a.nclasses = V;
+    f.in[0] = tx, f.in[1] = tw, f.in[2] = tl, f.nin = 3, f.out[0] = tloss, f.out[1] = tlse, f.nout = 2;
+    kt_run(&k, &f);
+    double L = lce_loss(&c), *lg = dalloc((int64_t)N * V), *lse = dalloc(N);
+    ref_linear(c.x, c.w, NULL, N, in, V, lg);
+    for (int i = 0; i < N; i++) {
+        double m = lg[i * V], s = 0;
+        for (int j = 1; j < V; j++) m = fmax(m, lg[i * V + j]);
+        for (int j = 0; j < V; j++) s += exp(lg[i * V + j] - m);
+        lse[i] = m + log(s);
+    }
+    compare(op, "forward (mean loss)", kf(&k, tloss), &L, 1, 1e-5);
+    compare(op, "forward (each row's log-sum-exp)", kf(&k, tlse), lse, N, 1e-5);
+    double *gx = dalloc((int64_t)N * in), *gw = dalloc((int64_t)V * in);
+    fd_grad(lce_loss, &c, c.x, (int64_t)N * in, gx);
+    fd_grad(lce_loss, &c, c.w, (int64_t)V * in, gw);
+    hr_node b = hr_node_make(HR_OP_LINEAR_CE_BWD, -1);
+    b.a = f.a;
+    b.in[0] = tx, b.in[1] = tw, b.in[2] = tl, b.in[3] = tlse, b.nin = 4;
+    b.out[0] = tdx, b.out[1] = tdw, b.nout = 2;
+    check_backward(&k, &b, (double *[]){gx, gw}, op, 1e-5, true);
+    kt_free(&k);
+    free(c.x), free(c.w), free(c.lab), free(lg), free(lse), free(gx), free(gw);
+}
+
 void test_sequence(void) {
+    test_linear_ce(7, 5, 11);
+    test_linear_ce(3, 4, 2); /* two classes */
     test_lr_schedule();
     test_gpt2_init();
     test_decay_groups();

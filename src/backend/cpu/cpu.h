@@ -24,6 +24,8 @@ void hr_cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const floa
 /* cpu_gemm.c: scratch bytes of a node, from its arguments alone (pointers
  * NULL while planning); only the matrix-product kernels need any. */
 size_t hr_cpu_workspace_size(const hr_cpu *c, const hr_kargs *a);
+/* cpu_linear_ce.c: LinearCrossEntropy's piece of logits */
+size_t hr_cpu_linear_ce_workspace(const hr_kargs *a);
 
 /* cpu_dnnl.c: runs a Conv2d node through oneDNN when that is the faster path
  * for its shape (its first call times both) and returns true with the

@@ -210,6 +210,14 @@ cudaError_t hrk_channel_sum_ws(cudaStream_t s, hr_dtype dt, const void *dy, floa
                                int64_t HW, bool acc, void *part);
 /* loss.cu: out[0] = (acc ? out[0] : 0) + sum(part[0..n)) / div, in double */
 cudaError_t hr_finish_launch(cudaStream_t s, const double *part, int n, float *out, bool acc, double div);
+/* loss.cu: the cross-entropy of `rows` rows of C logits (dt) at stride ld:
+ * each row's lse and lse - x[label] (term, double); the backward rewrites
+ * the rows as (softmax - onehot) k from that lse, and zeros in columns [C,
+ * ld) (ld a multiple of 16 bytes' elements, x 16-byte aligned) */
+cudaError_t hrk_ce_rows(cudaStream_t s, hr_dtype dt, const void *x, int64_t ld, int64_t rows, int64_t C,
+                        const int32_t *lab, float *lse, double *term);
+cudaError_t hrk_ce_rows_bwd(cudaStream_t s, hr_dtype dt, void *x, int64_t ld, int64_t rows, int64_t C,
+                            const int32_t *lab, const float *lse, float k);
 /* gemm_splitk.cu: C (m, n column-major, leading dimension ldc, ct values:
  * F32, BF16 or F16) = the sum of the `parts` F32 partials (each m*n, packed,
  * one after the other) in the order 0..parts-1, + bias[i] on row i when bias,

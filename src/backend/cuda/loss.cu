@@ -7,6 +7,12 @@
  * depend on timing. */
 #include "backend/cuda/common.cuh"
 
+/* blocks of 8 warps for a warp a row, at most 2048 */
+static unsigned ce_blocks_of(int64_t rows) {
+    int64_t b = (rows + 7) / 8;
+    return (unsigned)(b < 1 ? 1 : b > 2048 ? 2048 : b);
+}
+
 /* out[0] = (acc ? out[0] : 0) + sum(part[0..n)) / div */
 __global__ void k_finish(const double *part, int n, float *out, bool acc, double div) {
     __shared__ double sh[32];
@@ -150,6 +156,65 @@ __global__ void k_ce_bwd(const T *x, const int32_t *lab, T *dx, int64_t N, int64
     }
 }
 
+/* ---- rows of logits in a piece of scratch (LinearCrossEntropy): row r at x
+ * + r ld, C classes, ld - C padding columns. The forward keeps each row's lse
+ * and its term lse - x[label] (double); the backward turns the row into its
+ * gradient in place from the kept lse, the padding into zeros: the values
+ * k_ce and k_ce_bwd give. */
+template <typename T>
+__global__ void k_ce_rows(const T *x, int64_t ld, int64_t rows, int64_t C, const int32_t *lab, float *lse,
+                          double *term) {
+    int lane = threadIdx.x & 31;
+    int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += nw) {
+        const T *xi = x + r * ld;
+        ce_stats st = ce_row(xi, C, lane);
+        if (lane == 0) {
+            double l = (double)st.m + log(st.s);
+            lse[r] = (float)l;
+            term[r] = l - (double)hr_f(xi[lab[r]]);
+        }
+    }
+}
+
+/* ld a multiple of V (16 bytes a vector) and x 16-byte aligned */
+template <typename T>
+__global__ void k_ce_rows_bwd(T *x, int64_t ld, int64_t rows, int64_t C, const int32_t *lab, const float *lse,
+                              float k) {
+    typedef hr_vec<T, ce_span<T>::V> vec;
+    constexpr int V = ce_span<T>::V;
+    int lane = threadIdx.x & 31;
+    int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += nw) {
+        vec *xv = (vec *)(x + r * ld);
+        float L = lse[r];
+        int64_t l = lab[r];
+        for (int64_t q = lane; q < ld / V; q += 32) {
+            vec v = xv[q];
+#pragma unroll
+            for (int i = 0; i < V; i++) {
+                int64_t j = q * V + i;
+                v.v[i] = hr_to<T>(j < C ? (expf(hr_f(v.v[i]) - L) - (j == l ? 1.0f : 0.0f)) * k : 0.0f);
+            }
+            xv[q] = v;
+        }
+    }
+}
+
+template <typename T>
+static cudaError_t ce_rows(cudaStream_t s, const void *x, int64_t ld, int64_t rows, int64_t C, const int32_t *lab,
+                           float *lse, double *term) {
+    k_ce_rows<T><<<ce_blocks_of(rows), HR_THREADS, 0, s>>>((const T *)x, ld, rows, C, lab, lse, term);
+    return cudaGetLastError();
+}
+
+template <typename T>
+static cudaError_t ce_rows_bwd(cudaStream_t s, void *x, int64_t ld, int64_t rows, int64_t C, const int32_t *lab,
+                               const float *lse, float k) {
+    k_ce_rows_bwd<T><<<ce_blocks_of(rows), HR_THREADS, 0, s>>>((T *)x, ld, rows, C, lab, lse, k);
+    return cudaGetLastError();
+}
+
 __global__ void k_mse(const float *p, const float *t, int64_t n, double *part) {
     __shared__ double sh[32];
     double s = 0;
@@ -176,11 +241,7 @@ static unsigned red_grid(int64_t items, int per_block) {
 
 /* The cross-entropy's forward: a warp a row, up to 2048 blocks of 8 (16,384
  * warps: enough rows in flight to keep memory busy), one partial a block. */
-#define HR_CE_BLOCKS 2048
-static unsigned ce_blocks(int64_t N) {
-    int64_t b = (N + 7) / 8;
-    return (unsigned)(b < 1 ? 1 : b > HR_CE_BLOCKS ? HR_CE_BLOCKS : b);
-}
+static unsigned ce_blocks(int64_t N) { return ce_blocks_of(N); }
 
 template <typename T>
 static cudaError_t hrk_ce_bwd(cudaStream_t s, const hr_loss_args *p) {
@@ -215,6 +276,16 @@ HR_CUDA_TAKES_HALF(loss_bwd)
 cudaError_t hr_finish_launch(cudaStream_t s, const double *part, int n, float *out, bool acc, double div) {
     k_finish<<<1, HR_THREADS, 0, s>>>(part, n, out, acc, div);
     return cudaGetLastError();
+}
+
+cudaError_t hrk_ce_rows(cudaStream_t s, hr_dtype dt, const void *x, int64_t ld, int64_t rows, int64_t C,
+                        const int32_t *lab, float *lse, double *term) {
+    return HR_DT_CALL(dt, ce_rows, s, x, ld, rows, C, lab, lse, term);
+}
+
+cudaError_t hrk_ce_rows_bwd(cudaStream_t s, hr_dtype dt, void *x, int64_t ld, int64_t rows, int64_t C,
+                            const int32_t *lab, const float *lse, float k) {
+    return HR_DT_CALL(dt, ce_rows_bwd, s, x, ld, rows, C, lab, lse, k);
 }
 
 /* ---- the kernel entries ---- */
