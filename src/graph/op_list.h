@@ -237,6 +237,7 @@ typedef struct {
     const float *a, *b;
     float *y;
     int64_t n;
+    hr_dtype ta, tb, ty; /* each one's type: under autocast a half branch joins an F32 stream as it is */
 } hr_add_args;
 
 /* Concat along channels: x[k] (N, c[k], inner) into y (N, CY, inner);

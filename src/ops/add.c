@@ -46,6 +46,9 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     a->add.b = hr_ptr(ptr, n->in[1]);
     a->add.y = hr_ptr(ptr, n->out[0]);
     a->add.n = hr_shape_numel(&g->t[n->out[0]].shape);
+    a->add.ta = g->t[n->in[0]].dtype;
+    a->add.tb = g->t[n->in[1]].dtype;
+    a->add.ty = g->t[n->out[0]].dtype;
 }
 
 static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
@@ -54,4 +57,5 @@ static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
 }
 
 const hr_op_desc hr_opdesc_add = {
-    .layers = layers, .backward = backward, .unpack = unpack, .inplace = true, .autocast = HR_AC_PROMOTE, .work = work};
+    .layers = layers, .backward = backward, .unpack = unpack, .inplace = true, .autocast = HR_AC_PROMOTE_READS,
+    .work = work};

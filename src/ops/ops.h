@@ -152,6 +152,10 @@ typedef enum {
      * cross-entropy: an F32 copy of a language model's logits would be its
      * step's largest tensor, holding the same values, since widening is exact) */
     HR_AC_READS_HALF,
+    /* in the widest type of its inputs, reading each as it is (Add: a half
+     * branch added to an F32 residual stream with no F32 copy of it; the same
+     * sums, widening being exact) */
+    HR_AC_PROMOTE_READS,
 } hr_autocast_rule;
 
 typedef struct {

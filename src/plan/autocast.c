@@ -6,7 +6,8 @@
  *     backward, as autocast's cache keeps it) and write half outputs;
  *   - norms over features, softmax and the losses (HR_AC_FP32) read F32
  *     copies of half inputs and write F32;
- *   - joins (HR_AC_PROMOTE) take the widest type of their inputs;
+ *   - joins (HR_AC_PROMOTE) take the widest type of their inputs, Add
+ *     (HR_AC_PROMOTE_READS) reading each input as it is;
  *   - the cross-entropy (HR_AC_READS_HALF) reads half logits as they are, in
  *     F32 arithmetic, and writes an F32 loss;
  *   - everything else (HR_AC_FOLLOW) computes in its input's type.
@@ -74,10 +75,11 @@ static hr_status one_node(autocast *ac, hr_node n) {
         out = ac->half;
     } else if (pol == HR_AC_FP32) {
         out = HR_F32;
-    } else if (pol == HR_AC_PROMOTE) {
+    } else if (pol == HR_AC_PROMOTE || pol == HR_AC_PROMOTE_READS) {
         out = ac->half;
         for (int i = 0; i < n.nin; i++)
             if (acts >> i & 1 && g->t[n.in[i]].dtype == HR_F32) out = HR_F32;
+        if (pol == HR_AC_PROMOTE_READS) acts = 0; /* no copies */
     } else if (pol == HR_AC_READS_HALF) {
         out = HR_F32;
         acts = 0; /* no copies */

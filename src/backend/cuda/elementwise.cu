@@ -23,6 +23,29 @@ template <typename T> __global__ void k_addv(const T *a, const T *b, T *y, int64
     if (i < n) y[i] = hr_to<T>(hr_f(a[i]) + hr_f(b[i]));
 }
 
+/* y (F32) = a + b with one of them half (mixed precision's residual join):
+ * the half one widened, exactly as a Cast would */
+template <typename Ta, typename Tb> __global__ void k_add_mixed(const Ta *a, const Tb *b, float *y, int64_t n) {
+    HR_GRID_STRIDE(i, n) y[i] = hr_f(a[i]) + hr_f(b[i]);
+}
+
+static cudaError_t add_mixed(cudaStream_t s, const hr_add_args *p) {
+    unsigned g = hr_grid(p->n);
+    const void *a = p->a, *b = p->b;
+    float *y = p->y;
+    if (p->ta == HR_F32 && p->tb == HR_BF16)
+        k_add_mixed<<<g, HR_THREADS, 0, s>>>((const float *)a, (const __nv_bfloat16 *)b, y, p->n);
+    else if (p->ta == HR_F32 && p->tb == HR_F16)
+        k_add_mixed<<<g, HR_THREADS, 0, s>>>((const float *)a, (const __half *)b, y, p->n);
+    else if (p->ta == HR_BF16 && p->tb == HR_F32)
+        k_add_mixed<<<g, HR_THREADS, 0, s>>>((const __nv_bfloat16 *)a, (const float *)b, y, p->n);
+    else if (p->ta == HR_F16 && p->tb == HR_F32)
+        k_add_mixed<<<g, HR_THREADS, 0, s>>>((const __half *)a, (const float *)b, y, p->n);
+    else
+        return cudaErrorInvalidValue;
+    return cudaGetLastError();
+}
+
 template <typename T> static cudaError_t add(cudaStream_t s, const void *av, const void *bv, void *yv, int64_t n) {
     const T *a = (const T *)av, *b = (const T *)bv;
     T *y = (T *)yv;
@@ -54,6 +77,11 @@ hr_status hr_cuda_copy(void *ctx, const hr_kargs *a) {
 hr_status hr_cuda_add(void *ctx, const hr_kargs *a) {
     const hr_add_args *p = &a->add;
     if (p->n <= 0) return HR_OK;
+    if (p->ta != p->tb) {
+        if (p->ty != HR_F32) return hr_error_set(HR_ERR_INTERNAL, "Add: inputs of two types must give F32");
+        HR_CU(add_mixed(((hr_cuda *)ctx)->stream, p));
+        return HR_OK;
+    }
     HR_CU(HR_DT_CALL(a->dt, add, ((hr_cuda *)ctx)->stream, p->a, p->b, p->y, p->n));
     return HR_OK;
 }
