@@ -4,9 +4,11 @@
 # same call, PREC=fp32 (default; TF32 off on both sides) or PREC=bf16
 # (headroom's --precision bf16, PyTorch's autocast), AdamW(1e-3), the fortunes text:
 #   step   headroom's median step (bench/bench_step: random ids, 20 steps after 5)
-#   train  STEPS steps of `headroom train` from scratch, wall time, then the
-#          validation loss (`headroom eval`) and the same checkpoint's
-#          validation loss in PyTorch (loaded with strict=True: bench/torch_gpt.py --check)
+#   train  STEPS steps of `headroom train` from scratch (no validation while it
+#          trains), then the validation loss (`headroom eval`): the wall time of
+#          both, as PyTorch's run validates once at its end; and the same
+#          checkpoint's validation loss in PyTorch (loaded with strict=True:
+#          bench/torch_gpt.py --check)
 #   torch  the same STEPS in PyTorch eager and torch.compile (bench/torch_gpt.py)
 # Build first (make all, any machine with nvcc); the text is .data/fortunes.txt
 # (made here from /usr/share/games/fortunes when missing: the same bytes as
@@ -51,12 +53,15 @@ fi
 for SEED in $SEEDS; do
 if has train; then
     t0=$(now)
+    # one validation pass, at the end, as torch_gpt.py's run: none while
+    # training (--eval-batch 0; train's default scores every epoch), then
+    # headroom eval, inside the wall time
     "$BUILD/headroom" train $M --data "text:$TEXT" --batch 64 --optim adamw --lr 1e-3 --max-steps "$STEPS" --precision "$PREC" \
-        --seed "$SEED" --save "$RES/char_gpt.ckpt" --device cuda --memory-stats >"$RES/train.log" 2>&1
+        --seed "$SEED" --save "$RES/char_gpt.ckpt" --device cuda --memory-stats --eval-batch 0 >"$RES/train.log" 2>&1
     rc=$?
-    t1=$(now)
     vl=$("$BUILD/headroom" eval $M --weights "$RES/char_gpt.ckpt" --data "text:$TEXT" --device cuda -q 2>>"$LOG" |
         sed -n 's/^val loss \([0-9.]*\).*/\1/p')
+    t1=$(now)
     tl=$($PY bench/torch_gpt.py --text "$TEXT" --check "$RES/char_gpt.ckpt" 2>>"$LOG" | sed -n 's/.*"val_loss": \([0-9.]*\).*/\1/p')
     total=$(sed -n 's/.*device total *\([0-9.]* [KMG]iB\).*/\1/p' "$RES/train.log" | head -1)
     nvml=$(sed -n 's/.*NVML (this process).*peak \([0-9.]* [KMG]iB\).*/\1/p' "$RES/train.log" | head -1)

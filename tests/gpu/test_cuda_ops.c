@@ -593,6 +593,9 @@ int main(void) {
     run_nodes("tiny_gpt", ms[9], c3);
     run_nodes("tiny_gpt infer", ms[9], ci);
     run_nodes("wide_gpt", ms[10], c3);
+    /* rows enough for the bias gradient's many-block sums (k_col_part: 64 rows a slice at least) */
+    run_nodes("act_mlp batch 512", ms[6], config(512, HR_OPTIM_ADAM));
+    run_nodes("wide_gpt batch 64", ms[10], config(64, HR_OPTIM_ADAMW));
     setenv("HR_CUDNN_API", "legacy", 1); /* cudnnSetConvolutionGroupCount and the legacy dilation */
     run_nodes("grouped_cnn legacy", ms[8], c3);
     unsetenv("HR_CUDNN_API");
