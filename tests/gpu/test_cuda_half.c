@@ -240,7 +240,11 @@ static void set_ew(hr_kargs *x, bool half, void *ctx) {
         break;
     }
     case HR_OP_COPY: x->copy = (hr_copy_args){PTR(c->a, half), PTR(c->y, half), c->a.n, c->acc}; break;
-    case HR_OP_ADD: x->add = (hr_add_args){PTR(c->a, half), PTR(c->b, half), PTR(c->y, half), c->a.n}; break;
+    case HR_OP_ADD: {
+        hr_dtype dt = half ? c->a.t : HR_F32;
+        x->add = (hr_add_args){PTR(c->a, half), PTR(c->b, half), PTR(c->y, half), c->a.n, dt, dt, dt};
+        break;
+    }
     default: break;
     }
 }
@@ -290,6 +294,23 @@ static void test_ew(hr_dtype t) {
             if (run_both(op, t, set_ew, &c, what)) cmp_half(what, &c.y);
             case_end();
         }
+        /* Add of an F32 a and a half b (a GPT's residual join under autocast),
+         * and the other way round: F32 y = a + widened b, bit for bit */
+        for (int swap = 0; swap < 2; swap++) {
+            pair a = in(n, t, 2, off), b = in(n, t, 2, off);
+            float *y = (float *)dalloc(4 * (size_t)n), *want = hmalloc(4 * (size_t)n);
+            hr_kargs k;
+            memset(&k, 0, sizeof k);
+            k.op = HR_OP_ADD, k.dt = swap ? t : HR_F32;
+            k.add = swap ? (hr_add_args){b.h, a.f, y, n, t, HR_F32, HR_F32} : (hr_add_args){a.f, b.h, y, n, HR_F32, t, HR_F32};
+            for (int64_t i = 0; i < n; i++) want[i] = a.v[i] + b.v[i];
+            snprintf(what, sizeof what, "Add F32 + %s%s, offset %d", tname(t), swap ? " (half first)" : "", off);
+            if (run(&k, what)) {
+                float *got = fget(y, n);
+                CHECK(!memcmp(got, want, 4 * (size_t)n), "%s: not the F32 sum of the widened values", what);
+            }
+            case_end();
+        }
     }
     cat_case c = {{in(42, t, 2, 0), in(63, t, 2, 0), in(21, t, 2, 0)}, mk(126, t, false, 0, 0, 0), {0}, false};
     snprintf(what, sizeof what, "Concat %s", tname(t));
@@ -300,6 +321,81 @@ static void test_ew(hr_dtype t) {
         if (run_both(HR_OP_CONCAT_BWD, t, set_cat, &c, what)) cmp_half(what, &c.dx);
     }
     case_end();
+}
+
+/* ---- LinearCrossEntropy on half activations ----------------------------------------
+ * The head and its loss in one node: the half kernels round the logits (and
+ * dlogits) to the element type as the unfused Linear and loss did; against
+ * float64 on those rounded values: the loss and each lse within 2^-10 (1 +
+ * |value|), dx and dW within 2^-7 of their largest (a rounding flip of a logit
+ * moves them that little; a wrong stride or padding far more). 1037 classes:
+ * padded to 1040 (the weight's copy, the padded dW); pieces: test_cuda_ops. */
+typedef struct {
+    pair x, w, dx;
+    int32_t *lab;
+    float *loss, *lse, *dw;
+    int64_t N, in, V;
+} lce_case;
+
+static void set_lce(hr_kargs *a, bool half, void *ctx) {
+    lce_case *c = ctx;
+    hr_linear_ce_args *p = &a->lce;
+    p->N = c->N, p->in = c->in, p->out = c->V, p->scale = 1.0f, p->logits_dt = half ? c->x.t : HR_F32;
+    p->x = PTR(c->x, half), p->w = PTR(c->w, half), p->labels = c->lab, p->lse = c->lse;
+    if (a->op == HR_OP_LINEAR_CE) p->loss = c->loss;
+    else p->dx = PTR(c->dx, half), p->dw = c->dw;
+}
+
+static void test_lce(hr_dtype t) {
+    enum { N = 150, IN = 24, V = 1037 };
+    lce_case c = {in(N * IN, t, 2, 0), in(V * IN, t, 1, 0), mk(N * IN, t, false, 0, 0, 0), dalloc(4 * N), dalloc(4),
+                  dalloc(4 * N), dalloc(4 * V * IN), N, IN, V};
+    int32_t *lab = hmalloc(4 * N);
+    for (int r = 0; r < N; r++) lab[r] = (int32_t)((r * 7919) % V);
+    up(c.lab, lab, 4 * N);
+    /* float64: logits rounded to t, their lse, the loss, dlogits rounded to t, dx and dW */
+    double *lg = hmalloc(sizeof(double) * N * V), *lse = hmalloc(sizeof(double) * N), loss = 0;
+    double *dx = hmalloc(sizeof(double) * N * IN), *dw = hmalloc(sizeof(double) * V * IN);
+    memset(dx, 0, sizeof(double) * N * IN), memset(dw, 0, sizeof(double) * V * IN);
+    for (int r = 0; r < N; r++) {
+        double m = -INFINITY, s = 0;
+        for (int j = 0; j < V; j++) {
+            double z = 0;
+            for (int k = 0; k < IN; k++) z += (double)c.x.v[r * IN + k] * c.w.v[j * IN + k];
+            lg[r * V + j] = value_of(bits_of((float)z, t), t);
+            m = fmax(m, lg[r * V + j]);
+        }
+        for (int j = 0; j < V; j++) s += exp(lg[r * V + j] - m);
+        lse[r] = m + log(s);
+        loss += (lse[r] - lg[r * V + lab[r]]) / N;
+        for (int j = 0; j < V; j++) {
+            double g = value_of(bits_of((float)((exp(lg[r * V + j] - lse[r]) - (j == lab[r])) / N), t), t);
+            for (int k = 0; k < IN; k++) {
+                dx[r * IN + k] += g * c.w.v[j * IN + k];
+                dw[j * IN + k] += g * c.x.v[r * IN + k];
+            }
+        }
+    }
+    char what[96];
+    snprintf(what, sizeof what, "LinearCrossEntropy %s, %d x %d -> %d", tname(t), N, IN, V);
+    if (run_both(HR_OP_LINEAR_CE, t, set_lce, &c, what)) {
+        float *got = fget(c.loss, 1), *l = fget(c.lse, N);
+        CHECK(fabs(got[0] - loss) <= 0x1p-10 * (1 + fabs(loss)), "%s: loss %.9g, float64 %.9g", what, (double)got[0],
+              loss);
+        double e = 0;
+        for (int r = 0; r < N; r++) e = fmax(e, fabs(l[r] - lse[r]) / (1 + fabs(lse[r])));
+        CHECK(e <= 0x1p-10, "%s: lse off by %.3g", what, e);
+    }
+    if (run_both(HR_OP_LINEAR_CE_BWD, t, set_lce, &c, what)) {
+        uint16_t *hb = hmalloc(2 * N * IN);
+        float *gw = fget(c.dw, V * IN);
+        down(hb, c.dx.h, 2 * N * IN);
+        double ex = 0, mx = 1e-30, ew = 0, mw = 1e-30;
+        for (int i = 0; i < N * IN; i++) ex = fmax(ex, fabs(value_of(hb[i], t) - dx[i])), mx = fmax(mx, fabs(dx[i]));
+        for (int i = 0; i < V * IN; i++) ew = fmax(ew, fabs(gw[i] - dw[i])), mw = fmax(mw, fabs(dw[i]));
+        CHECK(ex <= 0x1p-7 * mx && ew <= 0x1p-7 * mw, "%s.backward: dx off by %.3g of %.3g, dW by %.3g of %.3g", what,
+              ex, mx, ew, mw);
+    }
 }
 
 /* ---- CrossEntropyLoss on half logits ---------------------------------------------------
@@ -679,7 +775,7 @@ int main(void) {
             hr_dtype t = ti ? HR_F16 : HR_BF16;
             if (s == 0) {
                 if (ti == 0) test_takes_half(), test_cast();
-                test_act(t), test_pool(t), test_bn(t), test_ew(t), test_ce(t);
+                test_act(t), test_pool(t), test_bn(t), test_ew(t), test_ce(t), test_lce(t);
             }
             test_products(t);
         }
