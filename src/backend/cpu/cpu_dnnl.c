@@ -8,6 +8,9 @@
  * scratchpad is the user's: it lives in the node's planned workspace. */
 #include "backend/cpu/cpu.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #if defined(__has_include) && !defined(HR_NO_DNNL) /* -DHR_NO_DNNL: build as if dnnl.h were absent */
 #if __has_include(<dnnl.h>)
 #define HR_HAVE_DNNL 1
@@ -103,6 +106,40 @@ static bool loaded(void) {
 
 const char *hr_cpu_dnnl_why(void) { return loaded() ? NULL : L.why; }
 
+/* ---- signals -------------------------------------------------------------------
+ * A signal handler runs on the stack of whichever thread the signal lands
+ * on; oneDNN's JIT kernels may keep data below their stack pointer, which the
+ * kernel's signal frame then overwrites (Ctrl-C while tracing an mlp on this
+ * CPU corrupted the heap in about one run in five). So SIGINT and SIGTERM
+ * wait while a thread is inside oneDNN (delivered right after, or to another
+ * thread), and the OpenMP threads other than the caller's, which oneDNN's
+ * convolutions run on, keep them blocked from their first oneDNN call on. */
+static void hold_signals(sigset_t *old) {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGINT);
+    sigaddset(&s, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &s, old);
+}
+static void release_signals(const sigset_t *old) { pthread_sigmask(SIG_SETMASK, old, NULL); }
+
+#ifdef _OPENMP
+static void quiet_pool(void) {
+#pragma omp parallel
+    if (omp_get_thread_num() != 0) {
+        sigset_t old;
+        hold_signals(&old);
+    }
+}
+#endif
+
+static void quiet_workers(void) {
+#ifdef _OPENMP
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, quiet_pool);
+#endif
+}
+
 /* ---- matrix products ----------------------------------------------------------
  * oneDNN's sgemm on the calling thread alone (oneDNN's OpenMP would take
  * every thread and might cut k among them: the bits would then depend on the
@@ -114,7 +151,10 @@ bool hr_cpu_dnnl_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const
     int th = omp_get_max_threads();
     omp_set_num_threads(1);
 #endif
+    sigset_t old;
+    hold_signals(&old);
     dnnl_status_t s = L.dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    release_signals(&old);
 #ifdef _OPENMP
     omp_set_num_threads(th);
 #endif
@@ -508,6 +548,9 @@ static hr_status exec(hr_cpu *c, conv_way *cw, void *const *ptr, char *base) {
     void *use[MAX_ARGS];
     int args[MAX_ARGS];
     dnnl_status_t s = dnnl_success;
+    quiet_workers();
+    sigset_t old;
+    hold_signals(&old);
     for (int i = 0; i < cw->nargs && s == dnnl_success; i++) {
         const conv_arg *a = &cw->a[i];
         args[i] = a->arg;
@@ -522,6 +565,7 @@ static hr_status exec(hr_cpu *c, conv_way *cw, void *const *ptr, char *base) {
             s = run_prim(c, a->r, a->rpd, 2, (int[]){DNNL_ARG_FROM, DNNL_ARG_TO}, (void *[]){use[i], ptr[i]}, base);
     }
     if (s == dnnl_success) s = L.dnnl_stream_wait(c->dnnl_stream);
+    release_signals(&old);
     if (s != dnnl_success) return hr_error_set(HR_ERR_INTERNAL, "oneDNN: a convolution failed (status %d)", (int)s);
     return HR_OK;
 }
