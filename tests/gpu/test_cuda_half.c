@@ -396,6 +396,7 @@ static void test_lce(hr_dtype t) {
         CHECK(ex <= 0x1p-7 * mx && ew <= 0x1p-7 * mw, "%s.backward: dx off by %.3g of %.3g, dW by %.3g of %.3g", what,
               ex, mx, ew, mw);
     }
+    case_end();
 }
 
 /* ---- CrossEntropyLoss on half logits ---------------------------------------------------

@@ -71,19 +71,10 @@ template <typename T> struct ce_span {
     }
 };
 
-/* A vector's own (max, sum): the maximum first, then the exps, which do
- * not wait on each other (a running maximum would chain them). A -inf adds
- * nothing; the maximum itself adds 1 (a +inf one too); a NaN makes s NaN. */
 template <typename T> __device__ __forceinline__ void ce_vec(float &m, double &s, const hr_vec<T, ce_span<T>::V> &v) {
-    constexpr int V = ce_span<T>::V;
-    float f[V], m8 = -INFINITY, s8 = 0.0f;
+    float m8 = -INFINITY, s8 = 0.0f;
 #pragma unroll
-    for (int i = 0; i < V; i++) {
-        f[i] = hr_f(v.v[i]);
-        m8 = fmaxf(m8, f[i]);
-    }
-#pragma unroll
-    for (int i = 0; i < V; i++) s8 += f[i] == -INFINITY ? 0.0f : f[i] == m8 ? 1.0f : expf(f[i] - m8);
+    for (int i = 0; i < ce_span<T>::V; i++) ce_add(m8, s8, hr_f(v.v[i]));
     ce_merge(m, s, m8, s8);
 }
 
