@@ -591,6 +591,7 @@ static void test_context(void) {
            "--max-steps 2 --device cpu");
     EXPECT(1, "longer than layer transformer.wpe's table of 256", HR " plan examples/char_gpt.model --context 257");
     EXPECT(1, "a model of token ids", HR " plan examples/mlp.model --context 64");
+    EXPECT(1, "in [1, 2^31]", HR " plan examples/char_gpt.model --context 1e12");
     EXPECT(2, "not a positive number of positions", HR " plan examples/char_gpt.model --context 0");
 }
 

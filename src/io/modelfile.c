@@ -625,8 +625,9 @@ static hr_status context_fits(const hr_model_t *m, const char *path, int64_t con
 hr_model_t *hr_modelfile_load(const char *path) { return hr_modelfile_load_context(path, 0); }
 
 hr_model_t *hr_modelfile_load_context(const char *path, int64_t context) {
-    if (context < 0) {
-        hr_error_set(HR_ERR_INVALID_ARG, "a context length must be positive, got %lld", (long long)context);
+    if (context < 0 || context > ((int64_t)1 << 31)) {
+        hr_error_set(HR_ERR_INVALID_ARG, "a context length is a number of positions in [1, 2^31], got %lld",
+                     (long long)context);
         return NULL;
     }
     FILE *f = fopen(path, "rb");

@@ -14,9 +14,8 @@
 /* The loss node `loss_node` (CrossEntropyLoss) right after a Linear without a
  * bias whose per-position logits (batch, time, classes) it alone reads: the
  * two become one LinearCrossEntropy at the Linear's place, the loss node
- * goes. *fused: whether it did. */
-hr_status hr_linear_ce_fuse(hr_graph *g, int loss_node, bool *fused) {
-    *fused = false;
+ * goes; anything else is left as it is. */
+hr_status hr_linear_ce_fuse(hr_graph *g, int loss_node) {
     if (loss_node < 1 || loss_node >= g->nn) return HR_OK;
     hr_node *l = &g->n[loss_node], *k = &g->n[loss_node - 1];
     if (l->op != HR_OP_CROSS_ENTROPY || k->op != HR_OP_LINEAR || k->nin != 2 || k->out[0] != l->in[0]) return HR_OK;
@@ -32,7 +31,6 @@ hr_status hr_linear_ce_fuse(hr_graph *g, int loss_node, bool *fused) {
     snprintf(nm, sizeof nm, "%s.lse", g->l[k->layer].name);
     int lse = hr_graph_add_tensor(g, nm, HR_F32, rows, lt->batched, HR_T_ACT, k->layer);
     if (lse < 0) return HR_ERR_OOM;
-    k = &g->n[loss_node - 1], l = &g->n[loss_node]; /* adding a tensor may move nothing, but be sure */
     k->op = HR_OP_LINEAR_CE;
     k->in[2] = l->in[1];
     k->nin = 3;
@@ -41,7 +39,6 @@ hr_status hr_linear_ce_fuse(hr_graph *g, int loss_node, bool *fused) {
     k->nout = 2;
     memmove(&g->n[loss_node], &g->n[loss_node + 1], sizeof(hr_node) * (size_t)(g->nn - loss_node - 1));
     g->nn--;
-    *fused = true;
     return HR_OK;
 }
 

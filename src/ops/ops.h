@@ -118,8 +118,8 @@ hr_status hr_ad_copy(hr_autodiff *ad, int layer, int dy, int x);
 
 /* linear_ce.c: the loss node at loss_node and the Linear right before it as
  * one LinearCrossEntropy, when they are a language model's head whose
- * logits nothing else reads (*fused says whether they were). */
-hr_status hr_linear_ce_fuse(hr_graph *g, int loss_node, bool *fused);
+ * logits nothing else reads. */
+hr_status hr_linear_ce_fuse(hr_graph *g, int loss_node);
 
 /* ---- work: what a node computes and moves (the cost model's estimates) ------- */
 typedef struct {

@@ -326,9 +326,7 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
     }
     if ((st = hr_autocast(&p->g, 0, cfg->precision, "")) != HR_OK) goto fail;
     /* a language model's head and loss as one node, unless the logits are read after the step */
-    bool fused = false; /* (the report counts nodes; nothing else needs to know) */
-    if (train && !cfg->keep_output && (st = hr_linear_ce_fuse(&p->g, p->g.nn - 1, &fused)) != HR_OK) goto fail;
-    (void)fused;
+    if (train && !cfg->keep_output && (st = hr_linear_ce_fuse(&p->g, p->g.nn - 1)) != HR_OK) goto fail;
     p->n_fwd = p->g.nn;
     if (train) {
         if ((st = build_backward(p)) != HR_OK) goto fail;

@@ -24,6 +24,9 @@ void hr_cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const floa
 /* cpu_gemm.c: scratch bytes of a node, from its arguments alone (pointers
  * NULL while planning); only the matrix-product kernels need any. */
 size_t hr_cpu_workspace_size(const hr_cpu *c, const hr_kargs *a);
+/* cpu_loss.c: a row of C logits' maximum, and sum of exp(x - max) in double
+ * (*sum): the cross-entropy's statistics, shared with LinearCrossEntropy */
+float hr_cpu_ce_row(const float *xi, int64_t C, double *sum);
 /* cpu_linear_ce.c: LinearCrossEntropy's piece of logits */
 size_t hr_cpu_linear_ce_workspace(const hr_kargs *a);
 

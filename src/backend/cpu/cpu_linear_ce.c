@@ -1,7 +1,9 @@
 /* cpu_linear_ce.c — LinearCrossEntropy on the CPU: the logits a piece of rows
  * at a time in the node's scratch (OpenBLAS or oneDNN products), rounded to
  * the type the unfused Linear wrote them in, and the cross-entropy of each
- * row as cpu_loss.c computes it (the maximum, then sums in double). */
+ * row by cpu_loss.c's statistics (hr_cpu_ce_row). The backward computes them
+ * again rather than reading lse, so that its dlogits are the unfused pair's
+ * bits; lse is written for the GPU's backward, which reads it. */
 #include "backend/cpu/cpu.h"
 
 #include <math.h>
@@ -34,16 +36,6 @@ static void logits(const hr_linear_ce_args *l, int64_t r0, int64_t m, float *buf
         for (int64_t i = 0; i < m * out; i++) buf[i] = as_logit(buf[i], l->logits_dt);
 }
 
-/* the row's maximum and sum of exp(x - max), in double */
-static float row_stats(const float *xi, int64_t C, double *sum) {
-    float mx = xi[0];
-    for (int64_t j = 1; j < C; j++) mx = xi[j] > mx ? xi[j] : mx;
-    double s = 0;
-    for (int64_t j = 0; j < C; j++) s += exp((double)xi[j] - mx);
-    *sum = s;
-    return mx;
-}
-
 static float *scratch(const hr_kargs *a, hr_status *st) {
     if (a->ws && a->ws_bytes >= hr_cpu_linear_ce_workspace(a)) return a->ws;
     *st = hr_error_set(HR_ERR_INTERNAL, "LinearCrossEntropy: no room planned for its piece of logits");
@@ -63,7 +55,7 @@ hr_status hr_cpu_linear_ce(void *ctx, const hr_kargs *a) {
         for (int64_t i = 0; i < m; i++) {
             const float *xi = buf + i * C;
             double sum;
-            float mx = row_stats(xi, C, &sum);
+            float mx = hr_cpu_ce_row(xi, C, &sum);
             if (l->lse) l->lse[r0 + i] = (float)((double)mx + log(sum));
             total += (double)mx + log(sum) - xi[l->labels[r0 + i]];
         }
@@ -89,7 +81,7 @@ hr_status hr_cpu_linear_ce_bwd(void *ctx, const hr_kargs *a) {
         for (int64_t i = 0; i < m; i++) {
             float *xi = buf + i * C;
             double sum;
-            float mx = row_stats(xi, C, &sum);
+            float mx = hr_cpu_ce_row(xi, C, &sum);
             int32_t lab = l->labels[r0 + i];
             for (int64_t j = 0; j < C; j++)
                 xi[j] = as_logit((float)((exp((double)xi[j] - mx) / sum - (j == lab)) * invn), l->logits_dt);

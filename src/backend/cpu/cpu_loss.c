@@ -4,6 +4,15 @@
 
 #include <math.h>
 
+float hr_cpu_ce_row(const float *xi, int64_t C, double *sum) {
+    float mx = xi[0];
+    for (int64_t j = 1; j < C; j++) mx = xi[j] > mx ? xi[j] : mx;
+    double s = 0;
+    for (int64_t j = 0; j < C; j++) s += exp((double)xi[j] - mx);
+    *sum = s;
+    return mx;
+}
+
 /* CE: logits (N,C), labels (N) -> loss */
 static void cross_entropy(const hr_loss_args *l) {
     int64_t N = l->N, C = l->C;
@@ -12,10 +21,8 @@ static void cross_entropy(const hr_loss_args *l) {
     double total = 0;
     for (int64_t i = 0; i < N; i++) {
         const float *xi = x + i * C;
-        float mx = xi[0];
-        for (int64_t j = 1; j < C; j++) mx = xi[j] > mx ? xi[j] : mx;
-        double sum = 0;
-        for (int64_t j = 0; j < C; j++) sum += exp((double)xi[j] - mx);
+        double sum;
+        float mx = hr_cpu_ce_row(xi, C, &sum);
         total += (double)mx + log(sum) - xi[lab[i]];
     }
     l->loss[0] = (float)(total / (double)N);
@@ -31,10 +38,8 @@ static void cross_entropy_bwd(const hr_loss_args *l) {
     for (int64_t i = 0; i < N; i++) {
         const float *xi = x + i * C;
         float *di = dx + i * C;
-        float mx = xi[0];
-        for (int64_t j = 1; j < C; j++) mx = xi[j] > mx ? xi[j] : mx;
-        double sum = 0;
-        for (int64_t j = 0; j < C; j++) sum += exp((double)xi[j] - mx);
+        double sum;
+        float mx = hr_cpu_ce_row(xi, C, &sum);
         for (int64_t j = 0; j < C; j++) {
             float v = (float)((exp((double)xi[j] - mx) / sum - (j == lab[i])) * invn);
             di[j] = l->acc ? di[j] + v : v;

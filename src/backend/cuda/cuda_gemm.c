@@ -620,6 +620,7 @@ static hr_status lce_logits(hr_cuda *c, const hr_kargs *a, lce_scratch *k, int64
 hr_status hr_cuda_linear_ce(void *ctx, const hr_kargs *a) {
     hr_cuda *c = ctx;
     const hr_linear_ce_args *l = &a->lce;
+    if (l->N > INT_MAX) return hr_error_set(HR_ERR_UNSUPPORTED, "LinearCrossEntropy: more than 2^31 rows");
     lce_scratch k;
     hr_status st = lce_begin(c, a, &k);
     if (st) return st;
@@ -629,7 +630,6 @@ hr_status hr_cuda_linear_ce(void *ctx, const hr_kargs *a) {
         if ((st = lce_logits(c, a, &k, r0, m))) return st;
         HR_CU(hrk_ce_rows(c->stream, a->dt, k.rows, k.p.outp, m, l->out, l->labels + r0, l->lse + r0, term + r0));
     }
-    if (l->N > INT_MAX) return hr_error_set(HR_ERR_UNSUPPORTED, "LinearCrossEntropy: more than 2^31 rows");
     HR_CU(hr_finish_launch(c->stream, term, (int)l->N, l->loss, false, (double)l->N));
     return HR_OK;
 }
