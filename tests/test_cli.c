@@ -329,6 +329,13 @@ static void test_text(void) {
                          "h=json.loads(f.read(n)); b=f.read(); a,w=h['lm_head.weight'],h['wte.weight']; "
                          "s=lambda t: b[t['data_offsets'][0]:t['data_offsets'][1]]; "
                          "print('tied ok' if a['shape']==w['shape']==[256,16] and s(a)==s(w) else 'differ')\"", tmp);
+    /* without validation the head and its loss are one node (LinearCrossEntropy): still both names */
+    EXPECT(0, "stopped after 1 step", HR " train %s/gpt.model --data text:%s/fox.txt %s --max-steps 1 --eval-batch 0 "
+           "--save %s/gptf.ckpt", tmp, tmp, common, tmp);
+    EXPECT(0, "tied ok", "python3 -c \"import json,struct; f=open('%s/gptf.ckpt','rb'); n=struct.unpack('<Q',f.read(8))[0]; "
+                         "h=json.loads(f.read(n)); b=f.read(); a,w=h['lm_head.weight'],h['wte.weight']; "
+                         "s=lambda t: b[t['data_offsets'][0]:t['data_offsets'][1]]; "
+                         "print('tied ok' if a['shape']==w['shape']==[256,16] and s(a)==s(w) else 'differ')\"", tmp);
     /* generate: the prompt, then --tokens bytes; the same seed gives the same text */
     EXPECT(0, "the q", HR " generate %s/gpt.model --weights %s/gpt.ckpt --prompt 'the q' --tokens 12 --seed 5 "
                        "--device cpu", tmp, tmp);

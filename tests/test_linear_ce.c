@@ -17,7 +17,7 @@
 /* 5000 classes: the CPU's 8 MiB piece holds 419 rows of the 8 x 64 */
 enum { B = 8, T = 64, V = 5000, W = 16 };
 
-static hr_model_t *lm(bool head_bias) {
+static hr_model_t *lm_head(bool head_bias, bool tied) {
     hr_model_t *m = hr_model_new("lm");
     int x = hr_input(m, "tokens", 1, (int64_t[]){T});
     int e = hr_embedding(m, "wte", x, V, W);
@@ -27,10 +27,12 @@ static hr_model_t *lm(bool head_bias) {
     h = hr_gelu(m, NULL, h, true);
     h = hr_add(m, NULL, e, h);
     h = hr_layernorm(m, "ln_f", h, 1, (int64_t[]){W}, 1e-5f, true, true);
-    h = hr_linear_tied(m, "lm_head", h, W, V, head_bias, "wte");
+    h = tied ? hr_linear_tied(m, "lm_head", h, W, V, head_bias, "wte") : hr_linear(m, "lm_head", h, W, V, head_bias);
     hr_loss_cross_entropy(m, h, V);
     return m;
 }
+
+static hr_model_t *lm(bool head_bias) { return lm_head(head_bias, true); }
 
 static hr_session_t *compile(hr_model_t *m, hr_precision p, int acc, bool keep_output) {
     hr_config_t c = hr_config_default();
@@ -114,7 +116,35 @@ done:
     hr_session_free(u);
 }
 
+/* An untied head starts from the values the unfused Linear would give it,
+ * under each scheme of initial values: the fused node is no reason for
+ * different weights. */
+static void initial_values(const char *scheme) {
+    hr_model_t *m = lm_head(false, false);
+    CHECK(hr_model_set_init(m, scheme) == HR_OK, "init %s: %s", scheme, hr_last_error());
+    hr_session_t *f = compile(m, HR_PREC_FP32, 1, false), *u = compile(m, HR_PREC_FP32, 1, true);
+    hr_model_free(m);
+    if (!f || !u) goto done;
+    CHECK(count_op(f, HR_OP_LINEAR_CE) == 1, "init %s: an untied head is fused too", scheme);
+    float *a = malloc(sizeof(float) * V * W), *b = malloc(sizeof(float) * V * W);
+    int same = 0, nonzero = 0;
+    int kf = hr_state_find(f, "lm_head.weight"), ku = hr_state_find(u, "lm_head.weight");
+    if (a && b && kf >= 0 && ku >= 0 && hr_state_read(f, kf, a) == HR_OK && hr_state_read(u, ku, b) == HR_OK) {
+        same = !memcmp(a, b, sizeof(float) * V * W);
+        for (int i = 0; i < V * W; i++) nonzero += a[i] != 0;
+    }
+    CHECK(same && nonzero > V * W / 2, "init %s: lm_head.weight fused and unfused: %s, %d of %d values not zero", scheme,
+          same ? "the same bits" : "different", nonzero, V * W);
+    free(a);
+    free(b);
+done:
+    hr_session_free(f);
+    hr_session_free(u);
+}
+
 int main(void) {
+    initial_values("pytorch");
+    initial_values("gpt2");
     compare(HR_PREC_FP32, 1);
     compare(HR_PREC_FP32, 2);
     compare(HR_PREC_BF16, 1);

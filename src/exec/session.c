@@ -198,7 +198,8 @@ static void init_state(const hr_graph *g, int n_fwd, int tensor, int index, uint
  * attention layers, biases 0; false for what it leaves to the layer's default. */
 static bool gpt2_init(const hr_graph *g, int n_fwd, const hr_node *n, int slot, uint64_t seed, uint64_t stream,
                       float *v) {
-    if (n->op != HR_OP_LINEAR && n->op != HR_OP_EMBEDDING && n->op != HR_OP_POS_EMBEDDING) return false;
+    bool linear = n->op == HR_OP_LINEAR || n->op == HR_OP_LINEAR_CE; /* a head fused with its loss */
+    if (!linear && n->op != HR_OP_EMBEDDING && n->op != HR_OP_POS_EMBEDDING) return false;
     const hr_tensor *t = &g->t[n->in[slot]];
     int64_t cnt = hr_shape_numel(&t->shape);
     if (slot == 2) { /* a bias */
@@ -207,7 +208,7 @@ static bool gpt2_init(const hr_graph *g, int n_fwd, const hr_node *n, int slot, 
     }
     double std = 0.02;
     size_t len = strlen(t->name), tail = strlen("c_proj.weight");
-    if (n->op == HR_OP_LINEAR && len >= tail && !strcmp(t->name + len - tail, "c_proj.weight")) {
+    if (linear && len >= tail && !strcmp(t->name + len - tail, "c_proj.weight")) {
         int layers = 0;
         for (int k = 0; k < n_fwd; k++) layers += g->n[k].op == HR_OP_ATTENTION;
         if (layers) std /= sqrt(2.0 * layers);

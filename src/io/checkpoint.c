@@ -78,7 +78,7 @@ static bool tied_name(const hr_session_t *s, int k, char *name, size_t n, int *s
     for (int L = 0; L < g->nl; L++) {
         if (!g->l[L].tied || k--) continue;
         for (int j = 0; j < g->nn; j++)
-            if (g->n[j].layer == L && g->n[j].op == HR_OP_LINEAR) {
+            if (g->n[j].layer == L && (g->n[j].op == HR_OP_LINEAR || g->n[j].op == HR_OP_LINEAR_CE)) {
                 int w = g->n[j].in[1];
                 while (w >= 0 && g->t[w].kind == HR_T_WCOPY) w = g->t[w].source; /* under autocast: its half copy */
                 snprintf(name, n, "%s.weight", g->l[L].name);

@@ -98,9 +98,19 @@ static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
     w->matmul = true;
 }
 
+/* The weight's initial values are the Linear's it replaced (nn.Linear's
+ * default): an untied head starts where the unfused pair would. */
+static void init(const hr_graph *g, const hr_node *n, int slot, uint64_t seed, uint64_t stream, float *v) {
+    hr_init_fan_in(&g->t[n->in[1]], hr_shape_numel(&g->t[n->in[slot]].shape), seed, stream, v);
+}
+
 /* Made after autocast, in its types: x and W half under mixed precision,
  * the loss and lse F32. No gradient reaches the labels. */
-const hr_op_desc hr_opdesc_linear_ce = {
-    .backward = backward, .unpack = unpack, .grad_inputs = 0x3, .autocast = HR_AC_READS_HALF, .work = work};
+const hr_op_desc hr_opdesc_linear_ce = {.backward = backward,
+                                        .unpack = unpack,
+                                        .init = init,
+                                        .grad_inputs = 0x3,
+                                        .autocast = HR_AC_READS_HALF,
+                                        .work = work};
 /* dx last: it may take x's bytes */
 const hr_op_desc hr_opdesc_linear_ce_bwd = {.unpack = unpack, .inplace = true, .autocast = HR_AC_READS_HALF, .work = work};
