@@ -174,12 +174,15 @@ typedef struct {
  * beta (cols) are NULL without elementwise_affine. mean and rstd (rows) are
  * kept for the backward. */
 typedef struct {
-    const float *x, *gamma, *beta, *dy;
-    float *y, *mean, *rstd;
+    const float *x, *gamma, *beta;
+    const void *dy; /* dy_dt: F32, or half when y is */
+    void *y;        /* y_dt: F32, or half when autocast folded its cast in */
+    float *mean, *rstd;
     const float *saved_mean, *saved_rstd;
     float *dx, *dgamma, *dbeta;
     int64_t rows, cols;
     float eps;
+    hr_dtype y_dt, dy_dt;
     bool acc_dx, acc_dgamma, acc_dbeta;
 } hr_layernorm_args;
 

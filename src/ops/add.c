@@ -49,6 +49,11 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     a->add.ta = g->t[n->in[0]].dtype;
     a->add.tb = g->t[n->in[1]].dtype;
     a->add.ty = g->t[n->out[0]].dtype;
+    /* one half input (mixed precision's residual join): the node is a half
+     * node, so a backend without a mixed kernel (the CPU's) gets F32 copies
+     * of the half input (node.c) instead of reading its bytes as floats */
+    if (hr_dtype_is_half(a->add.tb)) a->dt = a->add.tb;
+    if (hr_dtype_is_half(a->add.ta)) a->dt = a->add.ta;
 }
 
 static void work(const hr_graph *g, const hr_node *n, hr_work *w) {

@@ -100,6 +100,7 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
         if (n->nin > 1) l->gamma = hr_ptr(ptr, n->in[1]);
         if (n->nin > 2) l->beta = hr_ptr(ptr, n->in[2]);
         l->y = hr_ptr(ptr, n->out[0]);
+        l->y_dt = g->t[n->out[0]].dtype;
         if (n->nout > 2) l->mean = hr_ptr(ptr, n->out[1]), l->rstd = hr_ptr(ptr, n->out[2]);
         return;
     }
@@ -107,6 +108,7 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     l->saved_rstd = hr_ptr(ptr, n->in[2]);
     if (n->nin > 4) l->gamma = hr_ptr(ptr, n->in[3]);
     l->dy = hr_ptr(ptr, n->in[n->nin - 1]);
+    l->dy_dt = g->t[n->in[n->nin - 1]].dtype;
     l->dx = hr_ptr(ptr, n->out[0]);
     l->dgamma = hr_ptr(ptr, n->out[1]);
     l->dbeta = hr_ptr(ptr, n->out[2]);
@@ -125,5 +127,5 @@ static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
 /* Not in place: the kernels read a row's dy (or x) again after writing parts of it. */
 const hr_op_desc hr_opdesc_layernorm = {
     .layers = layers, .backward = backward, .unpack = unpack, .init = init, .train_outputs = true,
-    .autocast = HR_AC_FP32, .work = work};
+    .autocast = HR_AC_FP32, .half_out = true, .work = work};
 const hr_op_desc hr_opdesc_layernorm_bwd = {.unpack = unpack, .autocast = HR_AC_FP32, .work = work};

@@ -11,12 +11,15 @@
  *   - the cross-entropy (HR_AC_READS_HALF) reads half logits as they are, in
  *     F32 arithmetic, and writes an F32 loss;
  *   - everything else (HR_AC_FOLLOW) computes in its input's type.
- * A tensor is cast to a type once, whoever asks. The model's output stays in
+ * A tensor is cast to a type once, whoever asks. Afterwards
+ * (hr_autocast_fold) a norm whose F32 output only its half copy reads writes
+ * that copy itself (the same bits, one kernel and one F32 tensor fewer). The model's output stays in
  * the type its layer computes (half after a product): the host widens it as
  * it reads it (hr_read_output, hr_forward, hr_eval_forward), since an F32
  * copy on the device would be a language model's largest tensor. */
 #include "plan/autocast.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -113,4 +116,33 @@ done:
     hr_free(nodes);
     hr_free(ac.copy);
     return st == HR_ERR_OOM ? hr_error_set(st, "mixed precision: out of host memory rewriting the program") : st;
+}
+
+/* Is tensor x read by any node but `but`? */
+static bool read_elsewhere(const hr_graph *g, int x, int but) {
+    for (int s = 0; s < g->nn; s++)
+        for (int i = 0; i < g->n[s].nin; i++)
+            if (g->n[s].in[i] == x && s != but) return true;
+    return false;
+}
+
+hr_status hr_autocast_fold(hr_graph *g, int from, int keep) {
+    const char *env = getenv("HR_FOLD_CASTS");
+    if (env && !strcmp(env, "0")) return HR_OK;
+    for (int c = from; c < g->nn; c++) {
+        hr_node *cn = &g->n[c];
+        if (cn->op != HR_OP_CAST) continue;
+        int x = cn->in[0], y = cn->out[0];
+        if (g->t[x].dtype != HR_F32 || !hr_dtype_is_half(g->t[y].dtype) || x == keep || g->t[x].kind != HR_T_ACT)
+            continue;
+        int p = c - 1;
+        while (p >= from && g->n[p].out[0] != x) p--;
+        if (p < from || !hr_op_descs[g->n[p].op]->half_out || read_elsewhere(g, x, c)) continue;
+        g->n[p].out[0] = y; /* the producer writes the copy; x is read by nothing now */
+        g->t[y].source = -1;
+        memmove(&g->n[c], &g->n[c + 1], sizeof(hr_node) * (size_t)(g->nn - c - 1));
+        g->nn--;
+        c--;
+    }
+    return HR_OK;
 }

@@ -325,6 +325,7 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
         p->loss = p->label = -1;
     }
     if ((st = hr_autocast(&p->g, 0, cfg->precision, "")) != HR_OK) goto fail;
+    if ((st = hr_autocast_fold(&p->g, 0, p->output)) != HR_OK) goto fail;
     /* a language model's head and loss as one node, unless the logits are read after the step */
     if (train && !cfg->keep_output && (st = hr_linear_ce_fuse(&p->g, p->g.nn - 1)) != HR_OK) goto fail;
     p->n_fwd = p->g.nn;
@@ -340,6 +341,7 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
     if (train && eb > 0) {
         if ((st = build_eval(p, m, eb)) != HR_OK) goto fail;
         if ((st = hr_autocast(&p->g, p->n_step, cfg->precision, "eval.")) != HR_OK) goto fail;
+        if ((st = hr_autocast_fold(&p->g, p->n_step, p->eval_output)) != HR_OK) goto fail;
     }
     /* Workspace: one tensor per node that asks for scratch. */
     for (int s = 0; s < p->g.nn; s++) {

@@ -91,17 +91,18 @@ hr_status hr_cpu_batchnorm_bwd(void *ctx, const hr_kargs *a) {
 }
 
 /* ---- LayerNorm ---------------------------------------------------------------
- * Rows are independent: one thread a block of rows. */
+ * Rows are independent: one thread a block of rows. y may be half (autocast
+ * folded its cast in: each value rounded once, as the Cast would), and then
+ * dy is too (read exactly, widened). */
 hr_status hr_cpu_layernorm(void *ctx, const hr_kargs *a) {
     const hr_layernorm_args *ln = &a->ln;
     const float *x = ln->x, *gm = ln->gamma, *bt = ln->beta;
-    float *y = ln->y;
     int64_t R = ln->rows, C = ln->cols;
+    hr_dtype yt = ln->y_dt;
     double eps = ln->eps;
 #pragma omp parallel for schedule(static) if (R > 1 && R * C > 4096)
     for (int64_t r = 0; r < R; r++) {
         const float *xr = x + r * C;
-        float *yr = y + r * C;
         double s = 0, ss = 0;
         for (int64_t j = 0; j < C; j++) s += xr[j];
         double mu = s / (double)C;
@@ -110,14 +111,31 @@ hr_status hr_cpu_layernorm(void *ctx, const hr_kargs *a) {
         float m = (float)mu, rs = (float)(1.0 / sqrt(ss / (double)C + eps));
         if (ln->mean) ln->mean[r] = m;
         if (ln->rstd) ln->rstd[r] = rs;
-        if (gm && bt)
-            for (int64_t j = 0; j < C; j++) yr[j] = (xr[j] - m) * rs * gm[j] + bt[j];
-        else if (gm)
-            for (int64_t j = 0; j < C; j++) yr[j] = (xr[j] - m) * rs * gm[j];
-        else
-            for (int64_t j = 0; j < C; j++) yr[j] = (xr[j] - m) * rs;
+        if (yt == HR_F32) {
+            float *yr = (float *)ln->y + r * C;
+            if (gm && bt)
+                for (int64_t j = 0; j < C; j++) yr[j] = (xr[j] - m) * rs * gm[j] + bt[j];
+            else if (gm)
+                for (int64_t j = 0; j < C; j++) yr[j] = (xr[j] - m) * rs * gm[j];
+            else
+                for (int64_t j = 0; j < C; j++) yr[j] = (xr[j] - m) * rs;
+        } else {
+            for (int64_t j = 0; j < C; j++) {
+                float v = (xr[j] - m) * rs;
+                if (gm) v = bt ? v * gm[j] + bt[j] : v * gm[j];
+                hr_store_f(ln->y, yt, r * C + j, v);
+            }
+        }
     }
     return HR_OK;
+}
+
+/* Row r of dy as floats: the row itself (F32) or its widened copy in buf. */
+static const float *dy_row(const hr_layernorm_args *ln, int64_t r, float *buf) {
+    int64_t C = ln->cols;
+    if (ln->dy_dt == HR_F32) return (const float *)ln->dy + r * C;
+    for (int64_t j = 0; j < C; j++) buf[j] = hr_load_f(ln->dy, ln->dy_dt, r * C + j);
+    return buf;
 }
 
 /* dgamma and dbeta sum over rows. A thread takes a block of LN_COLS columns
@@ -126,7 +144,7 @@ hr_status hr_cpu_layernorm(void *ctx, const hr_kargs *a) {
 #define LN_COLS 16
 
 static void layernorm_param_grads(const hr_layernorm_args *ln) {
-    const float *x = ln->x, *dy = ln->dy, *mean = ln->saved_mean, *rstd = ln->saved_rstd;
+    const float *x = ln->x, *mean = ln->saved_mean, *rstd = ln->saved_rstd;
     float *dg = ln->dgamma, *db = ln->dbeta;
     int64_t R = ln->rows, C = ln->cols, nblk = (C + LN_COLS - 1) / LN_COLS;
 #pragma omp parallel for schedule(static) if (nblk > 1 && R * C > 65536)
@@ -134,11 +152,12 @@ static void layernorm_param_grads(const hr_layernorm_args *ln) {
         int64_t j0 = b * LN_COLS, nj = C - j0 < LN_COLS ? C - j0 : LN_COLS;
         double sg[LN_COLS] = {0}, sb[LN_COLS] = {0};
         for (int64_t r = 0; r < R; r++) {
-            const float *xr = x + r * C + j0, *gr = dy + r * C + j0;
+            const float *xr = x + r * C + j0;
             float m = mean[r], rs = rstd[r];
             for (int64_t j = 0; j < nj; j++) {
-                sg[j] += (double)gr[j] * ((xr[j] - m) * rs);
-                sb[j] += gr[j];
+                float gv = hr_load_f(ln->dy, ln->dy_dt, r * C + j0 + j);
+                sg[j] += (double)gv * ((xr[j] - m) * rs);
+                sb[j] += gv;
             }
         }
         for (int64_t j = 0; j < nj; j++) {
@@ -149,33 +168,45 @@ static void layernorm_param_grads(const hr_layernorm_args *ln) {
 }
 
 /* With g = dy gamma and xhat = (x - mean) rstd:
- * dx = rstd (g - mean_j(g) - xhat mean_j(g xhat)). */
+ * dx = rstd (g - mean_j(g) - xhat mean_j(g xhat)). A half dy is widened a
+ * row at a time into a buffer of the thread's (dx is F32, like x). */
 hr_status hr_cpu_layernorm_bwd(void *ctx, const hr_kargs *a) {
     const hr_layernorm_args *ln = &a->ln;
     /* the parameter gradients first: dx may take the bytes of dy or x */
     if (ln->dgamma || ln->dbeta) layernorm_param_grads(ln);
     if (!ln->dx) return HR_OK;
-    const float *x = ln->x, *gm = ln->gamma, *dy = ln->dy, *mean = ln->saved_mean, *rstd = ln->saved_rstd;
+    const float *x = ln->x, *gm = ln->gamma, *mean = ln->saved_mean, *rstd = ln->saved_rstd;
     float *dx = ln->dx;
     int64_t R = ln->rows, C = ln->cols;
-    bool acc = ln->acc_dx;
-#pragma omp parallel for schedule(static) if (R > 1 && R * C > 4096)
-    for (int64_t r = 0; r < R; r++) {
-        const float *xr = x + r * C, *gr = dy + r * C;
-        float *dr = dx + r * C;
-        float m = mean[r], rs = rstd[r];
-        double sg = 0, sgx = 0;
-        for (int64_t j = 0; j < C; j++) {
-            float g = gm ? gr[j] * gm[j] : gr[j];
-            sg += g;
-            sgx += (double)g * ((xr[j] - m) * rs);
+    bool acc = ln->acc_dx, half = ln->dy_dt != HR_F32;
+    hr_status st = HR_OK;
+#pragma omp parallel if (R > 1 && R * C > 4096)
+    {
+        float *buf = half ? hr_malloc(sizeof(float) * (size_t)C) : NULL;
+        if (half && !buf) {
+#pragma omp atomic write
+            st = HR_ERR_OOM;
         }
-        float mg = (float)(sg / (double)C), mgx = (float)(sgx / (double)C);
-        for (int64_t j = 0; j < C; j++) {
-            float g = gm ? gr[j] * gm[j] : gr[j];
-            float v = rs * (g - mg - (xr[j] - m) * rs * mgx);
-            dr[j] = acc ? dr[j] + v : v;
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < R; r++) {
+            if (half && !buf) continue;
+            const float *xr = x + r * C, *gr = dy_row(ln, r, buf);
+            float *dr = dx + r * C;
+            float m = mean[r], rs = rstd[r];
+            double sg = 0, sgx = 0;
+            for (int64_t j = 0; j < C; j++) {
+                float g = gm ? gr[j] * gm[j] : gr[j];
+                sg += g;
+                sgx += (double)g * ((xr[j] - m) * rs);
+            }
+            float mg = (float)(sg / (double)C), mgx = (float)(sgx / (double)C);
+            for (int64_t j = 0; j < C; j++) {
+                float g = gm ? gr[j] * gm[j] : gr[j];
+                float v = rs * (g - mg - (xr[j] - m) * rs * mgx);
+                dr[j] = acc ? dr[j] + v : v;
+            }
         }
+        hr_free(buf);
     }
-    return HR_OK;
+    return st ? hr_error_set(st, "LayerNorm.backward: no host memory for a row of %lld floats", (long long)C) : HR_OK;
 }

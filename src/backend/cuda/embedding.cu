@@ -1,7 +1,7 @@
 /* embedding.cu — Embedding and PositionEmbedding on the GPU: rows gathered
  * (and added) forward. Backward, Embedding: the token positions sorted by id
- * (a counting sort that keeps token order), then a block a row sums its
- * tokens' gradients in that order: no atomics, the CPU's bits. Position-
+ * (a radix sort that keeps token order), then a thread a (row, channel) sums
+ * its tokens' gradients in that order: no atomics, the CPU's bits. Position-
  * Embedding: one thread a (position, channel) sums over the batch. */
 #include <cub/device/device_radix_sort.cuh>
 
@@ -41,17 +41,35 @@ __device__ int lower_bound(const int *sorted, int n, int64_t v) {
     return lo;
 }
 
-/* A block a row v (grid-stride), threads over channels: dw[v] (+)= the dy of
- * v's tokens in token order (the sort is stable), as the CPU adds them. */
+/* A block a row v (grid-stride) and 128 channels (blockIdx.y), a thread a
+ * channel: dw[v] (+)= the dy of v's tokens in token order (the sort is
+ * stable), as the CPU adds them. A frequent token (a space in text: a sixth
+ * of the positions) makes a long sum: each warp reads the next 32 of the
+ * row's positions at once and has their 32 rows' values in flight before
+ * it adds them, in order; one load at a time took milliseconds a step. */
+enum { EMB_CH = 128, EMB_AHEAD = 32 };
 __global__ void k_embed_bwd(const float *dy, float *dw, int64_t V, int64_t C, const int *keys, const int *pos, int n,
                             bool acc) {
+    const int lane = threadIdx.x & 31;
+    const int64_t c = (int64_t)blockIdx.y * EMB_CH + threadIdx.x;
+    const bool mine = c < C;
     for (int64_t v = blockIdx.x; v < V; v += gridDim.x) {
         int a = lower_bound(keys, n, v), b = lower_bound(keys, n, v + 1);
-        for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
-            float s = acc ? dw[v * C + c] : 0.0f;
-            for (int k = a; k < b; k++) s += dy[(int64_t)pos[k] * C + c];
-            dw[v * C + c] = s;
+        float s = acc && mine ? dw[v * C + c] : 0.0f;
+        for (int k = a; k < b; k += EMB_AHEAD) {
+            int m = b - k < EMB_AHEAD ? b - k : EMB_AHEAD;
+            int p = lane < m ? pos[k + lane] : 0;
+            float x[EMB_AHEAD];
+#pragma unroll
+            for (int j = 0; j < EMB_AHEAD; j++) {
+                int64_t r = __shfl_sync(0xffffffffu, p, j);
+                x[j] = mine && j < m ? dy[r * C + c] : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < EMB_AHEAD; j++)
+                if (j < m) s += x[j]; /* skipped, not + 0: s may be -0 */
         }
+        if (mine) dw[v * C + c] = s;
     }
 }
 
@@ -106,13 +124,16 @@ hr_status hr_cuda_embedding_bwd(void *ctx, const hr_kargs *a) {
         k_pos_embed_bwd<<<hr_grid(e->T * e->C), HR_THREADS, 0, st>>>(e->dy, e->dw, e->N, e->T, e->C, e->acc);
     } else {
         if (e->n > INT_MAX) return hr_error_set(HR_ERR_UNSUPPORTED, "Embedding.backward: more than 2^31 tokens a step");
+        if ((e->C + EMB_CH - 1) / EMB_CH > 65535)
+            return hr_error_set(HR_ERR_UNSUPPORTED, "Embedding.backward: %lld channels, more than %d", (long long)e->C,
+                                65535 * EMB_CH);
         int n = (int)e->n, *kin = (int *)a->ws, *vin = kin + n, *kout = vin + n, *vout = kout + n;
         void *tmp = (char *)a->ws + hr_align_up(sizeof(int) * 4 * (size_t)n, 256);
         size_t tmp_bytes = sort_bytes(n, e->V);
         k_embed_keys<<<hr_grid(n), HR_THREADS, 0, st>>>(e->idx, n, kin, vin);
         HR_CU(cub::DeviceRadixSort::SortPairs(tmp, tmp_bytes, kin, kout, vin, vout, n, 0, id_bits(e->V), st));
-        unsigned blocks = (unsigned)(e->V < HR_MAX_GRID ? e->V : HR_MAX_GRID);
-        k_embed_bwd<<<blocks, e->C < 256 ? 128 : 256, 0, st>>>(e->dy, e->dw, e->V, e->C, kout, vout, n, e->acc);
+        dim3 grid((unsigned)(e->V < HR_MAX_GRID ? e->V : HR_MAX_GRID), (unsigned)((e->C + EMB_CH - 1) / EMB_CH));
+        k_embed_bwd<<<grid, EMB_CH, 0, st>>>(e->dy, e->dw, e->V, e->C, kout, vout, n, e->acc);
     }
     HR_CU(cudaGetLastError());
     return HR_OK;

@@ -38,12 +38,25 @@ struct LnBlock {
     __device__ __forceinline__ double sum(double v) const { return hr_block_sum(v, sh); }
 };
 
+/* y and dy: F32, or the half type when autocast folded y's cast into the
+ * norm; t is the same across the grid, so the branches cost nothing. */
+__device__ __forceinline__ float ln_ld(const void *p, int64_t i, hr_dtype t) {
+    return t == HR_BF16 ? __bfloat162float(((const __nv_bfloat16 *)p)[i])
+         : t == HR_F16  ? __half2float(((const __half *)p)[i])
+                        : ((const float *)p)[i];
+}
+__device__ __forceinline__ void ln_st(void *p, int64_t i, float v, hr_dtype t) {
+    if (t == HR_BF16) ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v);
+    else if (t == HR_F16) ((__half *)p)[i] = __float2half_rn(v);
+    else ((float *)p)[i] = v;
+}
+
 /* One row of the forward. Two passes in double (mean, then the biased
  * variance of the deviations) as the CPU does; y is written only after both
  * sums are complete in the whole group, so y may be x. */
 template <class G>
-__device__ __forceinline__ void ln_fwd_row(G g, const float *xr, const float *gamma, const float *beta, float *yr,
-                                           float *mean, float *rstd, int64_t r, int64_t cols, float eps) {
+__device__ __forceinline__ void ln_fwd_row(G g, const float *xr, const float *gamma, const float *beta, void *y,
+                                           hr_dtype yt, float *mean, float *rstd, int64_t r, int64_t cols, float eps) {
     int64_t end = g.live ? cols : 0; /* the loops' end: nothing for a group past the rows */
     double s = 0;
     for (int64_t j = g.t; j < end; j += g.n) s += xr[j];
@@ -62,7 +75,7 @@ __device__ __forceinline__ void ln_fwd_row(G g, const float *xr, const float *ga
     for (int64_t j = g.t; j < end; j += g.n) { /* beta only with gamma: no gamma is no affine at all */
         float v = (xr[j] - mf) * rs;
         if (gamma) v = beta ? v * gamma[j] + beta[j] : v * gamma[j];
-        yr[j] = v;
+        ln_st(y, r * cols + j, v, yt);
     }
 }
 
@@ -71,13 +84,13 @@ __device__ __forceinline__ void ln_fwd_row(G g, const float *xr, const float *ga
  * written, and each dx[j] is written after its own inputs are read, so dx may
  * be dy or x. */
 template <class G>
-__device__ __forceinline__ void ln_bwd_row(G g, const float *xr, const float *gamma, const float *dyr, float *dxr,
-                                           float mu, float rs, int64_t cols, bool acc) {
+__device__ __forceinline__ void ln_bwd_row(G g, const float *xr, const float *gamma, const void *dy, hr_dtype dt,
+                                           int64_t off, float *dxr, float mu, float rs, int64_t cols, bool acc) {
     int64_t end = g.live ? cols : 0;
     double sg = 0, sgx = 0;
     for (int64_t j = g.t; j < end; j += g.n) {
         float xh = (xr[j] - mu) * rs;
-        float gj = gamma ? dyr[j] * gamma[j] : dyr[j];
+        float d = ln_ld(dy, off + j, dt), gj = gamma ? d * gamma[j] : d;
         sg += gj;
         sgx += (double)gj * xh;
     }
@@ -86,7 +99,7 @@ __device__ __forceinline__ void ln_bwd_row(G g, const float *xr, const float *ga
     float mg = (float)(sg / (double)cols), mgx = (float)(sgx / (double)cols);
     for (int64_t j = g.t; j < end; j += g.n) {
         float xh = (xr[j] - mu) * rs;
-        float gj = gamma ? dyr[j] * gamma[j] : dyr[j];
+        float d = ln_ld(dy, off + j, dt), gj = gamma ? d * gamma[j] : d;
         float v = rs * (gj - mg - xh * mgx);
         dxr[j] = acc ? dxr[j] + v : v;
     }
@@ -97,50 +110,50 @@ __device__ __forceinline__ void ln_bwd_row(G g, const float *xr, const float *ga
  * base + q; base is warp-uniform, so every lane reaches every shuffle. A
  * group past the last row stands on row 0 and reads or writes none of it. */
 template <int L>
-static __global__ void k_ln_fwd_lanes(const float *x, const float *gamma, const float *beta, float *y, float *mean,
-                                      float *rstd, int64_t rows, int64_t cols, float eps) {
+static __global__ void k_ln_fwd_lanes(const float *x, const float *gamma, const float *beta, void *y, hr_dtype yt,
+                                      float *mean, float *rstd, int64_t rows, int64_t cols, float eps) {
     int64_t rpw = 32 / L, w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
     for (int64_t base = w * rpw; base < rows; base += nw * rpw) {
         int64_t r = base + (threadIdx.x & 31) / L;
         LnLanes<L> g{(int)(threadIdx.x & (L - 1)), r < rows};
         if (!g.live) r = 0;
-        ln_fwd_row(g, x + r * cols, gamma, beta, y + r * cols, mean, rstd, r, cols, eps);
+        ln_fwd_row(g, x + r * cols, gamma, beta, y, yt, mean, rstd, r, cols, eps);
     }
 }
 
 /* 1024 threads for long rows: the bound keeps registers within what a full
  * block may use, so the launch cannot fail for lack of them. */
 static __global__ void __launch_bounds__(1024)
-    k_ln_fwd_block(const float *x, const float *gamma, const float *beta, float *y, float *mean, float *rstd,
-                   int64_t rows, int64_t cols, float eps) {
+    k_ln_fwd_block(const float *x, const float *gamma, const float *beta, void *y, hr_dtype yt, float *mean,
+                   float *rstd, int64_t rows, int64_t cols, float eps) {
     __shared__ double sh[32];
     LnBlock g{(int)threadIdx.x, (int)blockDim.x, sh};
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) /* block-uniform: every thread reaches the syncs */
-        ln_fwd_row(g, x + r * cols, gamma, beta, y + r * cols, mean, rstd, r, cols, eps);
+        ln_fwd_row(g, x + r * cols, gamma, beta, y, yt, mean, rstd, r, cols, eps);
 }
 
 /* ---- backward, dx ---- */
 template <int L>
 static __global__ void k_ln_dx_lanes(const float *x, const float *gamma, const float *mean, const float *rstd,
-                                     const float *dy, float *dx, int64_t rows, int64_t cols, bool acc) {
+                                     const void *dy, hr_dtype dt, float *dx, int64_t rows, int64_t cols, bool acc) {
     int64_t rpw = 32 / L, w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
     for (int64_t base = w * rpw; base < rows; base += nw * rpw) {
         int64_t r = base + (threadIdx.x & 31) / L;
         LnLanes<L> g{(int)(threadIdx.x & (L - 1)), r < rows};
         if (!g.live) r = 0;
-        ln_bwd_row(g, x + r * cols, gamma, dy + r * cols, dx + r * cols, mean[r], rstd[r], cols, acc);
+        ln_bwd_row(g, x + r * cols, gamma, dy, dt, r * cols, dx + r * cols, mean[r], rstd[r], cols, acc);
     }
 }
 
 static __global__ void __launch_bounds__(1024)
-    k_ln_dx_block(const float *x, const float *gamma, const float *mean, const float *rstd, const float *dy, float *dx,
-                  int64_t rows, int64_t cols, bool acc) {
+    k_ln_dx_block(const float *x, const float *gamma, const float *mean, const float *rstd, const void *dy, hr_dtype dt,
+                  float *dx, int64_t rows, int64_t cols, bool acc) {
     __shared__ double sh[32];
     LnBlock g{(int)threadIdx.x, (int)blockDim.x, sh};
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
-        ln_bwd_row(g, x + r * cols, gamma, dy + r * cols, dx + r * cols, mean[r], rstd[r], cols, acc);
+        ln_bwd_row(g, x + r * cols, gamma, dy, dt, r * cols, dx + r * cols, mean[r], rstd[r], cols, acc);
 }
 
 /* ---- rows of 128 NV floats (NV <= 8: GPT-2's 768, the char GPT's 384), a
@@ -157,9 +170,36 @@ __device__ __forceinline__ void ln_set(float4 &v, int k, float f) {
     else v.w = f;
 }
 
+/* four values j*4 .. j*4+3 of an F32 or half array (16 or 8 bytes) */
+__device__ __forceinline__ float4 ln_ld4(const void *p, int64_t j, hr_dtype t) {
+    if (t == HR_F32) return ((const float4 *)p)[j];
+    uint2 u = ((const uint2 *)p)[j];
+    unsigned short h[4] = {(unsigned short)(u.x & 0xffff), (unsigned short)(u.x >> 16), (unsigned short)(u.y & 0xffff),
+                           (unsigned short)(u.y >> 16)};
+    float4 v;
+    if (t == HR_BF16)
+        v = make_float4(__bfloat162float(__ushort_as_bfloat16(h[0])), __bfloat162float(__ushort_as_bfloat16(h[1])),
+                        __bfloat162float(__ushort_as_bfloat16(h[2])), __bfloat162float(__ushort_as_bfloat16(h[3])));
+    else
+        v = make_float4(__half2float(__ushort_as_half(h[0])), __half2float(__ushort_as_half(h[1])),
+                        __half2float(__ushort_as_half(h[2])), __half2float(__ushort_as_half(h[3])));
+    return v;
+}
+__device__ __forceinline__ void ln_st4(void *p, int64_t j, float4 v, hr_dtype t) {
+    if (t == HR_F32) {
+        ((float4 *)p)[j] = v;
+        return;
+    }
+    unsigned h[4];
+    for (int k = 0; k < 4; k++)
+        h[k] = t == HR_BF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(ln_c(v, k)))
+                            : __half_as_ushort(__float2half_rn(ln_c(v, k)));
+    ((uint2 *)p)[j] = make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
+}
+
 template <int NV>
-static __global__ void k_ln_fwd_vec(const float *x, const float *gamma, const float *beta, float *y, float *mean,
-                                    float *rstd, int64_t rows, int64_t cols, float eps) {
+static __global__ void k_ln_fwd_vec(const float *x, const float *gamma, const float *beta, void *y, hr_dtype yt,
+                                    float *mean, float *rstd, int64_t rows, int64_t cols, float eps) {
     int lane = threadIdx.x & 31;
     int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += nw) {
@@ -186,7 +226,6 @@ static __global__ void k_ln_fwd_vec(const float *x, const float *gamma, const fl
             if (mean) mean[r] = mf;
             if (rstd) rstd[r] = rs;
         }
-        float4 *yr = (float4 *)(y + r * cols);
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             int j = lane + 32 * i;
@@ -199,25 +238,25 @@ static __global__ void k_ln_fwd_vec(const float *x, const float *gamma, const fl
                 if (gamma) u = beta ? u * ln_c(gm, k) + ln_c(bt, k) : u * ln_c(gm, k);
                 ln_set(o, k, u);
             }
-            yr[j] = o;
+            ln_st4(y, r * cols / 4 + j, o, yt);
         }
     }
 }
 
 template <int NV>
 static __global__ void k_ln_dx_vec(const float *x, const float *gamma, const float *mean, const float *rstd,
-                                   const float *dy, float *dx, int64_t rows, int64_t cols, bool acc) {
+                                   const void *dy, hr_dtype dt, float *dx, int64_t rows, int64_t cols, bool acc) {
     int lane = threadIdx.x & 31;
     int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += nw) {
-        const float4 *xr = (const float4 *)(x + r * cols), *dr = (const float4 *)(dy + r * cols);
+        const float4 *xr = (const float4 *)(x + r * cols);
         float mu = mean[r], rs = rstd[r];
         float4 xh[NV], gv[NV];
         double sg = 0, sgx = 0;
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             int j = lane + 32 * i;
-            float4 xv = xr[j], d = dr[j];
+            float4 xv = xr[j], d = ln_ld4(dy, r * cols / 4 + j, dt);
             float4 gm = gamma ? ((const float4 *)gamma)[j] : make_float4(1, 1, 1, 1);
 #pragma unroll
             for (int k = 0; k < 4; k++) {
@@ -246,6 +285,79 @@ static __global__ void k_ln_dx_vec(const float *x, const float *gamma, const flo
     }
 }
 
+/* dx and the column sums of dgamma and dbeta in one pass (the register
+ * form): warp w of W takes rows w, w + W, ... (W fixed by the shape, so the
+ * order of every sum is too), keeps its columns' sums in doubles and writes
+ * them as partial w ([W][cols] each); k_ln_col_finish adds the W partials of
+ * a column in order. x and dy are read once instead of twice (k_ln_col's
+ * pass, then the dx pass). */
+template <int NV>
+static __global__ void k_ln_bwd_vec(const float *x, const float *gamma, const float *mean, const float *rstd,
+                                    const void *dy, hr_dtype dt, float *dx, double *pg, double *pb, int64_t rows, int64_t cols,
+                                    int64_t W, bool acc) {
+    int lane = threadIdx.x & 31;
+    int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (w >= W) return;
+    double sgc[NV][4], sbc[NV][4];
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) sgc[i][k] = sbc[i][k] = 0;
+    for (int64_t r = w; r < rows; r += W) {
+        const float4 *xr = (const float4 *)(x + r * cols);
+        float mu = mean[r], rs = rstd[r];
+        float4 xh[NV], gv[NV];
+        double sg = 0, sgx = 0;
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            int j = lane + 32 * i;
+            float4 xv = xr[j], d = ln_ld4(dy, r * cols / 4 + j, dt);
+            float4 gm = gamma ? ((const float4 *)gamma)[j] : make_float4(1, 1, 1, 1);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float h = (ln_c(xv, k) - mu) * rs, dk = ln_c(d, k), gj = gamma ? dk * ln_c(gm, k) : dk;
+                ln_set(xh[i], k, h);
+                ln_set(gv[i], k, gj);
+                sg += gj;
+                sgx += (double)gj * h;
+                sgc[i][k] += (double)dk * h;
+                sbc[i][k] += dk;
+            }
+        }
+        if (!dx) continue;
+        sg = hr_warp_sum(sg);
+        sgx = hr_warp_sum(sgx);
+        float mg = (float)(sg / (double)cols), mgx = (float)(sgx / (double)cols);
+        float4 *xo = (float4 *)(dx + r * cols);
+#pragma unroll
+        for (int i = 0; i < NV; i++) {
+            int j = lane + 32 * i;
+            float4 o = acc ? xo[j] : make_float4(0, 0, 0, 0);
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float v = rs * (ln_c(gv[i], k) - mg - ln_c(xh[i], k) * mgx);
+                ln_set(o, k, acc ? ln_c(o, k) + v : v);
+            }
+            xo[j] = o;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < NV; i++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            int64_t c = 4 * (int64_t)(lane + 32 * i) + k;
+            pg[w * cols + c] = sgc[i][k];
+            pb[w * cols + c] = sbc[i][k];
+        }
+}
+
+/* Warps of the one-pass backward: about 16 rows each, at most 1024 (the
+ * partials: 16 W cols bytes, 12 MiB at GPT-2's 768). */
+static int64_t ln_bwd_warps(int64_t rows) {
+    int64_t w = (rows + 15) / 16;
+    return w < 1 ? 1 : w > 1024 ? 1024 : w;
+}
+
 /* ---- backward, dgamma and dbeta: column sums over the rows ----
  * Block (bx, k) owns columns [32 bx, 32 bx + 32) and the rows
  * [k rows / S, (k+1) rows / S): its 8 warps each read whole 128-byte row
@@ -256,7 +368,7 @@ static __global__ void k_ln_dx_vec(const float *x, const float *gamma, const flo
  * fixed by the shape alone, so the sums are deterministic. */
 #define LN_COL_ROWGROUPS 8
 
-static __global__ void k_ln_col(const float *x, const float *mean, const float *rstd, const float *dy, float *dg,
+static __global__ void k_ln_col(const float *x, const float *mean, const float *rstd, const void *dy, hr_dtype dt, float *dg,
                                 float *db, double *pg, double *pb, int64_t rows, int64_t cols, int64_t S, bool acc_g,
                                 bool acc_b) {
     __shared__ double shg[LN_COL_ROWGROUPS][33], shb[LN_COL_ROWGROUPS][33];
@@ -266,7 +378,7 @@ static __global__ void k_ln_col(const float *x, const float *mean, const float *
     double sg = 0, sb = 0;
     if (c < cols)
         for (int64_t r = r0 + ty; r < r1; r += LN_COL_ROWGROUPS) {
-            float gv = dy[r * cols + c];
+            float gv = ln_ld(dy, r * cols + c, dt);
             sb += gv;
             if (dg) sg += (double)gv * ((x[r * cols + c] - mean[r]) * rstd[r]);
         }
@@ -328,12 +440,12 @@ static unsigned ln_lane_grid(int64_t rows, int L) { return hr_grid((rows + 32 / 
 /* The lane kernels' launches, one instance a width (L a compile-time
  * constant, so the strided loops and the shuffles unroll), indexed by log2 L. */
 template <int L> static void ln_fwd_lanes(cudaStream_t s, const hr_layernorm_args *p) {
-    k_ln_fwd_lanes<L><<<ln_lane_grid(p->rows, L), HR_THREADS, 0, s>>>(p->x, p->gamma, p->beta, p->y, p->mean, p->rstd,
-                                                                      p->rows, p->cols, p->eps);
+    k_ln_fwd_lanes<L><<<ln_lane_grid(p->rows, L), HR_THREADS, 0, s>>>(p->x, p->gamma, p->beta, p->y, p->y_dt, p->mean,
+                                                                      p->rstd, p->rows, p->cols, p->eps);
 }
 template <int L> static void ln_dx_lanes(cudaStream_t s, const hr_layernorm_args *p) {
     k_ln_dx_lanes<L><<<ln_lane_grid(p->rows, L), HR_THREADS, 0, s>>>(p->x, p->gamma, p->saved_mean, p->saved_rstd,
-                                                                     p->dy, p->dx, p->rows, p->cols, p->acc_dx);
+                                                                     p->dy, p->dy_dt, p->dx, p->rows, p->cols, p->acc_dx);
 }
 typedef void (*ln_launch)(cudaStream_t, const hr_layernorm_args *);
 static const ln_launch ln_fwd_by_lg[6] = {ln_fwd_lanes<1>, ln_fwd_lanes<2>,  ln_fwd_lanes<4>,
@@ -369,14 +481,17 @@ static int ln_vec_nv(const hr_layernorm_args *p, const void *a, const void *b, c
 extern "C" {
 
 /* The workspace LayerNorm.backward wants for deterministic, parallel column
- * sums: 16 S cols bytes (S = ln_col_splits) when S > 1, else 0; none for the
+ * sums: 16 S cols bytes (S = ln_col_splits) when S > 1, else 0, or the
+ * one-pass form's 16 W cols (W = ln_bwd_warps) where it may run; none for the
  * forward. From the sizes alone (planning passes NULL pointers, so whether
  * dgamma or dbeta is wanted is not known then). With less, the backward
  * falls back to one slice: slower, as deterministic. */
 static size_t ln_bwd_ws(int64_t rows, int64_t cols) {
     if (rows <= 0 || cols <= 0) return 0;
     int64_t S = ln_col_splits(rows, cols);
-    return S > 1 ? (size_t)(2 * S * cols) * sizeof(double) : 0;
+    size_t col = S > 1 ? (size_t)(2 * S * cols) * sizeof(double) : 0;
+    size_t one = cols % 128 == 0 && cols <= 1024 ? (size_t)(2 * ln_bwd_warps(rows) * cols) * sizeof(double) : 0;
+    return col > one ? col : one;
 }
 
 size_t hr_cuda_layernorm_bwd_workspace(hr_cuda *c, const hr_kargs *a) {
@@ -393,12 +508,12 @@ hr_status hr_cuda_layernorm(void *ctx, const hr_kargs *a) {
     int nv = ln_vec_nv(p, p->x, p->y, NULL);
     unsigned grid = hr_grid(rows * 32);
     if (nv)
-        LN_VEC_CASES(k_ln_fwd_vec, (p->x, p->gamma, p->beta, p->y, p->mean, p->rstd, rows, cols, p->eps))
+        LN_VEC_CASES(k_ln_fwd_vec, (p->x, p->gamma, p->beta, p->y, p->y_dt, p->mean, p->rstd, rows, cols, p->eps))
     else if (cols <= LN_WARP_COLS)
         ln_fwd_by_lg[ln_lanes_lg(cols)](s, p);
     else
-        k_ln_fwd_block<<<ln_row_grid(rows), ln_row_threads(cols), 0, s>>>(p->x, p->gamma, p->beta, p->y, p->mean,
-                                                                          p->rstd, rows, cols, p->eps);
+        k_ln_fwd_block<<<ln_row_grid(rows), ln_row_threads(cols), 0, s>>>(p->x, p->gamma, p->beta, p->y, p->y_dt,
+                                                                          p->mean, p->rstd, rows, cols, p->eps);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return hr_cuda_fail(__FILE__, __LINE__, "LayerNorm kernel", cudaGetErrorString(e));
     return HR_OK;
@@ -413,13 +528,31 @@ hr_status hr_cuda_layernorm_bwd(void *ctx, const hr_kargs *a) {
     if (rows <= 0 || cols <= 0) return HR_OK;
     if (!p->dy || ((p->dx || p->dgamma) && (!p->x || !p->saved_mean || !p->saved_rstd))) return HR_ERR_INVALID_ARG;
     cudaError_t e;
+    int nv = ln_vec_nv(p, p->x, p->dy, p->dx);
+    int64_t W = ln_bwd_warps(rows);
+    if (nv && (p->dgamma || p->dbeta) && a->ws && a->ws_bytes >= (size_t)(2 * W * cols) * sizeof(double)) {
+        double *pg = (double *)a->ws, *pb = pg + W * cols;
+        unsigned grid = (unsigned)((W * 32 + 255) / 256);
+        LN_VEC_CASES(k_ln_bwd_vec, (p->x, p->gamma, p->saved_mean, p->saved_rstd, p->dy, p->dy_dt, p->dx, pg, pb, rows,
+                                    cols, W,
+                                    p->acc_dx))
+        e = cudaGetLastError();
+        if (e == cudaSuccess)
+            k_ln_col_finish<<<hr_grid(cols), HR_THREADS, 0, s>>>(pg, pb, p->dgamma, p->dbeta, cols, W, p->acc_dgamma,
+                                                                 p->acc_dbeta);
+        e = e == cudaSuccess ? cudaGetLastError() : e;
+        if (e != cudaSuccess)
+            return hr_cuda_fail(__FILE__, __LINE__, "LayerNorm.backward kernel", cudaGetErrorString(e));
+        return HR_OK;
+    }
     if (p->dgamma || p->dbeta) {
         int64_t S = ln_col_splits(rows, cols);
         size_t need = ln_bwd_ws(rows, cols);
         if (S > 1 && (!a->ws || a->ws_bytes < need)) S = 1; /* no room for partials */
         double *pg = S > 1 ? (double *)a->ws : NULL, *pb = S > 1 ? pg + S * cols : NULL;
         dim3 grid((unsigned)((cols + 31) / 32), (unsigned)S);
-        k_ln_col<<<grid, 32 * LN_COL_ROWGROUPS, 0, s>>>(p->x, p->saved_mean, p->saved_rstd, p->dy, p->dgamma, p->dbeta,
+        k_ln_col<<<grid, 32 * LN_COL_ROWGROUPS, 0, s>>>(p->x, p->saved_mean, p->saved_rstd, p->dy, p->dy_dt, p->dgamma,
+                                                         p->dbeta,
                                                          pg, pb, rows, cols, S, p->acc_dgamma, p->acc_dbeta);
         e = cudaGetLastError();
         if (e == cudaSuccess && S > 1)
@@ -430,15 +563,15 @@ hr_status hr_cuda_layernorm_bwd(void *ctx, const hr_kargs *a) {
             return hr_cuda_fail(__FILE__, __LINE__, "LayerNorm.backward dgamma/dbeta kernel", cudaGetErrorString(e));
     }
     if (!p->dx) return HR_OK;
-    int nv = ln_vec_nv(p, p->x, p->dy, p->dx);
     unsigned grid = hr_grid(rows * 32);
     if (nv)
-        LN_VEC_CASES(k_ln_dx_vec, (p->x, p->gamma, p->saved_mean, p->saved_rstd, p->dy, p->dx, rows, cols, p->acc_dx))
+        LN_VEC_CASES(k_ln_dx_vec,
+                     (p->x, p->gamma, p->saved_mean, p->saved_rstd, p->dy, p->dy_dt, p->dx, rows, cols, p->acc_dx))
     else if (cols <= LN_WARP_COLS)
         ln_dx_by_lg[ln_lanes_lg(cols)](s, p);
     else
         k_ln_dx_block<<<ln_row_grid(rows), ln_row_threads(cols), 0, s>>>(p->x, p->gamma, p->saved_mean, p->saved_rstd,
-                                                                         p->dy, p->dx, rows, cols, p->acc_dx);
+                                                                         p->dy, p->dy_dt, p->dx, rows, cols, p->acc_dx);
     e = cudaGetLastError();
     if (e != cudaSuccess)
         return hr_cuda_fail(__FILE__, __LINE__, "LayerNorm.backward dx kernel", cudaGetErrorString(e));

@@ -1,0 +1,178 @@
+/* test_fold.c — mixed precision folds a LayerNorm's cast into the norm: under
+ * bf16 and fp16 a LayerNorm whose F32 output only its half copy reads (the
+ * norm before a product) writes the half tensor itself, and its backward
+ * reads the half gradient. The copy's values are the F32 result rounded
+ * once, as the Cast rounded it, so the folded program must give the unfolded
+ * one's (HR_FOLD_CASTS=0) losses, gradients and outputs bit for bit, in
+ * training (three steps, with accumulation) and in inference. A norm whose
+ * output an F32 op also reads keeps its cast. Built for the CPU here and, by
+ * tests/gpu/test_cuda_fold.c, for CUDA. */
+#include "check.h"
+#include "exec/internal.h"
+#include "headroom.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifndef FOLD_DEVICE
+#define FOLD_DEVICE HR_DEVICE_CPU
+#endif
+
+/* 128 and 384 wide: the GPU's register form of a row (128 n floats) and its
+ * other form (96) */
+enum { B = 4, T = 16, V = 97 };
+
+/* two blocks of x + Linear(GELU(Linear(LN(x)))); the second LN's output is
+ * also added to the stream (an F32 reader: not folded) */
+static hr_model_t *lm(int W) {
+    hr_model_t *m = hr_model_new("fold");
+    int x = hr_input(m, "tokens", 1, (int64_t[]){T});
+    int e = hr_embedding(m, "wte", x, V, W);
+    e = hr_position_embedding(m, "wpe", e, T, W);
+    int h = hr_layernorm(m, "ln_1", e, 1, (int64_t[]){W}, 1e-5f, true, true);
+    h = hr_linear(m, "fc", h, W, 2 * W, true);
+    h = hr_gelu(m, NULL, h, true);
+    h = hr_linear(m, "proj", h, 2 * W, W, true);
+    e = hr_add(m, NULL, e, h);
+    int n2 = hr_layernorm(m, "ln_2", e, 1, (int64_t[]){W}, 1e-5f, true, true);
+    h = hr_linear(m, "fc2", n2, W, W, true);
+    e = hr_add(m, NULL, n2, h);
+    h = hr_layernorm(m, "ln_f", e, 1, (int64_t[]){W}, 1e-5f, true, true);
+    h = hr_linear(m, "lm_head", h, W, V, false);
+    hr_loss_cross_entropy(m, h, V);
+    return m;
+}
+
+static hr_session_t *compile(hr_model_t *m, hr_precision p, hr_mode mode, int acc, bool fold) {
+    hr_config_t c = hr_config_default();
+    c.device = FOLD_DEVICE;
+    c.batch = B, c.precision = p, c.accumulate = acc, c.mode = mode, c.keep_grads = true;
+    c.seed = 5, c.eval_batch = 0, c.optim.kind = HR_OPTIM_ADAMW, c.optim.lr = 1e-2f;
+    if (fold) unsetenv("HR_FOLD_CASTS");
+    else setenv("HR_FOLD_CASTS", "0", 1);
+    hr_session_t *s = hr_compile(m, &c);
+    unsetenv("HR_FOLD_CASTS");
+    CHECK(s && hr_session_alloc(s) == HR_OK, "compile: %s", hr_last_error());
+    return s;
+}
+
+static int count_op(const hr_session_t *s, hr_op op) {
+    const hr_graph *g = &hr_session_program(s)->g;
+    int k = 0;
+    for (int i = 0; i < g->nn; i++) k += g->n[i].op == op;
+    return k;
+}
+
+/* forward LayerNorms writing a half tensor */
+static int half_norms(const hr_session_t *s) {
+    const hr_graph *g = &hr_session_program(s)->g;
+    int k = 0;
+    for (int i = 0; i < g->nn; i++)
+        k += g->n[i].op == HR_OP_LAYERNORM && g->t[g->n[i].out[0]].dtype != HR_F32;
+    return k;
+}
+
+static void batch(int step, float *x, int32_t *lab) {
+    for (int i = 0; i < B * T; i++) {
+        x[i] = (float)((i * 31 + step * 17) % V);
+        lab[i] = (int32_t)((i * 7 + step * 3 + 1) % V);
+    }
+}
+
+static void train(int W, hr_precision p, int acc) {
+    const char *pn = hr_precision_name(p);
+    hr_model_t *m = lm(W);
+    hr_session_t *f = compile(m, p, HR_MODE_TRAIN, acc, true), *u = compile(m, p, HR_MODE_TRAIN, acc, false);
+    hr_model_free(m);
+    if (!f || !u) goto done;
+    /* ln_1 and ln_f fold; ln_2's output is also added in F32 */
+    CHECK(half_norms(f) == 2 && half_norms(u) == 0 && count_op(u, HR_OP_CAST) - count_op(f, HR_OP_CAST) == 4,
+          "%s W=%d: two norms write half (%d), four casts fewer, two a pass (%d against %d)", pn, W, half_norms(f),
+          count_op(f, HR_OP_CAST), count_op(u, HR_OP_CAST));
+    float x[B * T];
+    int32_t lab[B * T];
+    for (int step = 0; step < 3; step++) {
+        float lf = -1, lu = -2;
+        batch(step, x, lab);
+        CHECK(hr_train_step(f, x, lab, &lf) == HR_OK && hr_train_step(u, x, lab, &lu) == HR_OK, "%s step: %s", pn,
+              hr_last_error());
+        CHECK(!memcmp(&lf, &lu, sizeof lf), "%s W=%d K=%d step %d: loss %.9g folded, %.9g not", pn, W, acc, step, lf,
+              lu);
+    }
+    for (int i = 0; i < hr_state_count(u); i++) { /* the last step's gradients and every state after three updates */
+        int64_t n = 1;
+        for (int d = 0; d < hr_state_ndim(u, i); d++) n *= hr_state_dim(u, i, d);
+        const char *nm = hr_state_name(u, i);
+        int j = hr_state_find(f, nm);
+        float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
+        bool same = a && b && j >= 0 && hr_state_read(f, j, a) == HR_OK && hr_state_read(u, i, b) == HR_OK &&
+                    !memcmp(a, b, sizeof(float) * (size_t)n);
+        if (same && hr_state_is_param(u, i))
+            same = hr_grad_read(f, nm, a) == HR_OK && hr_grad_read(u, nm, b) == HR_OK &&
+                   !memcmp(a, b, sizeof(float) * (size_t)n);
+        CHECK(same, "%s W=%d K=%d: %s (or its gradient) differs folded and not", pn, W, acc, nm);
+        free(a);
+        free(b);
+    }
+done:
+    hr_session_free(f);
+    hr_session_free(u);
+}
+
+static void infer(int W, hr_precision p) {
+    const char *pn = hr_precision_name(p);
+    hr_model_t *m = lm(W);
+    hr_session_t *f = compile(m, p, HR_MODE_INFER, 1, true), *u = compile(m, p, HR_MODE_INFER, 1, false), *s32 = NULL;
+    hr_model_free(m);
+    if (!f || !u) goto done;
+    CHECK(half_norms(f) == 2, "%s W=%d inference: two norms write half (%d)", pn, W, half_norms(f));
+    float x[B * T];
+    int32_t lab[B * T];
+    batch(0, x, lab);
+    float *yf = malloc(sizeof(float) * B * T * V), *yu = malloc(sizeof(float) * B * T * V),
+          *y32 = malloc(sizeof(float) * B * T * V), *again = malloc(sizeof(float) * B * T * V);
+    CHECK(yf && yu && y32 && again && hr_forward(f, x, yf) == HR_OK && hr_forward(u, x, yu) == HR_OK &&
+              !memcmp(yf, yu, sizeof(float) * B * T * V),
+          "%s W=%d inference: the logits differ folded and not (%s)", pn, W, hr_last_error());
+    /* and they are the fp32 model's, rounded: the residual Add reads its half
+     * branch as it is (a CPU kernel that read those bytes as floats gave
+     * logits off by their own size, different each run) */
+    m = lm(W);
+    s32 = compile(m, HR_PREC_FP32, HR_MODE_INFER, 1, true);
+    hr_model_free(m);
+    double d = 0, big = 1e-30;
+    if (s32 && yf && y32 && again && hr_forward(s32, x, y32) == HR_OK && hr_forward(f, x, again) == HR_OK)
+        for (int i = 0; i < B * T * V; i++) {
+            d = fmax(d, fabs((double)yf[i] - y32[i]));
+            big = fmax(big, fabs((double)y32[i]));
+        }
+    CHECK(d / big < 0.05 && again && !memcmp(yf, again, sizeof(float) * B * T * V),
+          "%s W=%d inference: the logits are fp32's within %.3g of their largest (bound 0.05), the same on a rerun", pn,
+          W, d / big);
+    free(yf);
+    free(yu);
+    free(y32);
+    free(again);
+done:
+    hr_session_free(f);
+    hr_session_free(u);
+    hr_session_free(s32);
+}
+
+int main(void) {
+    for (int w = 0; w < 2; w++) {
+        int W = w ? 96 : 128;
+        train(W, HR_PREC_BF16, 1);
+        train(W, HR_PREC_FP16, 1);
+        train(W, HR_PREC_BF16, 2);
+        infer(W, HR_PREC_BF16);
+    }
+    /* fp32: nothing to fold */
+    hr_model_t *m = lm(128);
+    hr_session_t *s = compile(m, HR_PREC_FP32, HR_MODE_TRAIN, 1, true);
+    hr_model_free(m);
+    if (s) CHECK(half_norms(s) == 0 && count_op(s, HR_OP_CAST) == 0, "fp32: no casts, no half norms");
+    hr_session_free(s);
+    TEST_END();
+}
