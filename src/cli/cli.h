@@ -108,7 +108,15 @@ typedef struct {
  * test set only (eval). Reads each IDX file's header, none of its data. */
 hr_status hr_host_data_peek(const hr_cli_opts *o, int64_t sample, bool train, hr_host_data *out);
 
-typedef enum { HR_HOST_DATA = 0, HR_HOST_LOADER, HR_HOST_PINNED, HR_HOST_ARENA, HR_HOST_EVAL, HR_HOST_COUNT } hr_host_item;
+typedef enum {
+    HR_HOST_DATA = 0,
+    HR_HOST_LOADER,
+    HR_HOST_PINNED,
+    HR_HOST_ARENA,
+    HR_HOST_EVAL,
+    HR_HOST_CKPT,
+    HR_HOST_COUNT
+} hr_host_item;
 typedef struct {
     const hr_model_t *model;  /* re-planned at smaller batches when a CPU arena does not fit */
     const hr_config_t *cfg;   /* the session's config: batch, eval_batch, mode */
@@ -118,6 +126,7 @@ typedef struct {
     int64_t eval_batch;       /* train: the evaluation loop's batch (its host buffers); 0: none */
     bool eval_follows;        /* train: eval_batch is min(batch, test_n) (no --eval-batch): the search moves it too */
     int classes;
+    size_t ckpt_bytes;        /* train --save: the state's copy that a background checkpoint write holds; 0: none */
 } hr_host_job;
 typedef struct {
     size_t bytes[HR_HOST_COUNT];

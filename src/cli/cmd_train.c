@@ -192,7 +192,10 @@ static void input_meta(const hr_cli_opts *o, hr_ckpt_meta *meta) {
              (double)meta->input_std);
 }
 
-static hr_status save(hr_session_t *s, const hr_cli_opts *o, const char *model_name, int64_t epoch, int64_t batch) {
+/* With a writer the file is written in the background (the next save, or
+ * the end of the run, waits for it); without one, now. */
+static hr_status save(hr_session_t *s, hr_ckpt_writer *w, const hr_cli_opts *o, const char *model_name, int64_t epoch,
+                      int64_t batch) {
     if (!o->save) return HR_OK;
     hr_ckpt_meta meta;
     memset(&meta, 0, sizeof meta);
@@ -201,7 +204,7 @@ static hr_status save(hr_session_t *s, const hr_cli_opts *o, const char *model_n
     meta.batch = batch;
     meta.seed = o->seed;
     input_meta(o, &meta);
-    return hr_checkpoint_save(s, o->save, &meta);
+    return w ? hr_ckpt_writer_save(w, s, o->save, &meta) : hr_checkpoint_save(s, o->save, &meta);
 }
 
 /* A resumed run trains as the checkpoint's did: the same precision (it never
@@ -321,6 +324,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
     hr_session_t *s = NULL;
     hr_loader *ld = NULL;
     hr_nvml_sampler *witness = NULL; /* --memory-stats on a GPU: NVML's view of this process */
+    hr_ckpt_writer *writer = NULL;   /* --save: each epoch's checkpoint written in the background */
     char *fit_recompute = NULL;      /* --fit: the layers its choice recomputes */
     struct hr_trace *tr = NULL;      /* --trace */
     if (o->fit && (o->accumulate > 1 || o->recompute)) {
@@ -404,6 +408,11 @@ int hr_cmd_train(const hr_cli_opts *o) {
         goto done;
     }
     job.s = s;
+    /* --save writes each epoch's checkpoint in the background from a copy of
+     * the state in host memory, where that fits; else it writes while training waits */
+    job.ckpt_bytes = o->save ? hr_checkpoint_state_bytes(s) : 0;
+    if (job.ckpt_bytes && hr_host_check(&job, &hp) == HR_ERR_OOM) job.ckpt_bytes = 0;
+    if (job.ckpt_bytes && !(writer = hr_ckpt_writer_new())) job.ckpt_bytes = 0;
     if ((st = hr_host_check(&job, &hp)) != HR_OK || (st = hr_session_alloc(s)) != HR_OK) {
         rc = hr_cli_fail(st);
         if (st == HR_ERR_DEVICE_OOM) hr_report_print(s, stderr);
@@ -536,7 +545,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
             }
             if (o->max_steps && hr_step_count(s) >= o->max_steps) {
                 if (tty) fputc('\n', stderr);
-                if ((st = save(s, o, o->model, e, b)) != HR_OK) {
+                if ((st = save(s, writer, o, o->model, e, b)) != HR_OK || (st = hr_ckpt_writer_wait(writer)) != HR_OK) {
                     rc = hr_cli_fail(st);
                     goto done;
                 }
@@ -568,7 +577,7 @@ int hr_cmd_train(const hr_cli_opts *o) {
                (long long)epochs, steps ? sum / (double)steps : 0.0, test.seq ? "val loss" : "test accuracy", accs,
                (double)seen / secs, secs, skips);
         fflush(stdout);
-        if ((st = save(s, o, o->model, e + 1, 0)) != HR_OK) {
+        if ((st = save(s, writer, o, o->model, e + 1, 0)) != HR_OK) {
             rc = hr_cli_fail(st);
             goto done;
         }
@@ -577,6 +586,12 @@ int hr_cmd_train(const hr_cli_opts *o) {
     if (o->memory_stats) print_memory_stats(s, witness);
 done:
     free(fit_recompute);
+    /* the last checkpoint's write finishes before the run ends, whichever way it ends */
+    if (writer && (st = hr_ckpt_writer_wait(writer)) != HR_OK) {
+        int wrc = hr_cli_fail(st);
+        if (rc == HR_EXIT_OK) rc = wrc;
+    }
+    hr_ckpt_writer_free(writer);
     rc = hr_train_observe_end(o, s, tr, rc); /* --profile's table; the trace, however the run ended */
     hr_nvml_sampler_stop(witness, NULL);
     hr_loader_free(ld);

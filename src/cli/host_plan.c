@@ -171,8 +171,8 @@ hr_status hr_host_data_peek(const hr_cli_opts *o, int64_t sample, bool train, hr
 }
 
 /* ---- the plan -------------------------------------------------------------- */
-static const char *item_name[HR_HOST_COUNT] = {"data sets", "loader slots", "pinned staging", "host arena",
-                                               "evaluation"};
+static const char *item_name[HR_HOST_COUNT] = {"data sets",  "loader slots", "pinned staging",
+                                               "host arena", "evaluation",   "checkpoint copy"};
 
 static bool arena_on_host(const hr_session_t *s) {
     return s && hr_session_backend(s)->arena_kind == HR_MEM_ARENA_HOST;
@@ -204,6 +204,7 @@ static void fill(const hr_host_job *job, int64_t b, hr_host_plan *p) {
     bool eval_only = job->loader_batch <= 0;
     memset(p->bytes, 0, sizeof p->bytes);
     p->bytes[HR_HOST_DATA] = d->bytes;
+    p->bytes[HR_HOST_CKPT] = job->ckpt_bytes;
     if (!eval_only) p->bytes[HR_HOST_LOADER] = hr_loader_bytes(d->train_n, d->sample, d->labels, d->synthetic, b);
     int64_t eb = eval_only ? b : eval_at(job, b);
     if (eb > 0) /* evaluation's inputs, labels and outputs (4 bytes each); eval's confusion matrix (not for text) */

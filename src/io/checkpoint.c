@@ -3,6 +3,7 @@
 #include "io/io.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,9 +102,43 @@ static bool is_tied_name(const hr_session_t *s, const char *name) {
 /* Is there a state tensor with this exact name? */
 static bool has_state(const hr_session_t *s, const char *name) { return hr_state_find(s, name) >= 0; }
 
-hr_status hr_checkpoint_save(hr_session_t *s, const char *path, const hr_ckpt_meta *meta) {
+/* Everything a checkpoint file is made of, owned here: the entries (their
+ * names and shapes, the tied weights' second names, num_batches_tracked) and
+ * the metadata's strings. data: the state's bytes copied to the host (the
+ * background writer's), or NULL when the writer reads each tensor from the
+ * session as it goes. */
+typedef struct {
+    hr_st_entry *t;
+    char **names;
+    int64_t *dims;
+    int *alias;
+    int n_state, m, n_names, n_meta;
+    int64_t step;
+    hr_ckpt_meta meta;
+    char fp[96], epoch[24], batch[24], steps[24], seed[24], accum[24], bsize[24], scale[48], growth[24], skipped[24];
+    char imean[32], istd[32], precision[16];
+    const char *keys[16], *values[16];
+    char *path;
+    unsigned char *data;
+    size_t data_bytes;
+} ckpt_job;
+
+static void job_free(ckpt_job *j) {
+    if (j->names)
+        for (int i = 0; i < j->n_names; i++) hr_free(j->names[i]);
+    hr_free(j->names);
+    hr_free(j->alias);
+    hr_free(j->t);
+    hr_free(j->dims);
+    hr_free(j->path);
+    memset(j, 0, sizeof *j);
+}
+
+/* The job of saving session s now (the data left to the caller). */
+static hr_status job_build(hr_session_t *s, const char *path, const hr_ckpt_meta *meta, ckpt_job *j) {
     int n = hr_state_count(s), extra = 0, ntied = 0, tstate;
     char tname[320];
+    memset(j, 0, sizeof *j);
     /* PyTorch keeps num_batches_tracked beside running statistics; write it (as the step
      * count) so load_state_dict(strict=True) finds every key it expects. A tied
      * weight is written under each layer's name, as PyTorch's state_dict has it. */
@@ -112,16 +147,23 @@ hr_status hr_checkpoint_save(hr_session_t *s, const char *path, const hr_ckpt_me
         if (hr_state_is_param(s, i) && ends_with(name, MEAN_SUFFIX)) extra++;
     }
     while (tied_name(s, ntied, tname, sizeof tname, &tstate)) ntied++;
-    hr_st_entry *t = hr_calloc((size_t)(n + ntied + extra + 1), sizeof *t);
-    char **names = hr_calloc((size_t)(n + ntied + extra + 1), sizeof *names);
-    int64_t *dims = hr_calloc((size_t)(n + 1) * HR_ST_MAX_DIMS, sizeof *dims);
-    int *alias = hr_calloc((size_t)ntied + 1, sizeof *alias);
-    hr_status st = HR_OK;
+    j->n_state = n;
+    j->n_names = n + ntied + extra;
+    j->t = hr_calloc((size_t)(n + ntied + extra + 1), sizeof *j->t);
+    j->names = hr_calloc((size_t)(n + ntied + extra + 1), sizeof *j->names);
+    j->dims = hr_calloc((size_t)(n + 1) * HR_ST_MAX_DIMS, sizeof *j->dims);
+    j->alias = hr_calloc((size_t)ntied + 1, sizeof *j->alias);
+    j->path = hr_malloc(strlen(path) + 1);
+    if (!j->t || !j->names || !j->dims || !j->alias || !j->path) return HR_ERR_OOM;
+    strcpy(j->path, path);
+    if (meta) j->meta = *meta;
+    hr_st_entry *t = j->t;
+    char **names = j->names;
+    int64_t *dims = j->dims;
     int m = 0;
-    int64_t step = hr_step_count(s);
-    if (!t || !names || !dims || !alias) { st = HR_ERR_OOM; goto done; }
+    j->step = hr_step_count(s);
     for (int i = 0; i < n; i++, m++) {
-        if (!(names[m] = file_name(s, i))) { st = HR_ERR_OOM; goto done; }
+        if (!(names[m] = file_name(s, i))) return HR_ERR_OOM;
         t[m].name = names[m];
         t[m].dtype = "F32";
         t[m].dims = dims + (size_t)i * HR_ST_MAX_DIMS;
@@ -129,66 +171,159 @@ hr_status hr_checkpoint_save(hr_session_t *s, const char *path, const hr_ckpt_me
     }
     for (int k = 0; k < ntied; k++, m++) { /* the tied weights' second names: filled from their state */
         tied_name(s, k, tname, sizeof tname, &tstate);
-        if (!(names[m] = hr_malloc(strlen(tname) + 1))) { st = HR_ERR_OOM; goto done; }
+        if (!(names[m] = hr_malloc(strlen(tname) + 1))) return HR_ERR_OOM;
         strcpy(names[m], tname);
         t[m] = t[tstate];
         t[m].name = names[m];
-        alias[k] = tstate;
+        j->alias[k] = tstate;
     }
     for (int i = 0; i < n; i++) {
         const char *name = hr_state_name(s, i);
         if (!hr_state_is_param(s, i) || !ends_with(name, MEAN_SUFFIX)) continue;
         size_t stem = strlen(name) - strlen(MEAN_SUFFIX);
-        if (!(names[m] = hr_malloc(stem + sizeof NBT_SUFFIX))) { st = HR_ERR_OOM; goto done; }
+        if (!(names[m] = hr_malloc(stem + sizeof NBT_SUFFIX))) return HR_ERR_OOM;
         sprintf(names[m], "%.*s%s", (int)stem, name, NBT_SUFFIX);
         if (has_state(s, names[m])) { hr_free(names[m]); names[m] = NULL; continue; }
-        t[m] = (hr_st_entry){names[m], "I64", 0, NULL, &step};
+        t[m] = (hr_st_entry){names[m], "I64", 0, NULL, &j->step};
         m++;
     }
-    char fp[96], epoch[24], batch[24], steps[24], seed[24], accum[24], bsize[24], scale[48], growth[24], skipped[24];
-    hr_checkpoint_fingerprint(s, fp, sizeof fp);
-    snprintf(epoch, sizeof epoch, "%lld", (long long)(meta ? meta->epoch : 0));
-    snprintf(batch, sizeof batch, "%lld", (long long)(meta ? meta->batch : 0));
-    snprintf(steps, sizeof steps, "%lld", (long long)step);
-    snprintf(seed, sizeof seed, "%llu", (unsigned long long)(meta ? meta->seed : 0));
+    j->m = m;
+    hr_checkpoint_fingerprint(s, j->fp, sizeof j->fp);
+    snprintf(j->epoch, sizeof j->epoch, "%lld", (long long)j->meta.epoch);
+    snprintf(j->batch, sizeof j->batch, "%lld", (long long)j->meta.batch);
+    snprintf(j->steps, sizeof j->steps, "%lld", (long long)j->step);
+    snprintf(j->seed, sizeof j->seed, "%llu", (unsigned long long)j->meta.seed);
     /* how the run trains: precision never changes silently on resume, and
      * fp16's loss scaler continues where it was ("%a": the float exactly) */
     const hr_config_t *cfg = &hr_session_program(s)->cfg;
     float sc;
     int64_t gr, sk;
     hr_loss_scale(s, &sc, &gr, &sk);
-    snprintf(accum, sizeof accum, "%d", cfg->accumulate > 1 ? cfg->accumulate : 1);
-    snprintf(bsize, sizeof bsize, "%lld", (long long)(cfg->mode == HR_MODE_TRAIN ? cfg->batch : 0));
-    snprintf(scale, sizeof scale, "%a", (double)sc);
-    snprintf(growth, sizeof growth, "%lld", (long long)gr);
-    snprintf(skipped, sizeof skipped, "%lld", (long long)sk);
-    const char *keys[16] = {"format", "headroom.model", "headroom.epoch", "headroom.batch",
-                            "headroom.step", "headroom.seed", "headroom.fingerprint", "headroom.precision",
-                            "headroom.accumulate", "headroom.batch_size", "headroom.loss_scale",
-                            "headroom.scale_growth", "headroom.steps_skipped"};
-    const char *values[16] = {"pt", meta ? meta->model : "", epoch, batch, steps, seed, fp,
-                              hr_precision_name(cfg->precision), accum, bsize, scale, growth, skipped};
+    snprintf(j->accum, sizeof j->accum, "%d", cfg->accumulate > 1 ? cfg->accumulate : 1);
+    snprintf(j->bsize, sizeof j->bsize, "%lld", (long long)(cfg->mode == HR_MODE_TRAIN ? cfg->batch : 0));
+    snprintf(j->scale, sizeof j->scale, "%a", (double)sc);
+    snprintf(j->growth, sizeof j->growth, "%lld", (long long)gr);
+    snprintf(j->skipped, sizeof j->skipped, "%lld", (long long)sk);
+    snprintf(j->precision, sizeof j->precision, "%s", hr_precision_name(cfg->precision));
+    const char *keys[] = {"format", "headroom.model", "headroom.epoch", "headroom.batch",
+                          "headroom.step", "headroom.seed", "headroom.fingerprint", "headroom.precision",
+                          "headroom.accumulate", "headroom.batch_size", "headroom.loss_scale",
+                          "headroom.scale_growth", "headroom.steps_skipped"};
+    const char *values[] = {"pt", j->meta.model, j->epoch, j->batch, j->steps, j->seed, j->fp,
+                            j->precision, j->accum, j->bsize, j->scale, j->growth, j->skipped};
     int n_meta = cfg->precision == HR_PREC_FP16 ? 13 : 10;
+    memcpy(j->keys, keys, sizeof keys);
+    memcpy(j->values, values, sizeof values);
     /* the input's normalisation, where the caller says it ("%.9g": the float exactly) */
-    char imean[32], istd[32];
-    if (meta && meta->input[0]) keys[n_meta] = "headroom.input", values[n_meta++] = meta->input;
-    if (meta && meta->input_std > 0) {
-        snprintf(imean, sizeof imean, "%.9g", (double)meta->input_mean);
-        snprintf(istd, sizeof istd, "%.9g", (double)meta->input_std);
-        keys[n_meta] = "headroom.input_mean", values[n_meta++] = imean;
-        keys[n_meta] = "headroom.input_std", values[n_meta++] = istd;
+    if (j->meta.input[0]) j->keys[n_meta] = "headroom.input", j->values[n_meta++] = j->meta.input;
+    if (j->meta.input_std > 0) {
+        snprintf(j->imean, sizeof j->imean, "%.9g", (double)j->meta.input_mean);
+        snprintf(j->istd, sizeof j->istd, "%.9g", (double)j->meta.input_std);
+        j->keys[n_meta] = "headroom.input_mean", j->values[n_meta++] = j->imean;
+        j->keys[n_meta] = "headroom.input_std", j->values[n_meta++] = j->istd;
     }
-    save_ctx ctx = {s, n, alias};
-    st = hr_safetensors_write(path, t, m, keys, values, n_meta, fill_state, &ctx);
+    j->n_meta = n_meta;
+    return HR_OK;
+}
+
+hr_status hr_checkpoint_save(hr_session_t *s, const char *path, const hr_ckpt_meta *meta) {
+    ckpt_job j;
+    hr_status st = job_build(s, path, meta, &j);
+    if (st == HR_OK) {
+        save_ctx ctx = {s, j.n_state, j.alias};
+        st = hr_safetensors_write(path, j.t, j.m, j.keys, j.values, j.n_meta, fill_state, &ctx);
+    }
     if (st != HR_OK) hr_error_prefix("saving checkpoint %s", path);
-done:
-    if (names)
-        for (int i = 0; i < n + ntied + extra; i++) hr_free(names[i]);
-    hr_free(names);
-    hr_free(alias);
-    hr_free(t);
-    hr_free(dims);
+    job_free(&j);
     return st;
+}
+
+/* ---- saving in the background -------------------------------------------------
+ * The state is copied to host memory while the caller waits (a consistent
+ * snapshot: the next step may change it), then a thread writes the file.
+ * The copy's buffer is kept for the next save. */
+struct hr_ckpt_writer {
+    pthread_t thread;
+    bool running;
+    ckpt_job job;
+    unsigned char *buf;
+    size_t cap;
+    hr_status st;     /* the last write's */
+    char err[1024];
+};
+
+size_t hr_checkpoint_state_bytes(const hr_session_t *s) {
+    size_t b = 0;
+    for (int i = 0; i < hr_state_count(s); i++) {
+        size_t k = sizeof(float);
+        for (int d = 0; d < hr_state_ndim(s, i); d++) k *= (size_t)hr_state_dim(s, i, d);
+        b += hr_align_up(k, 64);
+    }
+    return b;
+}
+
+hr_ckpt_writer *hr_ckpt_writer_new(void) { return hr_calloc(1, sizeof(hr_ckpt_writer)); }
+
+static void *write_job(void *arg) {
+    hr_ckpt_writer *w = arg;
+    ckpt_job *j = &w->job;
+    w->st = hr_safetensors_write(j->path, j->t, j->m, j->keys, j->values, j->n_meta, NULL, NULL);
+    if (w->st != HR_OK) snprintf(w->err, sizeof w->err, "saving checkpoint %s: %s", j->path, hr_last_error());
+    return NULL;
+}
+
+hr_status hr_ckpt_writer_wait(hr_ckpt_writer *w) {
+    if (!w || !w->running) return HR_OK;
+    pthread_join(w->thread, NULL);
+    w->running = false;
+    job_free(&w->job);
+    return w->st == HR_OK ? HR_OK : hr_error_set(w->st, "%s", w->err);
+}
+
+hr_status hr_ckpt_writer_save(hr_ckpt_writer *w, hr_session_t *s, const char *path, const hr_ckpt_meta *meta) {
+    if (!w) return hr_checkpoint_save(s, path, meta);
+    hr_status st = hr_ckpt_writer_wait(w); /* one file at a time, in order; the last one's error first */
+    if (st != HR_OK) return st;
+    size_t need = hr_checkpoint_state_bytes(s);
+    if (need > w->cap) {
+        unsigned char *b = hr_malloc(need ? need : 1);
+        if (!b) return hr_checkpoint_save(s, path, meta); /* no room for a copy: the file is written now */
+        hr_free(w->buf);
+        w->buf = b;
+        w->cap = need;
+    }
+    if ((st = job_build(s, path, meta, &w->job)) != HR_OK) {
+        job_free(&w->job);
+        hr_error_prefix("saving checkpoint %s", path);
+        return st;
+    }
+    ckpt_job *j = &w->job;
+    size_t off = 0;
+    for (int i = 0; i < j->n_state && st == HR_OK; i++) { /* the snapshot */
+        size_t k = sizeof(float);
+        for (int d = 0; d < j->t[i].ndim; d++) k *= (size_t)j->t[i].dims[d];
+        st = hr_state_read(s, i, (float *)(w->buf + off));
+        j->t[i].data = w->buf + off;
+        off += hr_align_up(k, 64);
+    }
+    for (int k = 0; k < j->m - j->n_state && st == HR_OK; k++) /* tied names and num_batches_tracked */
+        if (!j->t[j->n_state + k].data) j->t[j->n_state + k].data = j->t[j->alias[k]].data;
+    if (st == HR_OK && pthread_create(&w->thread, NULL, write_job, w) != 0)
+        st = hr_error_set(HR_ERR_IO, "could not start a thread to write the checkpoint");
+    if (st != HR_OK) {
+        job_free(&w->job);
+        hr_error_prefix("saving checkpoint %s", path);
+        return st;
+    }
+    w->running = true;
+    return HR_OK;
+}
+
+void hr_ckpt_writer_free(hr_ckpt_writer *w) {
+    if (!w) return;
+    hr_ckpt_writer_wait(w);
+    hr_free(w->buf);
+    hr_free(w);
 }
 
 /* ---- loading ------------------------------------------------------------------ */

@@ -156,6 +156,19 @@ void hr_checkpoint_fingerprint(const hr_session_t *s, char *buf, size_t n);
  * stored are the session's own: of meta, only model, epoch, batch, seed and
  * the input's description (when set) are written. */
 hr_status hr_checkpoint_save(hr_session_t *s, const char *path, const hr_ckpt_meta *meta);
+/* Checkpoints written in the background (train's per-epoch saves): a save
+ * copies the state to host memory (hr_checkpoint_state_bytes, a buffer kept
+ * for the next save) while the caller waits, then a thread writes the file as
+ * hr_checkpoint_save does (a temporary file, fsync, rename: the previous
+ * checkpoint stays whole until the new one is). A save waits for the write
+ * before it and returns its error, if any; so does wait. Without room for the
+ * copy a save writes the file at once. */
+typedef struct hr_ckpt_writer hr_ckpt_writer;
+hr_ckpt_writer *hr_ckpt_writer_new(void);
+size_t hr_checkpoint_state_bytes(const hr_session_t *s);
+hr_status hr_ckpt_writer_save(hr_ckpt_writer *w, hr_session_t *s, const char *path, const hr_ckpt_meta *meta);
+hr_status hr_ckpt_writer_wait(hr_ckpt_writer *w);
+void hr_ckpt_writer_free(hr_ckpt_writer *w); /* waits first */
 /* Checks the whole file against the session before changing anything: the
  * fingerprint, then every tensor's presence, dtype and shape; then writes the
  * state and restores the step count, and fp16's loss scaler when both the
