@@ -19,7 +19,6 @@
  * copy on the device would be a language model's largest tensor. */
 #include "plan/autocast.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -127,8 +126,7 @@ static bool read_elsewhere(const hr_graph *g, int x, int but) {
 }
 
 hr_status hr_autocast_fold(hr_graph *g, int from, int keep) {
-    const char *env = getenv("HR_FOLD_CASTS");
-    if (env && !strcmp(env, "0")) return HR_OK;
+    if (hr_options_read().no_fold) return HR_OK;
     for (int c = from; c < g->nn; c++) {
         hr_node *cn = &g->n[c];
         if (cn->op != HR_OP_CAST) continue;

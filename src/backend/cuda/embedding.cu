@@ -30,47 +30,41 @@ __global__ void k_embed_keys(const float *idx, int64_t n, int *keys, int *vals) 
     }
 }
 
-/* The first place in sorted[0..n) holding an id >= v. */
-__device__ int lower_bound(const int *sorted, int n, int64_t v) {
-    int lo = 0, hi = n;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if (sorted[mid] < v) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
-
-/* A block a row v (grid-stride) and 128 channels (blockIdx.y), a thread a
+/* A block a run of equal ids in the sorted keys (the blocks of positions
+ * that start no run leave at once) and 128 channels (blockIdx.y), a thread a
  * channel: dw[v] (+)= the dy of v's tokens in token order (the sort is
- * stable), as the CPU adds them. A frequent token (a space in text: a sixth
- * of the positions) makes a long sum: each warp reads the next 32 of the
- * row's positions at once and has their 32 rows' values in flight before
- * it adds them, in order; one load at a time took milliseconds a step. */
+ * stable), as the CPU adds them. Rows no token has are not visited (zeroed
+ * before, unless accumulating). A frequent token (a space in text: a sixth of
+ * the positions) makes a long sum: each warp reads the next 32 of the run's
+ * positions at once and has their 32 values in flight before it adds them,
+ * in order. */
 enum { EMB_CH = 128, EMB_AHEAD = 32 };
-__global__ void k_embed_bwd(const float *dy, float *dw, int64_t V, int64_t C, const int *keys, const int *pos, int n,
-                            bool acc) {
+__global__ void k_embed_bwd(const float *dy, float *dw, int64_t C, const int *keys, const int *pos, int n, bool acc) {
     const int lane = threadIdx.x & 31;
+    const int i = blockIdx.x;
+    if (i > 0 && keys[i - 1] == keys[i]) return; /* not the start of a run */
+    const int v = keys[i];
     const int64_t c = (int64_t)blockIdx.y * EMB_CH + threadIdx.x;
     const bool mine = c < C;
-    for (int64_t v = blockIdx.x; v < V; v += gridDim.x) {
-        int a = lower_bound(keys, n, v), b = lower_bound(keys, n, v + 1);
-        float s = acc && mine ? dw[v * C + c] : 0.0f;
-        for (int k = a; k < b; k += EMB_AHEAD) {
-            int m = b - k < EMB_AHEAD ? b - k : EMB_AHEAD;
-            int p = lane < m ? pos[k + lane] : 0;
-            float x[EMB_AHEAD];
+    float s = acc && mine ? dw[(int64_t)v * C + c] : 0.0f;
+    for (int k = i; k < n; k += EMB_AHEAD) {
+        int key = k + lane < n ? keys[k + lane] : -1;
+        unsigned same = __ballot_sync(0xffffffffu, key == v);
+        int m = __ffs(~same) - 1; /* the run's positions among these 32: a prefix */
+        if (m < 0) m = 32;
+        int p = lane < m ? pos[k + lane] : 0;
+        float x[EMB_AHEAD];
 #pragma unroll
-            for (int j = 0; j < EMB_AHEAD; j++) {
-                int64_t r = __shfl_sync(0xffffffffu, p, j);
-                x[j] = mine && j < m ? dy[r * C + c] : 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < EMB_AHEAD; j++)
-                if (j < m) s += x[j]; /* skipped, not + 0: s may be -0 */
+        for (int j = 0; j < EMB_AHEAD; j++) {
+            int64_t r = __shfl_sync(0xffffffffu, p, j);
+            x[j] = mine && j < m ? dy[r * C + c] : 0.0f;
         }
-        if (mine) dw[v * C + c] = s;
+#pragma unroll
+        for (int j = 0; j < EMB_AHEAD; j++)
+            if (j < m) s += x[j]; /* skipped, not + 0: s may be -0 */
+        if (m < EMB_AHEAD) break;
     }
+    if (mine) dw[(int64_t)v * C + c] = s;
 }
 
 __global__ void k_pos_embed_bwd(const float *dy, float *dw, int64_t N, int64_t T, int64_t C, bool acc) {
@@ -132,8 +126,9 @@ hr_status hr_cuda_embedding_bwd(void *ctx, const hr_kargs *a) {
         size_t tmp_bytes = sort_bytes(n, e->V);
         k_embed_keys<<<hr_grid(n), HR_THREADS, 0, st>>>(e->idx, n, kin, vin);
         HR_CU(cub::DeviceRadixSort::SortPairs(tmp, tmp_bytes, kin, kout, vin, vout, n, 0, id_bits(e->V), st));
-        dim3 grid((unsigned)(e->V < HR_MAX_GRID ? e->V : HR_MAX_GRID), (unsigned)((e->C + EMB_CH - 1) / EMB_CH));
-        k_embed_bwd<<<grid, EMB_CH, 0, st>>>(e->dy, e->dw, e->V, e->C, kout, vout, n, e->acc);
+        if (!e->acc) HR_CU(cudaMemsetAsync(e->dw, 0, sizeof(float) * (size_t)(e->V * e->C), st)); /* rows no token has */
+        dim3 grid((unsigned)n, (unsigned)((e->C + EMB_CH - 1) / EMB_CH));
+        if (n > 0) k_embed_bwd<<<grid, EMB_CH, 0, st>>>(e->dy, e->dw, e->C, kout, vout, n, e->acc);
     }
     HR_CU(cudaGetLastError());
     return HR_OK;

@@ -285,79 +285,6 @@ static __global__ void k_ln_dx_vec(const float *x, const float *gamma, const flo
     }
 }
 
-/* dx and the column sums of dgamma and dbeta in one pass (the register
- * form): warp w of W takes rows w, w + W, ... (W fixed by the shape, so the
- * order of every sum is too), keeps its columns' sums in doubles and writes
- * them as partial w ([W][cols] each); k_ln_col_finish adds the W partials of
- * a column in order. x and dy are read once instead of twice (k_ln_col's
- * pass, then the dx pass). */
-template <int NV>
-static __global__ void k_ln_bwd_vec(const float *x, const float *gamma, const float *mean, const float *rstd,
-                                    const void *dy, hr_dtype dt, float *dx, double *pg, double *pb, int64_t rows, int64_t cols,
-                                    int64_t W, bool acc) {
-    int lane = threadIdx.x & 31;
-    int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-    if (w >= W) return;
-    double sgc[NV][4], sbc[NV][4];
-#pragma unroll
-    for (int i = 0; i < NV; i++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) sgc[i][k] = sbc[i][k] = 0;
-    for (int64_t r = w; r < rows; r += W) {
-        const float4 *xr = (const float4 *)(x + r * cols);
-        float mu = mean[r], rs = rstd[r];
-        float4 xh[NV], gv[NV];
-        double sg = 0, sgx = 0;
-#pragma unroll
-        for (int i = 0; i < NV; i++) {
-            int j = lane + 32 * i;
-            float4 xv = xr[j], d = ln_ld4(dy, r * cols / 4 + j, dt);
-            float4 gm = gamma ? ((const float4 *)gamma)[j] : make_float4(1, 1, 1, 1);
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                float h = (ln_c(xv, k) - mu) * rs, dk = ln_c(d, k), gj = gamma ? dk * ln_c(gm, k) : dk;
-                ln_set(xh[i], k, h);
-                ln_set(gv[i], k, gj);
-                sg += gj;
-                sgx += (double)gj * h;
-                sgc[i][k] += (double)dk * h;
-                sbc[i][k] += dk;
-            }
-        }
-        if (!dx) continue;
-        sg = hr_warp_sum(sg);
-        sgx = hr_warp_sum(sgx);
-        float mg = (float)(sg / (double)cols), mgx = (float)(sgx / (double)cols);
-        float4 *xo = (float4 *)(dx + r * cols);
-#pragma unroll
-        for (int i = 0; i < NV; i++) {
-            int j = lane + 32 * i;
-            float4 o = acc ? xo[j] : make_float4(0, 0, 0, 0);
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                float v = rs * (ln_c(gv[i], k) - mg - ln_c(xh[i], k) * mgx);
-                ln_set(o, k, acc ? ln_c(o, k) + v : v);
-            }
-            xo[j] = o;
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < NV; i++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            int64_t c = 4 * (int64_t)(lane + 32 * i) + k;
-            pg[w * cols + c] = sgc[i][k];
-            pb[w * cols + c] = sbc[i][k];
-        }
-}
-
-/* Warps of the one-pass backward: about 16 rows each, at most 1024 (the
- * partials: 16 W cols bytes, 12 MiB at GPT-2's 768). */
-static int64_t ln_bwd_warps(int64_t rows) {
-    int64_t w = (rows + 15) / 16;
-    return w < 1 ? 1 : w > 1024 ? 1024 : w;
-}
-
 /* ---- backward, dgamma and dbeta: column sums over the rows ----
  * Block (bx, k) owns columns [32 bx, 32 bx + 32) and the rows
  * [k rows / S, (k+1) rows / S): its 8 warps each read whole 128-byte row
@@ -481,17 +408,14 @@ static int ln_vec_nv(const hr_layernorm_args *p, const void *a, const void *b, c
 extern "C" {
 
 /* The workspace LayerNorm.backward wants for deterministic, parallel column
- * sums: 16 S cols bytes (S = ln_col_splits) when S > 1, else 0, or the
- * one-pass form's 16 W cols (W = ln_bwd_warps) where it may run; none for the
+ * sums: 16 S cols bytes (S = ln_col_splits) when S > 1, else 0; none for the
  * forward. From the sizes alone (planning passes NULL pointers, so whether
  * dgamma or dbeta is wanted is not known then). With less, the backward
  * falls back to one slice: slower, as deterministic. */
 static size_t ln_bwd_ws(int64_t rows, int64_t cols) {
     if (rows <= 0 || cols <= 0) return 0;
     int64_t S = ln_col_splits(rows, cols);
-    size_t col = S > 1 ? (size_t)(2 * S * cols) * sizeof(double) : 0;
-    size_t one = cols % 128 == 0 && cols <= 1024 ? (size_t)(2 * ln_bwd_warps(rows) * cols) * sizeof(double) : 0;
-    return col > one ? col : one;
+    return S > 1 ? (size_t)(2 * S * cols) * sizeof(double) : 0;
 }
 
 size_t hr_cuda_layernorm_bwd_workspace(hr_cuda *c, const hr_kargs *a) {
@@ -528,23 +452,6 @@ hr_status hr_cuda_layernorm_bwd(void *ctx, const hr_kargs *a) {
     if (rows <= 0 || cols <= 0) return HR_OK;
     if (!p->dy || ((p->dx || p->dgamma) && (!p->x || !p->saved_mean || !p->saved_rstd))) return HR_ERR_INVALID_ARG;
     cudaError_t e;
-    int nv = ln_vec_nv(p, p->x, p->dy, p->dx);
-    int64_t W = ln_bwd_warps(rows);
-    if (nv && (p->dgamma || p->dbeta) && a->ws && a->ws_bytes >= (size_t)(2 * W * cols) * sizeof(double)) {
-        double *pg = (double *)a->ws, *pb = pg + W * cols;
-        unsigned grid = (unsigned)((W * 32 + 255) / 256);
-        LN_VEC_CASES(k_ln_bwd_vec, (p->x, p->gamma, p->saved_mean, p->saved_rstd, p->dy, p->dy_dt, p->dx, pg, pb, rows,
-                                    cols, W,
-                                    p->acc_dx))
-        e = cudaGetLastError();
-        if (e == cudaSuccess)
-            k_ln_col_finish<<<hr_grid(cols), HR_THREADS, 0, s>>>(pg, pb, p->dgamma, p->dbeta, cols, W, p->acc_dgamma,
-                                                                 p->acc_dbeta);
-        e = e == cudaSuccess ? cudaGetLastError() : e;
-        if (e != cudaSuccess)
-            return hr_cuda_fail(__FILE__, __LINE__, "LayerNorm.backward kernel", cudaGetErrorString(e));
-        return HR_OK;
-    }
     if (p->dgamma || p->dbeta) {
         int64_t S = ln_col_splits(rows, cols);
         size_t need = ln_bwd_ws(rows, cols);
@@ -563,6 +470,7 @@ hr_status hr_cuda_layernorm_bwd(void *ctx, const hr_kargs *a) {
             return hr_cuda_fail(__FILE__, __LINE__, "LayerNorm.backward dgamma/dbeta kernel", cudaGetErrorString(e));
     }
     if (!p->dx) return HR_OK;
+    int nv = ln_vec_nv(p, p->x, p->dy, p->dx);
     unsigned grid = hr_grid(rows * 32);
     if (nv)
         LN_VEC_CASES(k_ln_dx_vec,
