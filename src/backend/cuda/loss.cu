@@ -161,19 +161,71 @@ __global__ void k_ce_bwd(const T *x, const int32_t *lab, T *dx, int64_t N, int64
  * and its term lse - x[label] (double); the backward turns the row into its
  * gradient in place from the kept lse, the padding into zeros: the values
  * k_ce and k_ce_bwd give. */
+/* A row's vectors split among P warps (part p takes the lane's vectors
+ * lane + 32 p, stepping 32 P; part 0 the scalar head and tail): a row of
+ * 50,257 logits is a chain of some 200 dependent merges a lane, too long for
+ * one warp a row to keep the SMs busy when a piece has a few thousand rows.
+ * Each vector's own (max, sum) is ce_vec's, as in ce_row. */
+template <typename T> __device__ ce_stats ce_row_part(const T *xi, int64_t C, int lane, int part, int P) {
+    typedef hr_vec<T, ce_span<T>::V> vec;
+    ce_span<T> sp(xi, C);
+    float m = -INFINITY;
+    double s = 0;
+    if (part == 0) {
+        for (int64_t j = lane; j < sp.head; j += 32) ce_add(m, s, hr_f(xi[j]));
+        for (int64_t j = sp.tail + lane; j < C; j += 32) ce_add(m, s, hr_f(xi[j]));
+    }
+    const vec *xv = (const vec *)(xi + sp.head);
+    int64_t k = lane + 32 * part, step = 32 * (int64_t)P;
+    for (; k + step < sp.nv; k += 2 * step) {
+        vec v0 = xv[k], v1 = xv[k + step];
+        ce_vec<T>(m, s, v0);
+        ce_vec<T>(m, s, v1);
+    }
+    if (k < sp.nv) ce_vec<T>(m, s, xv[k]);
+    float mx = hr_warp_max(m);
+    s = m == -INFINITY && s == 0.0 ? 0.0 : s * (double)expf(m - mx);
+    s = hr_warp_sum(s);
+    return {mx, s};
+}
+
+/* (m, s) takes in another part's (m2, s2), both sums in double; nothing for
+ * a part that saw only -inf; a NaN carries on */
+__device__ __forceinline__ void ce_merge_parts(float &m, double &s, float m2, double s2) {
+    if (m2 == -INFINITY && s2 == 0.0) return;
+    if (m == -INFINITY && s == 0.0) {
+        m = m2, s = s2;
+    } else if (m2 > m) {
+        s = s * (double)expf(m - m2) + s2;
+        m = m2;
+    } else {
+        s += s2 * (double)expf(m2 - m);
+    }
+}
+
+enum { CE_PARTS = 4, CE_ROWS_A_BLOCK = 8 / CE_PARTS }; /* 256 threads: 8 warps, CE_PARTS a row */
+
 template <typename T>
 __global__ void k_ce_rows(const T *x, int64_t ld, int64_t rows, int64_t C, const int32_t *lab, float *lse,
                           double *term) {
-    int lane = threadIdx.x & 31;
-    int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
-    for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += nw) {
-        const T *xi = x + r * ld;
-        ce_stats st = ce_row(xi, C, lane);
-        if (lane == 0) {
-            double l = (double)st.m + log(st.s);
+    __shared__ float shm[8];
+    __shared__ double shs[8];
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, part = warp % CE_PARTS, slot = warp / CE_PARTS;
+    for (int64_t base = (int64_t)blockIdx.x * CE_ROWS_A_BLOCK; base < rows; base += (int64_t)gridDim.x * CE_ROWS_A_BLOCK) {
+        int64_t r = base + slot;
+        ce_stats st = {-INFINITY, 0.0};
+        if (r < rows) st = ce_row_part(x + r * ld, C, lane, part, CE_PARTS);
+        if (lane == 0) shm[warp] = st.m, shs[warp] = st.s;
+        __syncthreads();
+        if (part == 0 && lane == 0 && r < rows) { /* the parts in order: the same sum every run */
+            float m = shm[warp];
+            double sum = shs[warp];
+            for (int q = 1; q < CE_PARTS; q++) ce_merge_parts(m, sum, shm[warp + q], shs[warp + q]);
+            double l = (double)m + log(sum);
             lse[r] = (float)l;
-            term[r] = l - (double)hr_f(xi[lab[r]]);
+            term[r] = l - (double)hr_f(x[r * ld + lab[r]]);
         }
+        __syncthreads();
     }
 }
 
@@ -204,7 +256,9 @@ __global__ void k_ce_rows_bwd(T *x, int64_t ld, int64_t rows, int64_t C, const i
 template <typename T>
 static cudaError_t ce_rows(cudaStream_t s, const void *x, int64_t ld, int64_t rows, int64_t C, const int32_t *lab,
                            float *lse, double *term) {
-    k_ce_rows<T><<<ce_blocks_of(rows), HR_THREADS, 0, s>>>((const T *)x, ld, rows, C, lab, lse, term);
+    int64_t blocks = (rows + CE_ROWS_A_BLOCK - 1) / CE_ROWS_A_BLOCK;
+    k_ce_rows<T><<<(unsigned)(blocks < 1 ? 1 : blocks > 8192 ? 8192 : blocks), 256, 0, s>>>((const T *)x, ld, rows, C,
+                                                                                        lab, lse, term);
     return cudaGetLastError();
 }
 
