@@ -297,6 +297,16 @@ static void test_text_golden(void) {
           want_acc);
 }
 
+/* The tied weight under both names in checkpoint tmp/NAME, as PyTorch's
+ * state_dict has it: the same shape and bytes. */
+static void tied_ok(const char *name) {
+    EXPECT(0, "tied ok", "python3 -c \"import json,struct; f=open('%s/%s','rb'); n=struct.unpack('<Q',f.read(8))[0]; "
+                         "h=json.loads(f.read(n)); b=f.read(); a,w=h['lm_head.weight'],h['wte.weight']; "
+                         "s=lambda t: b[t['data_offsets'][0]:t['data_offsets'][1]]; "
+                         "print('tied ok' if a['shape']==w['shape']==[256,16] and s(a)==s(w) else 'differ')\"", tmp,
+           name);
+}
+
 static void test_text(void) {
     test_text_golden();
     write_file("gpt.model", tiny_gpt);
@@ -318,24 +328,15 @@ static void test_text(void) {
            tmp);
     CHECK(strstr(out, "18 windows of 16 tokens"), "eval reads the validation tail:\n%s", out);
     /* the tied weight under both names, as PyTorch's state_dict has it: the same values */
-    EXPECT(0, "tied ok", "python3 -c \"import json,struct; f=open('%s/gpt.ckpt','rb'); n=struct.unpack('<Q',f.read(8))[0]; "
-                         "h=json.loads(f.read(n)); b=f.read(); a,w=h['lm_head.weight'],h['wte.weight']; "
-                         "s=lambda t: b[t['data_offsets'][0]:t['data_offsets'][1]]; "
-                         "print('tied ok' if a['shape']==w['shape']==[256,16] and s(a)==s(w) else 'differ')\"", tmp);
+    tied_ok("gpt.ckpt");
     /* under --precision bf16 the Linear reads the weight's half copy: still both names */
     EXPECT(0, "stopped after 1 step", HR " train %s/gpt.model --data text:%s/fox.txt %s --max-steps 1 --precision bf16 "
            "--save %s/gpt16.ckpt", tmp, tmp, common, tmp);
-    EXPECT(0, "tied ok", "python3 -c \"import json,struct; f=open('%s/gpt16.ckpt','rb'); n=struct.unpack('<Q',f.read(8))[0]; "
-                         "h=json.loads(f.read(n)); b=f.read(); a,w=h['lm_head.weight'],h['wte.weight']; "
-                         "s=lambda t: b[t['data_offsets'][0]:t['data_offsets'][1]]; "
-                         "print('tied ok' if a['shape']==w['shape']==[256,16] and s(a)==s(w) else 'differ')\"", tmp);
+    tied_ok("gpt16.ckpt");
     /* without validation the head and its loss are one node (LinearCrossEntropy): still both names */
     EXPECT(0, "stopped after 1 step", HR " train %s/gpt.model --data text:%s/fox.txt %s --max-steps 1 --eval-batch 0 "
            "--save %s/gptf.ckpt", tmp, tmp, common, tmp);
-    EXPECT(0, "tied ok", "python3 -c \"import json,struct; f=open('%s/gptf.ckpt','rb'); n=struct.unpack('<Q',f.read(8))[0]; "
-                         "h=json.loads(f.read(n)); b=f.read(); a,w=h['lm_head.weight'],h['wte.weight']; "
-                         "s=lambda t: b[t['data_offsets'][0]:t['data_offsets'][1]]; "
-                         "print('tied ok' if a['shape']==w['shape']==[256,16] and s(a)==s(w) else 'differ')\"", tmp);
+    tied_ok("gptf.ckpt");
     /* generate: the prompt, then --tokens bytes; the same seed gives the same text */
     EXPECT(0, "the q", HR " generate %s/gpt.model --weights %s/gpt.ckpt --prompt 'the q' --tokens 12 --seed 5 "
                        "--device cpu", tmp, tmp);
