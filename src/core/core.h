@@ -123,7 +123,7 @@ typedef struct {
                                convolutions on the legacy API's algorithms */
     int64_t splitk_min_k;   /* HR_CUDA_SPLITK: shortest k split (default HR_SPLITK_DEFAULT); 0 off */
     bool no_lt;             /* HR_CUDA_LT=0: Linear's bias filled before the product, not in cuBLASLt's epilogue */
-    bool no_fold;           /* HR_FOLD_CASTS=0: mixed precision keeps a LayerNorm's cast to half a node of its own */
+    bool no_fold;           /* HR_FOLD_CASTS=0: mixed precision keeps a norm's cast to half (half_out) a node of its own */
     int64_t piece_min;      /* HR_CUDA_PIECE_MIN: smallest input sent in pieces, bytes (default 2 MiB); 0 never */
     int stage_threads;      /* HR_STAGE_THREADS: threads staging a batch (default 16) */
     bool cuda_verbose;      /* HR_CUDA_VERBOSE: the engines considered and timed */

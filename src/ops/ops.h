@@ -183,7 +183,7 @@ typedef struct {
     /* An HR_AC_FP32 op that may write output 0 in the half type when a half
      * copy is all that reads it (autocast folds that Cast into the op: the
      * F32 result rounded once, the same bits), and whose backward then reads
-     * a half gradient for it (LayerNorm before a product). */
+     * a half gradient for it (a norm over features before a product). */
     bool half_out;
     /* Normalises over the batch (batch statistics): a micro-batch changes
      * what it computes, which the report says under accumulation. */

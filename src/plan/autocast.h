@@ -11,7 +11,7 @@
  * pass's output keeps the type its layer computes (the host widens it). */
 hr_status hr_autocast(hr_graph *g, int from, hr_precision prec, const char *prefix);
 /* After hr_autocast on [from, g->nn): a Cast to half whose F32 input only it
- * reads, made by an op with half_out (LayerNorm), goes; the op writes the
+ * reads, made by an op with half_out (a norm over features), goes; the op writes the
  * half tensor itself. `keep` (the pass's output) is never folded. HR_FOLD_CASTS=0
  * leaves the casts (for comparisons). */
 hr_status hr_autocast_fold(hr_graph *g, int from, int keep);
