@@ -327,6 +327,15 @@ static void test_text(void) {
     EXPECT(0, "val loss", HR " eval %s/gpt.model --weights %s/gpt.ckpt --data text:%s/fox.txt --device cpu", tmp, tmp,
            tmp);
     CHECK(strstr(out, "18 windows of 16 tokens"), "eval reads the validation tail:\n%s", out);
+    char vl[64];
+    snprintf(vl, sizeof vl, "%.40s", strstr(out, "val loss") ? strstr(out, "val loss") : "?");
+    /* eval's own batch (18 windows) over a budget: it takes the largest that fits (10), the same loss */
+    EXPECT(0, "evaluating 10 samples a batch", HR " eval %s/gpt.model --weights %s/gpt.ckpt --data text:%s/fox.txt "
+           "--device cpu --budget 200KiB", tmp, tmp, tmp);
+    CHECK(strstr(out, vl) != NULL, "the same validation loss at the smaller batch ('%s'):\n%s", vl, out);
+    /* a batch the user named is not changed: refused, with the largest that fits */
+    EXPECT(3, "largest batch that fits: 10", HR " eval %s/gpt.model --weights %s/gpt.ckpt --data text:%s/fox.txt "
+           "--device cpu --budget 200KiB --batch 18", tmp, tmp, tmp);
     /* the tied weight under both names, as PyTorch's state_dict has it: the same values */
     tied_ok("gpt.ckpt");
     /* under --precision bf16 the Linear reads the weight's half copy: still both names */

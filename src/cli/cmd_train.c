@@ -602,6 +602,34 @@ done:
     return rc;
 }
 
+/* Evaluation's own batch (no --batch) did not fit the device or the budget:
+ * the batch changes no number it prints, so it takes the largest that fits,
+ * says so, and goes on. *ev is replaced (allocated) on success; on failure
+ * it keeps the session that did not fit, and the error says why. */
+static hr_status eval_smaller(const hr_cli_opts *o, const hr_model_t *m, hr_config_t *cfg, hr_session_t **ev) {
+    char why[4096];
+    snprintf(why, sizeof why, "%s", hr_last_error());
+    size_t room = hr_session_device_room(*ev);
+    if (cfg->device_budget && cfg->device_budget < room) room = cfg->device_budget;
+    int64_t was = cfg->batch, fit = hr_largest_batch(m, cfg, room, hr_session_report(*ev)->overhead_bytes, was - 1);
+    if (fit < 1) return hr_error_set(HR_ERR_DEVICE_OOM, "%s", why);
+    hr_config_t c = *cfg;
+    c.batch = fit;
+    hr_session_t *s = hr_compile(m, &c);
+    hr_status st = s ? hr_session_alloc(s) : HR_ERR_INVALID_ARG;
+    if (st != HR_OK) {
+        hr_session_free(s);
+        return st;
+    }
+    if (!o->quiet)
+        fprintf(stderr, "headroom eval: batch %lld does not fit; evaluating %lld samples a batch instead (the same "
+                        "results)\n", (long long)was, (long long)fit);
+    hr_session_free(*ev);
+    *ev = s;
+    *cfg = c;
+    return HR_OK;
+}
+
 int hr_cmd_eval(const hr_cli_opts *o) {
     if (!o->weights) {
         fprintf(stderr, "headroom eval: which weights? add --weights CKPT (a checkpoint written by train --save)\n");
@@ -637,7 +665,12 @@ int hr_cmd_eval(const hr_cli_opts *o) {
         goto done;
     }
     job.s = ev;
-    if ((st = hr_host_check(&job, &hp)) != HR_OK || (st = hr_session_alloc(ev)) != HR_OK) {
+    if ((st = hr_host_check(&job, &hp)) == HR_OK) st = hr_session_alloc(ev);
+    if (st == HR_ERR_DEVICE_OOM && o->batch <= 0 && (st = eval_smaller(o, m, &cfg, &ev)) == HR_OK) {
+        job.s = ev;
+        st = hr_host_check(&job, &hp);
+    }
+    if (st != HR_OK) {
         rc = hr_cli_fail(st);
         if (st == HR_ERR_DEVICE_OOM) hr_report_print(ev, stderr);
         goto done;
