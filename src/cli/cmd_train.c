@@ -410,10 +410,14 @@ int hr_cmd_train(const hr_cli_opts *o) {
     job.s = s;
     /* --save writes each epoch's checkpoint in the background from a copy of
      * the state in host memory, where that fits; else it writes while training waits */
-    job.ckpt_bytes = o->save ? hr_checkpoint_state_bytes(s) : 0;
-    if (job.ckpt_bytes && hr_host_check(&job, &hp) == HR_ERR_OOM) job.ckpt_bytes = 0;
-    if (job.ckpt_bytes && !(writer = hr_ckpt_writer_new())) job.ckpt_bytes = 0;
-    if ((st = hr_host_check(&job, &hp)) != HR_OK || (st = hr_session_alloc(s)) != HR_OK) {
+    if (o->save && (writer = hr_ckpt_writer_new())) job.ckpt_bytes = hr_checkpoint_state_bytes(s);
+    if ((st = hr_host_check(&job, &hp)) == HR_ERR_OOM && writer) {
+        hr_ckpt_writer_free(writer);
+        writer = NULL;
+        job.ckpt_bytes = 0;
+        st = hr_host_check(&job, &hp);
+    }
+    if (st != HR_OK || (st = hr_session_alloc(s)) != HR_OK) {
         rc = hr_cli_fail(st);
         if (st == HR_ERR_DEVICE_OOM) hr_report_print(s, stderr);
         goto done;

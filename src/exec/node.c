@@ -10,7 +10,11 @@
  * (planned: hr_node_workspace counts them), inputs converted in (and outputs
  * that the node adds into), the kernel runs on the copies, and the outputs
  * are rounded back. The result is the F32 computation of the half values,
- * rounded once: what autocast's half kernels approximate. */
+ * rounded once: what autocast's half kernels approximate. A node counts as
+ * half by its first activation input's type (ops.c), so an op with mixed
+ * inputs says so in its unpack (Add sets a->dt to its half input's type);
+ * the type fields an unpack fills (Add's ta and tb) still name the graph's
+ * types, not the F32 copies', and an F32-only kernel must not read them. */
 static bool native(hr_backend *be, const hr_kargs *a) {
     return a->dt == HR_F32 || a->op == HR_OP_CAST || (be->takes_half && be->takes_half(be, a->op, a->dt));
 }

@@ -71,6 +71,13 @@ hr_node hr_node_make(hr_op op, int layer) {
     return n;
 }
 
+bool hr_graph_read_elsewhere(const hr_graph *g, int t, int but) {
+    for (int s = 0; s < g->nn; s++)
+        for (int i = 0; i < g->n[s].nin; i++)
+            if (g->n[s].in[i] == t && s != but) return true;
+    return false;
+}
+
 hr_status hr_graph_copy(hr_graph *dst, const hr_graph *src) {
     memset(dst, 0, sizeof *dst);
     for (int i = 0; i < src->nt; i++) {

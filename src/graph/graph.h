@@ -93,6 +93,9 @@ int hr_graph_add_tensor(hr_graph *g, const char *name, hr_dtype dt, hr_shape sha
 int hr_graph_add_node(hr_graph *g, const hr_node *n);
 hr_status hr_graph_copy(hr_graph *dst, const hr_graph *src);
 hr_node hr_node_make(hr_op op, int layer);
+/* Does any node but node `but` read tensor t? (A rewrite that folds two
+ * nodes into one asks it of the tensor between them.) */
+bool hr_graph_read_elsewhere(const hr_graph *g, int t, int but);
 
 struct hr_model {
     char *name;

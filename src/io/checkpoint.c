@@ -252,13 +252,16 @@ struct hr_ckpt_writer {
     char err[1024];
 };
 
+/* state tensor i's slot in the copy: its floats, 64-byte aligned */
+static size_t slot_bytes(const hr_session_t *s, int i) {
+    size_t k = sizeof(float);
+    for (int d = 0; d < hr_state_ndim(s, i); d++) k *= (size_t)hr_state_dim(s, i, d);
+    return hr_align_up(k, 64);
+}
+
 size_t hr_checkpoint_state_bytes(const hr_session_t *s) {
     size_t b = 0;
-    for (int i = 0; i < hr_state_count(s); i++) {
-        size_t k = sizeof(float);
-        for (int d = 0; d < hr_state_ndim(s, i); d++) k *= (size_t)hr_state_dim(s, i, d);
-        b += hr_align_up(k, 64);
-    }
+    for (int i = 0; i < hr_state_count(s); i++) b += slot_bytes(s, i);
     return b;
 }
 
@@ -300,11 +303,9 @@ hr_status hr_ckpt_writer_save(hr_ckpt_writer *w, hr_session_t *s, const char *pa
     ckpt_job *j = &w->job;
     size_t off = 0;
     for (int i = 0; i < j->n_state && st == HR_OK; i++) { /* the snapshot */
-        size_t k = sizeof(float);
-        for (int d = 0; d < j->t[i].ndim; d++) k *= (size_t)j->t[i].dims[d];
         st = hr_state_read(s, i, (float *)(w->buf + off));
         j->t[i].data = w->buf + off;
-        off += hr_align_up(k, 64);
+        off += slot_bytes(s, i);
     }
     for (int k = 0; k < j->m - j->n_state && st == HR_OK; k++) /* tied names and num_batches_tracked */
         if (!j->t[j->n_state + k].data) j->t[j->n_state + k].data = j->t[j->alias[k]].data;

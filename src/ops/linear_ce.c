@@ -21,10 +21,8 @@ hr_status hr_linear_ce_fuse(hr_graph *g, int loss_node) {
     if (l->op != HR_OP_CROSS_ENTROPY || k->op != HR_OP_LINEAR || k->nin != 2 || k->out[0] != l->in[0]) return HR_OK;
     int logits = l->in[0];
     const hr_tensor *lt = &g->t[logits];
-    if (lt->shape.ndim < 3) return HR_OK; /* a class a sample: small logits, nothing to save */
-    for (int s = 0; s < g->nn; s++)
-        for (int i = 0; i < g->n[s].nin; i++)
-            if (g->n[s].in[i] == logits && s != loss_node) return HR_OK;
+    /* a class a sample: small logits, nothing to save */
+    if (lt->shape.ndim < 3 || hr_graph_read_elsewhere(g, logits, loss_node)) return HR_OK;
     hr_shape rows = lt->shape;
     rows.ndim--;
     char nm[300];

@@ -117,14 +117,6 @@ done:
     return st == HR_ERR_OOM ? hr_error_set(st, "mixed precision: out of host memory rewriting the program") : st;
 }
 
-/* Is tensor x read by any node but `but`? */
-static bool read_elsewhere(const hr_graph *g, int x, int but) {
-    for (int s = 0; s < g->nn; s++)
-        for (int i = 0; i < g->n[s].nin; i++)
-            if (g->n[s].in[i] == x && s != but) return true;
-    return false;
-}
-
 hr_status hr_autocast_fold(hr_graph *g, int from, int keep) {
     if (hr_options_read().no_fold) return HR_OK;
     for (int c = from; c < g->nn; c++) {
@@ -135,7 +127,7 @@ hr_status hr_autocast_fold(hr_graph *g, int from, int keep) {
             continue;
         int p = c - 1;
         while (p >= from && g->n[p].out[0] != x) p--;
-        if (p < from || !hr_op_descs[g->n[p].op]->half_out || read_elsewhere(g, x, c)) continue;
+        if (p < from || !hr_op_descs[g->n[p].op]->half_out || hr_graph_read_elsewhere(g, x, c)) continue;
         g->n[p].out[0] = y; /* the producer writes the copy; x is read by nothing now */
         g->t[y].source = -1;
         memmove(&g->n[c], &g->n[c + 1], sizeof(hr_node) * (size_t)(g->nn - c - 1));
