@@ -5,7 +5,11 @@
  *       Median (and mean, min, max) step time of Adam(1e-3) + the model's loss.
  *       Every step is hr_train_step from a host (pageable) batch with the loss
  *       read back, which synchronises: the host clock around it is what a
- *       training loop sees. On CUDA the JSON also holds the memory story:
+ *       training loop sees; then the same number of steps queued two at a
+ *       time (hr_train_submit / hr_train_wait: the host stages batch t+1
+ *       while the device runs step t), their mean as queued_ms. graph: 1
+ *       when the step ran as one captured CUDA graph, -1 with graph_why
+ *       when it ran node by node. On CUDA the JSON also holds the memory story:
  *       the planned arena, cudaMemGetInfo's free bytes before and after the
  *       arena's allocation and after the timed steps (what the first steps
  *       load lazily, e.g. library kernels), hr_mem_stats, the measured
@@ -212,6 +216,19 @@ static int bench(const char *model, int64_t batch, int steps, int warm, bool cud
         if (hr_train_step(s, b.x, b.y, &loss) != HR_OK) return fail("step", model, batch);
         if (i >= warm) t[i - warm] = now() - t0;
     }
+    /* the same steps queued two at a time (hr_train_submit): the host stages
+     * batch t+1 while the device runs step t; the mean over `steps` */
+    double queued = 0;
+    if (steps > 0) {
+        double q0 = now();
+        for (int i = 0; i <= steps; i++) {
+            if (i < steps && hr_train_submit(s, b.x, b.y) != HR_OK) return fail("submit", model, batch);
+            if (i > 0 && hr_train_wait(s, &loss) != HR_OK) return fail("wait", model, batch);
+        }
+        queued = (now() - q0) / steps;
+    }
+    char graph_why[512];
+    int graph = hr_session_graph(s, graph_why, sizeof graph_why);
     hr_mem_stats(s, &m3);
     hr_nvml_sample nv = {0};
     if (witness) hr_nvml_sampler_stop(witness, &nv);
@@ -227,6 +244,8 @@ static int bench(const char *model, int64_t batch, int steps, int warm, bool cud
            (long long)batch, cuda ? "cuda" : "cpu", steps, warm, 1e3 * med, 1e3 * mean, 1e3 * t[0], 1e3 * t[steps - 1],
            (double)batch / med, loss);
     if (b.tokens) printf(", \"tokens_per_s\": %.1f", (double)(batch * b.per) / med);
+    printf(", \"queued_ms\": %.4f, \"graph\": %d, \"graph_why\": ", 1e3 * queued, graph);
+    json_escape(stdout, graph_why);
     printf(", \"optim\": \"%s\"", c.optim.kind == HR_OPTIM_SGD ? "sgd" : c.optim.kind == HR_OPTIM_ADAMW ? "adamw" : "adam");
     printf(", \"arena_bytes\": %zu, \"lower_bound\": %zu, \"pinned_bytes\": %zu, \"overhead_bytes\": %zu", r->arena_bytes,
            r->lower_bound, r->pinned_bytes, overhead_of(s));

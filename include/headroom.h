@@ -290,6 +290,20 @@ hr_status hr_session_alloc(hr_session_t *s);
 /* One training step on a full batch: x is (batch, input shape) float32, labels
  * int32 (cross-entropy) or targets float32 (MSE). loss may be NULL. */
 hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, float *loss);
+/* Steps queued ahead, so that the host stages batch t+1 while the device
+ * runs step t: hr_train_submit queues a step on x and labels (theirs again
+ * on return) and returns without waiting; hr_train_wait gives the oldest
+ * queued step's loss, waiting for it. At most HR_STEP_QUEUE steps are queued;
+ * hr_train_step, reading state and saving need none queued. Where the step
+ * needs the host between its passes (the CPU, accumulation, fp16's scaler),
+ * submit runs it at once. With the NaN stop, a step whose loss is not finite
+ * takes no update, and neither do the steps queued behind it then: their
+ * losses come back NaN, and hr_step_count counts none of them; steps
+ * submitted after that loss came back update again. */
+#define HR_STEP_QUEUE 2
+hr_status hr_train_submit(hr_session_t *s, const float *x, const void *labels);
+hr_status hr_train_wait(hr_session_t *s, float *loss);
+int hr_train_queued(const hr_session_t *s);
 /* Inference: out receives (batch, output shape) of the layer before the loss. */
 hr_status hr_forward(hr_session_t *s, const float *x, float *out);
 /* The evaluation pass of a training session compiled with cfg.eval_batch:

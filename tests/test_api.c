@@ -546,6 +546,48 @@ static void test_determinism(void) {
     hr_model_free(m);
 }
 
+/* Steps queued ahead (hr_train_submit / hr_train_wait): on the CPU each
+ * runs when submitted, so the losses and state are hr_train_step's; at most
+ * HR_STEP_QUEUE are queued; nothing else that steps or touches state runs
+ * while any is. (tests/gpu/test_cuda_graph.c: the device's queue.) */
+static void test_queue(void) {
+    hr_model_t *m = tiny_cnn(0.5f);
+    hr_config_t c = hr_config_default();
+    c.batch = TB;
+    c.seed = 9;
+    hr_session_t *a = ready(m, c), *b = ready(m, c);
+    if (!a || !b) return;
+    float x[TB * TIN], la[8], lb[8], v;
+    int32_t lab[TB];
+    CHECK(hr_train_wait(b, &v) == HR_ERR_INVALID_ARG && has("no step is queued"), "wait with nothing queued: %s",
+          hr_last_error());
+    for (int t = 0; t < 8; t++) {
+        tiny_batch(t, x, lab);
+        CHECK(hr_train_step(a, x, lab, &la[t]) == HR_OK, "step %d: %s", t, hr_last_error());
+        CHECK(hr_train_submit(b, x, lab) == HR_OK, "submit %d: %s", t, hr_last_error());
+        if (t == 0) continue;
+        if (t == 1) {
+            CHECK(hr_train_queued(b) == HR_STEP_QUEUE, "%d queued", hr_train_queued(b));
+            CHECK(hr_train_submit(b, x, lab) == HR_ERR_INVALID_ARG && has("hr_train_wait"), "a third queued: %s",
+                  hr_last_error());
+            CHECK(hr_train_step(b, x, lab, NULL) == HR_ERR_INVALID_ARG && has("queued"), "step while queued: %s",
+                  hr_last_error());
+            CHECK(hr_state_read(b, 0, &v) == HR_ERR_INVALID_ARG && has("queued"), "state read while queued: %s",
+                  hr_last_error());
+        }
+        CHECK(hr_train_wait(b, &lb[t - 1]) == HR_OK, "wait %d: %s", t - 1, hr_last_error());
+    }
+    CHECK(hr_train_wait(b, &lb[7]) == HR_OK && hr_train_queued(b) == 0, "last wait: %s", hr_last_error());
+    CHECK(!memcmp(la, lb, sizeof la), "queued steps gave other losses than hr_train_step");
+    float *sa, *sb;
+    size_t na, nb;
+    read_all(a, &sa, &na), read_all(b, &sb, &nb);
+    CHECK(na == nb && !memcmp(sa, sb, sizeof(float) * na) && hr_step_count(b) == 8, "queued steps: the state differs");
+    free(sa), free(sb);
+    hr_session_free(a), hr_session_free(b);
+    hr_model_free(m);
+}
+
 static void test_state(void) {
     hr_model_t *m = tiny_cnn(0.25f);
     hr_config_t c = hr_config_default();
@@ -670,6 +712,7 @@ int main(void) {
     test_settings();
     test_learns();
     test_determinism();
+    test_queue();
     test_state();
     test_utils();
     TEST_END();

@@ -59,6 +59,26 @@ struct hr_backend {
     hr_status (*mark)(hr_backend *be, int slot);
     double (*mark_ms)(hr_backend *be, int a, int b);
     void (*free)(hr_backend *be);
+    /* Optional (all or none): a training step as one captured graph (CUDA
+     * graphs). graph_begin waits for the uploads queued so far and starts
+     * capturing: the work queued after it is recorded, not run; graph_end
+     * stops, and with keep makes what was recorded the graph that
+     * graph_launch queues (an error, the reason in its message, when it
+     * could not be captured: nothing of it ran); a new capture replaces it.
+     * The graph holds the arena's pointers, and goes with the arena. */
+    hr_status (*graph_begin)(hr_backend *be);
+    hr_status (*graph_end)(hr_backend *be, bool keep);
+    hr_status (*graph_launch)(hr_backend *be);
+    /* Optional: the NaN stop on the device, queued between the backward pass
+     * and the update: v->skip = v->stopped = (loss not finite) or v->stopped
+     * (hr_step_vars), which the update's kernels read. */
+    hr_status (*step_check)(hr_backend *be, const float *loss, hr_step_vars *v);
+    /* Optional (both or neither): loss_queue queues a copy of the step's
+     * loss (one F32) into host slot `slot` (0 .. HR_STEP_QUEUE-1) behind the
+     * work queued so far, without waiting; loss_wait waits for slot's copy
+     * and gives the value. */
+    hr_status (*loss_queue)(hr_backend *be, const float *loss, int slot);
+    hr_status (*loss_wait)(hr_backend *be, int slot, float *out);
 };
 
 hr_backend *hr_backend_cpu_new(const hr_config_t *cfg);

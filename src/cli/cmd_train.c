@@ -580,6 +580,12 @@ int hr_cmd_train(const hr_cli_opts *o) {
         printf("epoch %lld/%lld  train loss %.4f  %s %s  %.0f samples/s  %.1f s%s\n", (long long)e + 1,
                (long long)epochs, steps ? sum / (double)steps : 0.0, test.seq ? "val loss" : "test accuracy", accs,
                (double)seen / secs, secs, skips);
+        if (e == epoch0) { /* how the device ran the steps: one graph, or node by node and why */
+            char why[512];
+            int gs = hr_session_graph(s, why, sizeof why);
+            if (gs == 1) printf("note: each step after the first ran as one CUDA graph\n");
+            else if (gs < 0 && strcmp(why, "this backend has no graphs")) printf("note: the steps ran node by node: %s\n", why);
+        }
         fflush(stdout);
         if ((st = save(s, writer, o, o->model, e + 1, 0)) != HR_OK) {
             rc = hr_cli_fail(st);

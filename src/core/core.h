@@ -127,6 +127,7 @@ typedef struct {
     int64_t piece_min;      /* HR_CUDA_PIECE_MIN: smallest input sent in pieces, bytes (default 2 MiB); 0 never */
     int stage_threads;      /* HR_STAGE_THREADS: threads staging a batch (default 16) */
     bool cuda_verbose;      /* HR_CUDA_VERBOSE: the engines considered and timed */
+    bool cuda_graph;        /* HR_CUDA_GRAPH (default on; 0 off): a training step captured once and replayed */
     bool cuda_poison;       /* HR_CUDA_POISON: the arena starts as NaN (tests) */
     int64_t max_call_elems; /* HR_CUDA_MAX_CALL_ELEMS: elements a library call takes (tests lower it); 0: INT_MAX */
     int dnnl;               /* HR_DNNL: CPU convolutions 0 im2col only, 1 (default) the fastest way per shape

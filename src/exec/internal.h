@@ -31,6 +31,10 @@ size_t hr_session_overhead(const hr_session_t *s); /* measured at hr_session_all
 bool hr_session_allocated(const hr_session_t *s);
 /* The session's profile mode: 0 off, 1 host times, 2 device events. */
 int hr_session_profile_mode(const hr_session_t *s);
+/* Whether the training step runs as one captured device graph (CUDA
+ * graphs): 1 it does (captured at the second step), 0 not captured yet, -1
+ * it runs node by node, why (n bytes, may be NULL) saying why. */
+int hr_session_graph(const hr_session_t *s, char *why, size_t n);
 
 /* One node of graph g on backend be: its kernel arguments unpacked from the
  * node (ptr[i]: tensor i's data) into *a, then the backend's kernel; half

@@ -6,7 +6,9 @@
 #include <string.h>
 
 void hr_session_set_nan_stop(hr_session_t *s, bool on) {
-    if (s) s->nan_stop = on;
+    if (!s) return;
+    if (s->nan_stop != on && s->graph > 0) s->graph = 0; /* the check is part of the captured step: capture again */
+    s->nan_stop = on;
 }
 
 static bool is_float(hr_dtype t) { return t == HR_F32 || hr_dtype_is_half(t); }

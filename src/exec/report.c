@@ -119,7 +119,7 @@ void hr_report_print(const hr_session_t *s, FILE *f) {
     }
     fprintf(f, "  %-18s %12s   (lower bound %s, %.3fx)\n", "arena (peak)", hr_format_bytes(r->arena_bytes, a, sizeof a),
             hr_format_bytes(r->lower_bound, b, sizeof b), r->lower_bound ? (double)r->arena_bytes / (double)r->lower_bound : 1.0);
-    if (r->pinned_bytes) fprintf(f, "  %-18s %12s   (pinned host memory: two batch slots for the copies)\n", "pinned staging",
+    if (r->pinned_bytes) fprintf(f, "  %-18s %12s   (pinned host memory: two batch slots for the copies, the losses of queued steps)\n", "pinned staging",
                                  hr_format_bytes(r->pinned_bytes, a, sizeof a));
     if (r->eval_batch > 0) {
         size_t grow = r->arena_bytes > r->step_arena_bytes ? r->arena_bytes - r->step_arena_bytes : 0;

@@ -68,6 +68,12 @@ static hr_status job_totals(hr_session_t *s, const hr_model_t *m, const hr_confi
 }
 
 hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_backend *be) {
+    hr_config_t dc; /* --device auto: the program is built for the device it got */
+    if (cfg && cfg->device == HR_DEVICE_AUTO) {
+        dc = *cfg;
+        dc.device = be->arena_kind == HR_MEM_DEVICE ? HR_DEVICE_CUDA : HR_DEVICE_CPU;
+        cfg = &dc;
+    }
     hr_session_t *s = hr_calloc(1, sizeof *s);
     if (!s) return NULL;
     s->be = be;
@@ -109,7 +115,7 @@ hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_back
         if (s->prog.label >= 0)
             slot += hr_align_up((size_t)hr_shape_numel(&pg->t[s->prog.label].shape) *
                                     hr_dtype_size(pg->t[s->prog.label].dtype), HR_ALIGN);
-        s->plan.report.pinned_bytes = 2 * slot;
+        s->plan.report.pinned_bytes = 2 * slot + HR_ALIGN; /* + the queued steps' losses */
     }
     /* Named state in PyTorch's order: parameters and buffers as the layers
      * made them, then optimizer state. */
@@ -321,7 +327,7 @@ hr_status hr_session_alloc(hr_session_t *s) {
  * once a step: the step number changes them). A run of update nodes of one
  * op goes to the backend as one group where it can (a multi-tensor launch);
  * the step number changes at n_bwd_end, so no group crosses it. */
-static hr_status run_range(hr_session_t *s, int from, int to, const hr_step_info *base) {
+hr_status hr_run_range(hr_session_t *s, int from, int to, const hr_step_info *base) {
     hr_graph *g = &s->prog.g;
     hr_step_info si = base ? *base : hr_step_info_make(s->t, &s->prog.cfg, s->prog.sqnorm);
     if (from >= s->prog.n_bwd_end && from < s->prog.n_step) si.t = s->t + 1, si.lr = hr_lr_at(&si.optim, si.t);
@@ -374,8 +380,8 @@ static hr_status check_tokens(const hr_session_t *s, const float *x) {
 /* Labels first (checked, then sent), the input last: a backend may take the
  * input's bytes from x while the step's first node runs (the CUDA backend's
  * pieces), so every path out of a step that uploaded it goes through
- * finish_batch. */
-static hr_status upload_batch(hr_session_t *s, const float *x, const void *labels) {
+ * hr_finish_batch. */
+hr_status hr_upload_batch(hr_session_t *s, const float *x, const void *labels) {
     hr_graph *g = &s->prog.g;
     const hr_tensor *in = &g->t[s->prog.input];
     if (s->prog.label >= 0 && s->ptr[s->prog.label]) {
@@ -403,7 +409,7 @@ static hr_status upload_batch(hr_session_t *s, const float *x, const void *label
 
 /* A step that failed after its upload: the backend finishes with x before
  * the caller gets it back (the first error is the one reported). */
-static hr_status finish_batch(hr_session_t *s, hr_status st) {
+hr_status hr_finish_batch(hr_session_t *s, hr_status st) {
     if (!st) return st;
     char first[4096]; /* the message, which a failing sync would replace */
     snprintf(first, sizeof first, "%s", hr_last_error());
@@ -440,6 +446,14 @@ hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, flo
     if (!s->arena) return hr_error_set(HR_ERR_INVALID_ARG, "train_step: call hr_session_alloc first");
     if (s->prog.cfg.mode != HR_MODE_TRAIN)
         return hr_error_set(HR_ERR_INVALID_ARG, "train_step: this session was compiled for inference");
+    if (s->queued)
+        return hr_error_set(HR_ERR_INVALID_ARG, "train_step: %d steps are queued (hr_train_submit); take their losses "
+                            "with hr_train_wait first", s->queued);
+    return hr_train_step_now(s, x, labels, loss);
+}
+
+hr_status hr_train_step_now(hr_session_t *s, const float *x, const void *labels, float *loss) {
+    if (hr_device_stepped(s)) return hr_device_step(s, x, labels, loss);
     const hr_program *p = &s->prog;
     const hr_graph *g = &p->g;
     int K = p->cfg.accumulate > 1 ? p->cfg.accumulate : 1;
@@ -450,15 +464,17 @@ hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, flo
     hr_step_info si = hr_step_info_make(s->t, &p->cfg, p->sqnorm);
     si.loss_scale = (fp16 ? s->scale : 1.0f) / (float)K;
     si.inv_scale = fp16 ? (float)(1.0 / (double)s->scale) : 1.0f;
+    si.dvars = p->step_vars >= 0 ? s->ptr[p->step_vars] : NULL;
+    hr_graph_blocked(s);
     double total = 0;
-    hr_status st = HR_OK;
+    hr_status st = hr_upload_vars(s, s->t + 1, true);
     for (int k = 0; k < K && !st; k++) {
         si.sample0 = k * micro;
         grads_accumulate(s, k > 0);
-        st = upload_batch(s, x + (size_t)k * xs, (const char *)labels + (size_t)k * ls);
+        st = hr_upload_batch(s, x + (size_t)k * xs, (const char *)labels + (size_t)k * ls);
         /* the whole step in one run when nothing happens between the passes */
         int end = K == 1 && p->found_inf < 0 && !s->nan_stop ? p->n_step : p->n_bwd_end;
-        if (!st) st = run_range(s, 0, end, &si);
+        if (!st) st = hr_run_range(s, 0, end, &si);
         if (!st && (loss || s->nan_stop) && K > 1) {
             float l = 0;
             st = s->be->download(s->be, &l, s->ptr[p->loss], sizeof(float));
@@ -480,14 +496,14 @@ hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, flo
     bool found_inf = false;
     if (!st && p->found_inf >= 0) {
         float f = 0;
-        st = run_range(s, p->n_bwd_end, p->n_unscale_end, &si);
+        st = hr_run_range(s, p->n_bwd_end, p->n_unscale_end, &si);
         if (!st) st = s->be->download(s->be, &f, s->ptr[p->found_inf], sizeof(float));
         if (!st) st = s->be->sync(s->be);
         found_inf = f != 0.0f;
     }
     if (!st && !found_inf && (K > 1 || p->found_inf >= 0 || s->nan_stop))
-        st = run_range(s, p->n_unscale_end, p->n_step, &si);
-    if (st) return finish_batch(s, st);
+        st = hr_run_range(s, p->n_unscale_end, p->n_step, &si);
+    if (st) return hr_finish_batch(s, st);
     if (fp16) scaler_update(s, found_inf);
     if (!found_inf) s->t++;
     if (loss && (K > 1 || s->nan_stop)) {
@@ -544,9 +560,9 @@ hr_status hr_forward(hr_session_t *s, const float *x, float *out) {
     if (!s->arena) return hr_error_set(HR_ERR_INVALID_ARG, "forward: call hr_session_alloc first");
     if (s->prog.cfg.mode != HR_MODE_INFER)
         return hr_error_set(HR_ERR_INVALID_ARG, "forward: compile with mode HR_MODE_INFER for inference");
-    hr_status st = upload_batch(s, x, NULL);
-    if (!st) st = run_range(s, 0, s->prog.n_fwd, NULL);
-    if (st) return finish_batch(s, st);
+    hr_status st = hr_upload_batch(s, x, NULL);
+    if (!st) st = hr_run_range(s, 0, s->prog.n_fwd, NULL);
+    if (st) return hr_finish_batch(s, st);
     if (out) st = hr_read_output(s, out);
     return st;
 }
@@ -560,8 +576,8 @@ hr_status hr_eval_forward(hr_session_t *s, const float *x, float *out) {
                             "training with cfg.eval_batch > 0");
     const hr_tensor *in = &p->g.t[p->eval_input];
     hr_status st = s->be->upload(s->be, s->ptr[p->eval_input], x, (size_t)hr_shape_numel(&in->shape) * sizeof(float));
-    if (!st) st = run_range(s, p->n_step, p->g.nn, NULL);
-    if (st) return finish_batch(s, st);
+    if (!st) st = hr_run_range(s, p->n_step, p->g.nn, NULL);
+    if (st) return hr_finish_batch(s, st);
     return read_f32(s, p->eval_output, out);
 }
 
@@ -604,6 +620,9 @@ int hr_state_find(const hr_session_t *s, const char *name) {
 static hr_status state_check(hr_session_t *s, int i, const void *buf) {
     if (i < 0 || i >= s->nstate || !buf) return hr_error_set(HR_ERR_INVALID_ARG, "state index %d out of range", i);
     if (!s->arena) return hr_error_set(HR_ERR_INVALID_ARG, "state: call hr_session_alloc first");
+    if (s->queued) /* their updates and the step count would disagree */
+        return hr_error_set(HR_ERR_INVALID_ARG, "state: %d steps are queued; take their losses with hr_train_wait first",
+                            s->queued);
     return HR_OK;
 }
 

@@ -27,7 +27,38 @@ struct hr_session {
     int *first_writer; /* accumulation: node * HR_NODE_MAX_IO + slot of each gradient's first writer */
     int n_first_writer;
     bool nan_stop;     /* a non-finite loss skips the update (nancheck.c) */
+    /* The step as one device graph (CUDA): 0 not captured yet, 1 captured
+     * (each step replays it), -1 never (graph_why says why); steps run node
+     * by node so far (the first runs so, to choose its algorithms). */
+    int graph;
+    char graph_why[512];
+    int64_t eager_steps;
+    /* Steps queued ahead (hr_train_submit), oldest at qhead: their losses
+     * (read back by the backend, or kept here when the step ran at once:
+     * qsync). skip_left: queued steps whose update the device skips, being
+     * behind one whose loss was not finite (the NaN stop). */
+    int queued, qhead, skip_left;
+    float qloss[HR_STEP_QUEUE];
+    bool qsync[HR_STEP_QUEUE];
 };
+
+/* session.c: nodes [from, to) of the step (base: its scalars; NULL: step
+ * t's); the batch's labels and input to the arena (the input last); after a
+ * failed step that uploaded, the backend finishes with x (st returned). */
+hr_status hr_run_range(hr_session_t *s, int from, int to, const hr_step_info *base);
+hr_status hr_upload_batch(hr_session_t *s, const float *x, const void *labels);
+hr_status hr_finish_batch(hr_session_t *s, hr_status st);
+/* hr_train_step once its arguments are checked (hr_train_submit's steps
+ * that run at once come here too). */
+hr_status hr_train_step_now(hr_session_t *s, const float *x, const void *labels, float *loss);
+
+/* step.c: the step's scalars for step t to the arena (whole: the NaN stop's
+ * flags cleared too); whether this session's step runs on the device alone,
+ * and that step; why its step cannot be one graph, noted in s->graph_why. */
+hr_status hr_upload_vars(hr_session_t *s, int64_t t, bool whole);
+bool hr_device_stepped(const hr_session_t *s);
+hr_status hr_device_step(hr_session_t *s, const float *x, const void *labels, float *loss);
+void hr_graph_blocked(hr_session_t *s);
 
 /* node.c: the workspace callback the program builder asks (ctx: the backend). */
 size_t hr_exec_workspace(void *be, const hr_graph *g, const hr_node *n);

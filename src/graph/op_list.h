@@ -186,6 +186,26 @@ typedef struct {
     bool acc_dx, acc_dgamma, acc_dbeta;
 } hr_layernorm_args;
 
+/* A training step's scalars in device memory, for a step captured once and
+ * replayed (CUDA graphs): the host writes the first four fields before each
+ * step; a kernel given a pointer to them (dv) reads these instead of its own
+ * by-value copies, which hold the same bits (hr_step_vars_make makes both).
+ * skip: the update is skipped (the NaN stop's check writes it on the
+ * device); stopped: a non-finite loss was seen while later steps were
+ * already queued, so theirs are skipped too until the host clears it. */
+typedef struct {
+    float lr, adam_step, adam_bc2s; /* at the update's step t: lr, lr / (1 - beta1^t), sqrt(1 - beta2^t) */
+    uint32_t sgd_first;             /* t == 1: SGD's momentum buffer starts as the gradient */
+    uint64_t t;                     /* the step, 1-based (Dropout's stream) */
+    uint32_t skip, stopped;
+} hr_step_vars;
+/* The bytes the host writes each step; the rest stays as the device left it. */
+#define HR_STEP_VARS_HOST 24
+/* The update's scalars at step t (1-based) with learning rate lr (the
+ * schedule's, hr_lr_at), made in one place (ops/optim.c) for the CPU's and
+ * the GPU's arithmetic alike. */
+hr_step_vars hr_step_vars_make(const hr_optim_t *o, int64_t t, float lr);
+
 /* Dropout: keep element i when hr_rng_uniform(seed, stream, i) >= p; a kept
  * value is scaled by 1/(1-p). mask: one byte an element. Not in training (or
  * p == 0): y = x, and the mask (if any) all ones. */
@@ -197,6 +217,8 @@ typedef struct {
     int64_t n;
     float p, scale;
     uint64_t seed, stream;
+    uint64_t stream_base; /* stream without the step: stream = stream_base ^ t */
+    const hr_step_vars *dv; /* the step on the device (CUDA), or NULL */
     uint64_t first;       /* element 0's index in the whole batch (a micro-batch starts past 0) */
     bool train, acc;
 } hr_dropout_args;
@@ -319,6 +341,7 @@ typedef struct {
     hr_optim_t o;
     float lr;
     int64_t t;
+    const hr_step_vars *dv; /* the step's scalars and skip flag on the device (CUDA), or NULL */
 } hr_optim_args;
 
 /* LinearCrossEntropy: the mean cross-entropy of logits = x W^T (no bias)

@@ -42,7 +42,9 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     d->train = n->a.train;
     d->seed = si ? si->seed : 0;
     /* the mask of step t+1 (t: steps taken): a stream per layer and step */
-    d->stream = (n->a.seed << 32) ^ (uint64_t)((si ? si->t : 0) + 1);
+    d->stream_base = n->a.seed << 32;
+    d->stream = d->stream_base ^ (uint64_t)((si ? si->t : 0) + 1);
+    d->dv = si ? si->dvars : NULL;
     if (n->op == HR_OP_DROPOUT) {
         d->n = hr_shape_numel(&g->t[n->in[0]].shape);
         /* a micro-batch's masks continue the whole batch's */

@@ -18,6 +18,7 @@ typedef struct {
     float loss_scale;   /* the loss's gradient is multiplied by this (1/accumulate x the fp16 scale) */
     float inv_scale;    /* GradScaler.unscale multiplies gradients by this */
     int64_t sample0;    /* the micro-batch's first sample in the whole batch */
+    const hr_step_vars *dvars; /* the step's scalars in the arena (CUDA training), or NULL */
 } hr_step_info;
 /* Step t's information for cfg's optimizer: no loss scaling, the whole batch. */
 hr_step_info hr_step_info_make(int64_t t, const hr_config_t *cfg, int sqnorm);

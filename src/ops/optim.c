@@ -2,6 +2,9 @@
  * Adam/AdamW; compile builds their nodes, one per trainable parameter. */
 #include "ops/ops.h"
 
+#include <math.h>
+#include <string.h>
+
 /* GradNorm: in {g}, out {sqnorm (1)}: adds sum(g^2) (accum after the first) */
 static void unpack_sqnorm(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a) {
     a->sq.g = hr_ptr(ptr, n->in[0]);
@@ -25,7 +28,20 @@ static void unpack_update(const hr_graph *g, const hr_node *n, void *const *ptr,
         o->lr = si->lr;
         o->t = si->t;
         if (si->sqnorm >= 0 && si->optim.clip_norm > 0) o->sqnorm = hr_ptr(ptr, si->sqnorm);
+        o->dv = si->dvars;
     }
+}
+
+hr_step_vars hr_step_vars_make(const hr_optim_t *o, int64_t t, float lr) {
+    hr_step_vars v;
+    memset(&v, 0, sizeof v);
+    v.lr = lr;
+    double bc1 = 1.0 - pow((double)o->beta1, (double)t), bc2 = 1.0 - pow((double)o->beta2, (double)t);
+    v.adam_step = (float)(v.lr / bc1);
+    v.adam_bc2s = (float)sqrt(bc2);
+    v.sgd_first = t == 1;
+    v.t = (uint64_t)t;
+    return v;
 }
 
 /* GradNorm reads g once (a multiply-add a value). An update reads g and

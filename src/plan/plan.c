@@ -73,6 +73,9 @@ static void lifetimes(hr_program *p) {
     if (p->output >= 0 && (p->cfg.mode != HR_MODE_TRAIN || p->cfg.keep_output)) g->t[p->output].last = S - 1;
     if (p->sqnorm >= 0) g->t[p->sqnorm].last = S - 1;
     if (p->eval_output >= 0) g->t[p->eval_output].last = T - 1;
+    /* no node names it: the host writes it, the update reads it, and its
+     * NaN-stop flag outlives the step */
+    if (p->step_vars >= 0) g->t[p->step_vars].first = 0, g->t[p->step_vars].last = T - 1;
 }
 
 /* Views (Reshape) always share; an op that may run in place takes its input's

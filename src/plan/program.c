@@ -302,7 +302,7 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
     hr_status st = check_config(m, cfg);
     if (st) return st;
     p->cfg = *cfg;
-    p->sqnorm = p->found_inf = -1;
+    p->sqnorm = p->found_inf = p->step_vars = -1;
     p->eval_input = p->eval_output = -1;
     if ((st = hr_graph_copy(&p->g, &m->g)) != HR_OK) return hr_error_set(st, "compile: out of host memory copying the graph");
     p->input = m->input;
@@ -364,6 +364,15 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
         p->g.n[s].ws = t;
     }
     if ((st = recompute(p, cfg->recompute)) != HR_OK) goto fail;
+    if (train && cfg->device == HR_DEVICE_CUDA) {
+        int64_t n = (int64_t)((sizeof(hr_step_vars) + 3) / 4);
+        p->step_vars = hr_graph_add_tensor(&p->g, "step scalars", HR_F32, hr_shape_make(1, (int64_t[]){n}), false,
+                                           HR_T_INPUT, -1);
+        if (p->step_vars < 0) {
+            st = HR_ERR_OOM;
+            goto fail;
+        }
+    }
     return HR_OK;
 fail:
     if (st == HR_ERR_OOM) hr_error_prefix("compile");

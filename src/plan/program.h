@@ -23,6 +23,11 @@ typedef struct {
      * buffers, in the same arena (its tensors live only in its own part of
      * the schedule, so they take the step's dead bytes). -1 without one. */
     int eval_input, eval_output;
+    /* Training on CUDA: the step's scalars in the arena (hr_step_vars, one
+     * F32 tensor of its size), which the host writes before each step and
+     * the update and the random masks read there, so that one captured step replays
+     * (CUDA graphs). Alive through the whole program. -1 elsewhere. */
+    int step_vars;
     /* The recomputed layers ("1,2,5"; cfg.recompute points here), NULL for none. */
     char *recompute;
 } hr_program;

@@ -6,7 +6,7 @@
 
 #include "headroom.h"
 
-static hr_model_t *mlp_dropout(void) { /* Linear ReLU Dropout Linear, CE */
+static inline hr_model_t *mlp_dropout(void) { /* Linear ReLU Dropout Linear, CE */
     hr_model_t *m = hr_model_new("mlp_dropout");
     int x = hr_input(m, "x", 1, (int64_t[]){20});
     x = hr_linear(m, NULL, x, 20, 32, true);
@@ -17,7 +17,7 @@ static hr_model_t *mlp_dropout(void) { /* Linear ReLU Dropout Linear, CE */
     return m;
 }
 
-static hr_model_t *cnn_bn(void) { /* Conv BN ReLU MaxPool Conv AvgPool Dropout Flatten Linear, CE */
+static inline hr_model_t *cnn_bn(void) { /* Conv BN ReLU MaxPool Conv AvgPool Dropout Flatten Linear, CE */
     hr_model_t *m = hr_model_new("cnn_bn");
     int x = hr_input(m, "x", 3, (int64_t[]){3, 12, 12});
     x = hr_conv2d(m, NULL, x, 3, 8, 3, 1, 1, true);
@@ -33,7 +33,7 @@ static hr_model_t *cnn_bn(void) { /* Conv BN ReLU MaxPool Conv AvgPool Dropout F
     return m;
 }
 
-static hr_model_t *res_concat(void) { /* two convs, Add, Concat, global pool, LogSoftmax, CE */
+static inline hr_model_t *res_concat(void) { /* two convs, Add, Concat, global pool, LogSoftmax, CE */
     hr_model_t *m = hr_model_new("res_concat");
     int x = hr_input(m, "x", 3, (int64_t[]){4, 8, 8});
     int a = hr_conv2d(m, NULL, x, 4, 4, 3, 1, 1, true);
@@ -50,7 +50,7 @@ static hr_model_t *res_concat(void) { /* two convs, Add, Concat, global pool, Lo
     return m;
 }
 
-static hr_model_t *bn1d_softmax_mse(void) { /* Linear BN1d ReLU Linear Softmax, MSE */
+static inline hr_model_t *bn1d_softmax_mse(void) { /* Linear BN1d ReLU Linear Softmax, MSE */
     hr_model_t *m = hr_model_new("bn1d_softmax");
     int x = hr_input(m, "x", 1, (int64_t[]){10});
     x = hr_linear(m, NULL, x, 10, 16, true);
@@ -62,7 +62,7 @@ static hr_model_t *bn1d_softmax_mse(void) { /* Linear BN1d ReLU Linear Softmax, 
     return m;
 }
 
-static hr_model_t *overlap_pool(void) { /* overlapping windows and ReLU's zeros: ties in max pooling */
+static inline hr_model_t *overlap_pool(void) { /* overlapping windows and ReLU's zeros: ties in max pooling */
     hr_model_t *m = hr_model_new("overlap_pool");
     int x = hr_input(m, "x", 3, (int64_t[]){2, 9, 9});
     x = hr_conv2d(m, NULL, x, 2, 3, 3, 1, 1, true);
@@ -77,7 +77,7 @@ static hr_model_t *overlap_pool(void) { /* overlapping windows and ReLU's zeros:
 
 /* a 16x16 window has 256 positions, more than a byte's offsets: the max pool
  * keeps x and its backward finds the argmax again (the other CUDA path) */
-static hr_model_t *wide_pool(void) {
+static inline hr_model_t *wide_pool(void) {
     hr_model_t *m = hr_model_new("wide_pool");
     int x = hr_input(m, "x", 3, (int64_t[]){2, 16, 16});
     x = hr_conv2d(m, NULL, x, 2, 3, 3, 1, 1, true);
@@ -91,7 +91,7 @@ static hr_model_t *wide_pool(void) {
 
 /* every activation on (batch, features), both GELUs; LayerNorm over the last
  * dim: on the input (no gradient to it), without affine, affine without bias */
-static hr_model_t *act_mlp(void) {
+static inline hr_model_t *act_mlp(void) {
     hr_model_t *m = hr_model_new("act_mlp");
     int x = hr_input(m, "x", 1, (int64_t[]){24});
     x = hr_layernorm(m, NULL, x, 1, (int64_t[]){24}, 1e-5f, true, true);
@@ -115,7 +115,7 @@ static hr_model_t *act_mlp(void) {
 
 /* LayerNorm over the last 3 dims of images (C, H, W): affine with and
  * without bias, and without affine; the activations on images */
-static hr_model_t *ln_cnn(void) {
+static inline hr_model_t *ln_cnn(void) {
     hr_model_t *m = hr_model_new("ln_cnn");
     int x = hr_input(m, "x", 3, (int64_t[]){3, 8, 8});
     x = hr_conv2d(m, NULL, x, 3, 4, 3, 1, 1, true);
@@ -138,7 +138,7 @@ static hr_model_t *ln_cnn(void) {
 }
 
 /* Conv2d's groups and dilation (cuDNN's group count, the filter K x C/groups, the dilations) */
-static hr_model_t *grouped_cnn(void) {
+static inline hr_model_t *grouped_cnn(void) {
     hr_model_t *m = hr_model_new("grouped_cnn");
     int x = hr_input(m, "x", 3, (int64_t[]){4, 10, 10});
     x = hr_conv2d_ex(m, NULL, x, 4, 8, 3, 1, 1, 1, 2, true);   /* groups 2: 8x10x10 */
@@ -156,7 +156,7 @@ static hr_model_t *grouped_cnn(void) {
 /* tokens -> Embedding, PositionEmbedding, LayerNorm, Linear over (T, C),
  * causal attention (heads of 20: a lane holds one or no channel), Add, a
  * Linear tied to the Embedding, CrossEntropyLoss at every position */
-static hr_model_t *tiny_gpt(void) {
+static inline hr_model_t *tiny_gpt(void) {
     hr_model_t *m = hr_model_new("tiny_gpt");
     int x = hr_input(m, "tokens", 1, (int64_t[]){12});
     int e = hr_embedding(m, "wte", x, 50, 40);
@@ -176,7 +176,7 @@ static hr_model_t *tiny_gpt(void) {
  * and without its affine, its dx added to the residual's gradient; the head
  * without a bias, so that training fuses it with the loss (LinearCrossEntropy:
  * 50 classes padded to 56, its dW added to the Embedding's) */
-static hr_model_t *wide_gpt(void) {
+static inline hr_model_t *wide_gpt(void) {
     hr_model_t *m = hr_model_new("wide_gpt");
     int x = hr_input(m, "tokens", 1, (int64_t[]){8});
     int e = hr_embedding(m, "wte", x, 50, 128);

@@ -628,6 +628,13 @@ int main(void) {
     u = config(2, HR_OPTIM_ADAMW);
     u.optim.weight_decay = 0.01f;
     run_update_group("AdamW", mp, u, 2);
+    /* GPT-2's groups: each launch's table mixes decayed weights with
+     * undecayed biases (once, all of them took the first tensor's decay) */
+    u.optim.weight_decay = 0.1f, u.optim.decay_matrices_only = true;
+    run_update_group("AdamW matrices only", mp, u, 2);
+    u = config(2, HR_OPTIM_SGD);
+    u.optim.lr = 0.05f, u.optim.momentum = 0.9f, u.optim.weight_decay = 0.1f, u.optim.decay_matrices_only = true;
+    run_update_group("SGD matrices only", mp, u, 2);
     hr_model_free(mp);
 
     printf("whole steps, CUDA vs CPU\n");

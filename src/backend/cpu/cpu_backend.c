@@ -111,6 +111,12 @@ hr_backend *hr_backend_cpu_new(const hr_config_t *cfg) {
         /* .mark           = */ NULL,
         /* .mark_ms        = */ NULL,
         /* .free           = */ cpu_free,
+        /* .graph_begin    = */ NULL,
+        /* .graph_end      = */ NULL,
+        /* .graph_launch   = */ NULL,
+        /* .step_check     = */ NULL,
+        /* .loss_queue     = */ NULL,
+        /* .loss_wait      = */ NULL,
     };
     return be;
 }

@@ -54,8 +54,8 @@ hr_status hr_cpu_adam(void *ctx, const hr_kargs *a) {
     const hr_optim_t *o = &u->o;
     float cs = clip_scale(u), lr = u->lr, b1 = o->beta1, b2 = o->beta2, eps = o->eps, wd = o->weight_decay;
     bool decoupled = o->kind == HR_OPTIM_ADAMW;
-    double bc1 = 1.0 - pow((double)b1, (double)u->t), bc2 = 1.0 - pow((double)b2, (double)u->t);
-    float step = (float)(lr / bc1), bc2s = (float)sqrt(bc2);
+    hr_step_vars sv = hr_step_vars_make(o, u->t, lr);
+    float step = sv.adam_step, bc2s = sv.adam_bc2s;
 #pragma omp parallel for schedule(static) if (N > 65536)
     for (int64_t i = 0; i < N; i++) {
         float gi = gr[i] * cs;

@@ -88,6 +88,7 @@ hr_status hr_cuda_init(hr_cuda *c, const hr_config_t *cfg) {
     HR_CU(cudaEventCreateWithFlags(&c->compute_ev, cudaEventDisableTiming));
     for (int i = 0; i < 2; i++) HR_CU(cudaEventCreateWithFlags(&c->slot_ev[i], cudaEventDisableTiming));
     for (int i = 0; i < HR_PIECES; i++) HR_CU(cudaEventCreateWithFlags(&c->piece_ev[i], cudaEventDisableTiming));
+    for (int i = 0; i < HR_STEP_QUEUE; i++) HR_CU(cudaEventCreateWithFlags(&c->loss_ev[i], cudaEventDisableTiming));
     cublasHandle_t h;
     HR_CUBLAS(cublasCreate(&h));
     c->blas = h;
@@ -105,6 +106,7 @@ hr_status hr_cuda_init(hr_cuda *c, const hr_config_t *cfg) {
 void hr_cuda_fini(hr_cuda *c) {
     if (c->stream) cudaStreamSynchronize(c->stream);
     if (c->copy_stream) cudaStreamSynchronize(c->copy_stream);
+    hr_cuda_graph_free(c);
     hr_cuda_conv_plans_free(c); /* their descriptors need the library: before it closes */
     hr_cuda_dnn_close(c);
     hr_cuda_gemm_free(c);
@@ -114,6 +116,8 @@ void hr_cuda_fini(hr_cuda *c) {
         if (c->slot_ev[i]) cudaEventDestroy(c->slot_ev[i]);
     for (int i = 0; i < HR_PIECES; i++)
         if (c->piece_ev[i]) cudaEventDestroy(c->piece_ev[i]);
+    for (int i = 0; i < HR_STEP_QUEUE; i++)
+        if (c->loss_ev[i]) cudaEventDestroy(c->loss_ev[i]);
     if (c->compute_ev) cudaEventDestroy(c->compute_ev);
     hr_cuda_marks_free(c);
     if (c->copy_stream) cudaStreamDestroy(c->copy_stream);

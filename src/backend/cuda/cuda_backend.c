@@ -111,6 +111,7 @@ static void cuda_arena_free(hr_backend *be, void *base) {
     hr_cuda *c = ctx_of(be);
     cudaStreamSynchronize(c->copy_stream);
     cudaStreamSynchronize(c->stream);
+    hr_cuda_graph_free(c); /* it holds the arena's pointers */
     if (base) cudaFree(base);
     if (base == c->arena) {
         c->arena = NULL;
@@ -158,7 +159,9 @@ static hr_status cuda_mem_info(hr_backend *be, size_t *free_bytes, size_t *total
 static int64_t cuda_alloc_count(hr_backend *be) { return ctx_of(be)->allocs; }
 static size_t cuda_overhead(hr_backend *be) { return ctx_of(be)->overhead; }
 
-size_t hr_cuda_pinned_bytes(const hr_backend *be) { return ctx_of(be)->pinned ? 2 * ctx_of(be)->slot_bytes : 0; }
+size_t hr_cuda_pinned_bytes(const hr_backend *be) {
+    return ctx_of(be)->pinned ? 2 * ctx_of(be)->slot_bytes + HR_ALIGN : 0;
+}
 size_t hr_cuda_used_at_start(const hr_backend *be) { return ctx_of(be)->used_at_start; }
 
 /* ---- running ----------------------------------------------------------------------- */
@@ -185,6 +188,18 @@ static hr_status cuda_run_group(hr_backend *be, const hr_kargs *a, int count) {
         return hr_error_set(HR_ERR_INTERNAL, "cuda backend: no group launch for op %s", hr_op_name(a[0].op));
     return hr_cuda_optim_group(c, a, count);
 }
+
+static hr_status cuda_graph_begin(hr_backend *be) { return hr_cuda_graph_begin(ctx_of(be)); }
+static hr_status cuda_graph_end(hr_backend *be, bool keep) { return hr_cuda_graph_end(ctx_of(be), keep); }
+static hr_status cuda_graph_launch(hr_backend *be) { return hr_cuda_graph_launch(ctx_of(be)); }
+static hr_status cuda_step_check(hr_backend *be, const float *loss, hr_step_vars *v) {
+    return hr_cuda_step_check(ctx_of(be), loss, v);
+}
+
+static hr_status cuda_loss_queue(hr_backend *be, const float *loss, int slot) {
+    return hr_cuda_loss_queue(ctx_of(be), loss, slot);
+}
+static hr_status cuda_loss_wait(hr_backend *be, int slot, float *out) { return hr_cuda_loss_wait(ctx_of(be), slot, out); }
 
 static hr_status cuda_mark(hr_backend *be, int slot) { return hr_cuda_mark(ctx_of(be), slot); }
 static double cuda_mark_ms(hr_backend *be, int a, int b) { return hr_cuda_mark_ms(ctx_of(be), a, b); }
@@ -238,6 +253,12 @@ hr_backend *hr_backend_cuda_new(const hr_config_t *cfg) {
         /* .mark           = */ cuda_mark,
         /* .mark_ms        = */ cuda_mark_ms,
         /* .free           = */ cuda_free,
+        /* .graph_begin    = */ cuda_graph_begin,
+        /* .graph_end      = */ cuda_graph_end,
+        /* .graph_launch   = */ cuda_graph_launch,
+        /* .step_check     = */ cuda_step_check,
+        /* .loss_queue     = */ cuda_loss_queue,
+        /* .loss_wait      = */ cuda_loss_wait,
     };
     if (hr_cuda_init(c, cfg) != HR_OK) {
         hr_error_prefix("starting the CUDA backend");

@@ -8,7 +8,8 @@
  * do (a dropped NaN or +-inf gives NaN, a dropped negative -0). */
 template <typename T>
 __global__ void k_dropout(const T *x, T *y, uint8_t *mask, int64_t n, float p, float scale, uint64_t seed,
-                          uint64_t stream, uint64_t first) {
+                          uint64_t stream, uint64_t first, uint64_t stream_base, const hr_step_vars *dv) {
+    if (dv) stream = stream_base ^ dv->t; /* a replayed step: its number from the device */
     HR_GRID_STRIDE(i, n) {
         uint8_t keep = hr_dev_uniform(seed, stream, first + (uint64_t)i) >= p;
         mask[i] = keep;
@@ -26,7 +27,7 @@ __global__ void k_dropout_bwd(const uint8_t *mask, const T *dy, T *dx, int64_t n
 
 template <typename T> static cudaError_t dropout(cudaStream_t s, const hr_dropout_args *p) {
     k_dropout<T><<<hr_grid(p->n), HR_THREADS, 0, s>>>((const T *)p->x, (T *)p->y, p->mask_out, p->n, p->p, p->scale,
-                                                       p->seed, p->stream, p->first);
+                                                       p->seed, p->stream, p->first, p->stream_base, p->dv);
     return cudaGetLastError();
 }
 

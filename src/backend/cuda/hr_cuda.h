@@ -89,6 +89,15 @@ typedef struct hr_cuda {
     unsigned char *defer_stage, *defer_dst;
     size_t defer_n, defer_piece;
     int staged, defer_slot;
+    /* steps queued ahead: each one's loss, copied to the host behind it */
+    float *loss_pin;                 /* HR_STEP_QUEUE floats after the pinned slots; NULL without them */
+    float loss_host[HR_STEP_QUEUE];  /* without pinned slots */
+    cudaEvent_t loss_ev[HR_STEP_QUEUE];
+    /* the training step as one graph (graph.c): a cudaGraphExec_t, NULL
+     * before its capture; the device bytes its instantiation took */
+    void *graph;
+    bool capturing;
+    size_t graph_bytes;
     /* device profiles: timing events on the compute stream, made as slots appear */
     cudaEvent_t *marks;
     int nmarks;
@@ -164,9 +173,20 @@ int64_t hr_cuda_piece_samples(const hr_cuda *c, int64_t batch, int64_t sample);
 hr_status hr_cuda_settle(hr_cuda *c);
 /* Stages the input's pieces up to k (host copy and transfer), if not yet. */
 hr_status hr_cuda_stage_upto(hr_cuda *c, int k);
+/* The step's loss to host slot `slot` behind the work queued, and the wait for it. */
+hr_status hr_cuda_loss_queue(hr_cuda *c, const float *loss, int slot);
+hr_status hr_cuda_loss_wait(hr_cuda *c, int slot, float *out);
 
 /* ---- optim.cu: a[0..count), all SGD or all Adam, in few launches ---- */
 hr_status hr_cuda_optim_group(hr_cuda *c, const hr_kargs *a, int count);
+
+/* ---- graph.c: the training step captured once, replayed each step ---- */
+hr_status hr_cuda_graph_begin(hr_cuda *c);
+hr_status hr_cuda_graph_end(hr_cuda *c, bool keep);
+hr_status hr_cuda_graph_launch(hr_cuda *c);
+void hr_cuda_graph_free(hr_cuda *c);
+/* optim.cu: the NaN stop's check, between the backward pass and the update */
+hr_status hr_cuda_step_check(hr_cuda *c, const float *loss, hr_step_vars *v);
 
 /* ---- profile.c: timing events for device profiles ---- */
 hr_status hr_cuda_mark(hr_cuda *c, int slot);

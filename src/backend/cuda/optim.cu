@@ -16,6 +16,7 @@ typedef struct {
     const float *g; /* its gradient */
     float *s1, *s2; /* Adam: exp_avg, exp_avg_sq; SGD: momentum_buffer or NULL, - */
     int64_t n;
+    float wd;       /* its weight decay: AdamW's groups leave biases and norm weights at 0 */
 } hr_mt_tensor;
 
 /* As torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)), read
@@ -33,6 +34,14 @@ __global__ void k_sqnorm(const float *g, int64_t n, double *part) {
     HR_GRID_STRIDE(i, n) s += (double)g[i] * g[i];
     s = hr_block_sum(s, sh);
     if (threadIdx.x == 0) part[blockIdx.x] = s;
+}
+
+/* The NaN stop on the device: a non-finite loss skips this step's update,
+ * and every later one queued before the host clears `stopped`. */
+__global__ void k_step_check(const float *loss, hr_step_vars *v) {
+    uint32_t bad = !isfinite(loss[0]) || v->stopped;
+    v->skip = bad;
+    v->stopped = bad;
 }
 
 /* ---- multi-tensor updates ---------------------------------------------------
@@ -62,10 +71,14 @@ __device__ __forceinline__ int mt_find(const mt_table &tab, int b) {
     return lo;
 }
 
-__global__ void k_sgd_mt(const __grid_constant__ mt_table tab, const float *sqnorm, float clip, float lr, float wd,
-                         float mom, float damp, bool nesterov, bool first) {
+__global__ void k_sgd_mt(const __grid_constant__ mt_table tab, const float *sqnorm, float clip, float lr, float mom,
+                         float damp, bool nesterov, bool first, const hr_step_vars *dv) {
+    if (dv) {
+        if (dv->skip) return;
+        lr = dv->lr, first = dv->sgd_first != 0;
+    }
     int k = mt_find(tab, (int)blockIdx.x);
-    float *p = tab.t[k].p, *buf = tab.t[k].s1;
+    float *p = tab.t[k].p, *buf = tab.t[k].s1, wd = tab.t[k].wd;
     const float *g = tab.t[k].g;
     int64_t n = tab.t[k].n, stride = (int64_t)(tab.start[k + 1] - tab.start[k]) * blockDim.x;
     float cs = clip_scale(sqnorm, clip);
@@ -80,9 +93,13 @@ __global__ void k_sgd_mt(const __grid_constant__ mt_table tab, const float *sqno
 }
 
 __global__ void k_adam_mt(const __grid_constant__ mt_table tab, const float *sqnorm, float clip, float lr, float b1,
-                          float b2, float eps, float wd, bool decoupled, float step, float bc2s) {
+                          float b2, float eps, bool decoupled, float step, float bc2s, const hr_step_vars *dv) {
+    if (dv) {
+        if (dv->skip) return;
+        lr = dv->lr, step = dv->adam_step, bc2s = dv->adam_bc2s;
+    }
     int k = mt_find(tab, (int)blockIdx.x);
-    float *p = tab.t[k].p, *m = tab.t[k].s1, *v = tab.t[k].s2;
+    float *p = tab.t[k].p, *m = tab.t[k].s1, *v = tab.t[k].s2, wd = tab.t[k].wd;
     const float *g = tab.t[k].g;
     int64_t n = tab.t[k].n, stride = (int64_t)(tab.start[k + 1] - tab.start[k]) * blockDim.x;
     float cs = clip_scale(sqnorm, clip);
@@ -126,17 +143,17 @@ template <typename Launch> static cudaError_t mt_launch(const hr_mt_tensor *t, i
  * in order; empty tensors are skipped. The step's scalars are shared by all.
  * sqnorm NULL (or clip <= 0): no clipping. */
 static cudaError_t hrk_sgd_mt(cudaStream_t s, const hr_mt_tensor *t, int count, const float *sqnorm, float clip,
-                              float lr, float wd, float mom, float damp, bool nesterov, bool first) {
+                              float lr, float mom, float damp, bool nesterov, bool first, const hr_step_vars *dv) {
     return mt_launch(t, count, [&](const mt_table &tab, unsigned blocks) {
-        k_sgd_mt<<<blocks, HR_THREADS, 0, s>>>(tab, sqnorm, clip, lr, wd, mom, damp, nesterov, first);
+        k_sgd_mt<<<blocks, HR_THREADS, 0, s>>>(tab, sqnorm, clip, lr, mom, damp, nesterov, first, dv);
     });
 }
 
 static cudaError_t hrk_adam_mt(cudaStream_t s, const hr_mt_tensor *t, int count, const float *sqnorm, float clip,
-                               float lr, float b1, float b2, float eps, float wd, bool decoupled, float step,
-                               float bc2s) {
+                               float lr, float b1, float b2, float eps, bool decoupled, float step, float bc2s,
+                               const hr_step_vars *dv) {
     return mt_launch(t, count, [&](const mt_table &tab, unsigned blocks) {
-        k_adam_mt<<<blocks, HR_THREADS, 0, s>>>(tab, sqnorm, clip, lr, b1, b2, eps, wd, decoupled, step, bc2s);
+        k_adam_mt<<<blocks, HR_THREADS, 0, s>>>(tab, sqnorm, clip, lr, b1, b2, eps, decoupled, step, bc2s, dv);
     });
 }
 
@@ -162,15 +179,15 @@ hr_status hr_cuda_grad_sqnorm(void *ctx, const hr_kargs *a) {
 
 /* Updates a[0..count), all SGD or all Adam, in launches of up to HR_MT_MAX
  * parameters; the step's scalars (a[0]'s, the same in all) are made once, on
- * the host, exactly as the CPU makes them. */
+ * the host, exactly as the CPU makes them. The weight decay is each node's
+ * own (decay_matrices_only gives a bias 0 beside a decayed weight). */
 hr_status hr_cuda_optim_group(hr_cuda *c, const hr_kargs *a, int count) {
     if (count <= 0) return HR_OK;
     const hr_optim_args *f = &a[0].opt;
     const hr_optim_t *o = &f->o;
     const float *sq = f->sqnorm && o->clip_norm > 0 ? f->sqnorm : NULL;
     bool sgd = a[0].op == HR_OP_SGD;
-    double bc1 = 1.0 - pow((double)o->beta1, (double)f->t), bc2 = 1.0 - pow((double)o->beta2, (double)f->t);
-    float step = (float)(f->lr / bc1), bc2s = (float)sqrt(bc2);
+    hr_step_vars v = hr_step_vars_make(o, f->t, f->lr); /* the same bits as the CPU's */
     hr_mt_tensor t[HR_MT_MAX];
     for (int k0 = 0; k0 < count; k0 += HR_MT_MAX) {
         int m = count - k0 < HR_MT_MAX ? count - k0 : HR_MT_MAX;
@@ -179,15 +196,21 @@ hr_status hr_cuda_optim_group(hr_cuda *c, const hr_kargs *a, int count) {
             if (k->op != a[0].op)
                 return hr_error_set(HR_ERR_INTERNAL, "cuda backend: a group of %s nodes holds a %s",
                                     hr_op_name(a[0].op), hr_op_name(k->op));
-            t[j] = hr_mt_tensor{k->opt.p, k->opt.g, k->opt.s1, sgd ? NULL : k->opt.s2, k->opt.n};
+            t[j] = hr_mt_tensor{k->opt.p, k->opt.g, k->opt.s1, sgd ? NULL : k->opt.s2, k->opt.n, k->opt.o.weight_decay};
         }
         if (sgd)
-            HR_CU(hrk_sgd_mt(c->stream, t, m, sq, o->clip_norm, f->lr, o->weight_decay, o->momentum, o->dampening,
-                             o->nesterov, f->t == 1));
+            HR_CU(hrk_sgd_mt(c->stream, t, m, sq, o->clip_norm, v.lr, o->momentum, o->dampening, o->nesterov,
+                             v.sgd_first != 0, f->dv));
         else
-            HR_CU(hrk_adam_mt(c->stream, t, m, sq, o->clip_norm, f->lr, o->beta1, o->beta2, o->eps, o->weight_decay,
-                              o->kind == HR_OPTIM_ADAMW, step, bc2s));
+            HR_CU(hrk_adam_mt(c->stream, t, m, sq, o->clip_norm, v.lr, o->beta1, o->beta2, o->eps,
+                              o->kind == HR_OPTIM_ADAMW, v.adam_step, v.adam_bc2s, f->dv));
     }
+    return HR_OK;
+}
+
+hr_status hr_cuda_step_check(hr_cuda *c, const float *loss, hr_step_vars *v) {
+    k_step_check<<<1, 1, 0, c->stream>>>(loss, v);
+    HR_CU(cudaGetLastError());
     return HR_OK;
 }
 

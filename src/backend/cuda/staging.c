@@ -19,7 +19,7 @@ hr_status hr_cuda_staging_alloc(hr_cuda *c) {
     if (hr_fault_should_fail(HR_MEM_PINNED))
         return hr_error_set(HR_ERR_OOM, "could not pin %zu bytes of host memory for batch staging: injected fault",
                             2 * slot);
-    cudaError_t e = cudaHostAlloc(&pin, 2 * slot, cudaHostAllocDefault);
+    cudaError_t e = cudaHostAlloc(&pin, 2 * slot + HR_ALIGN, cudaHostAllocDefault); /* + the losses' slots */
     c->allocs++;
     if (e != cudaSuccess) {
         cudaGetLastError();
@@ -28,6 +28,7 @@ hr_status hr_cuda_staging_alloc(hr_cuda *c) {
     }
     c->pinned = pin;
     c->slot_bytes = slot;
+    c->loss_pin = (float *)(c->pinned + 2 * slot);
     c->fill[0] = c->fill[1] = 0;
     c->cur = 0;
     return HR_OK;
@@ -36,6 +37,7 @@ hr_status hr_cuda_staging_alloc(hr_cuda *c) {
 void hr_cuda_staging_free(hr_cuda *c) {
     if (c->pinned) cudaFreeHost(c->pinned);
     c->pinned = NULL;
+    c->loss_pin = NULL;
     c->slot_bytes = 0;
 }
 
@@ -169,5 +171,25 @@ hr_status hr_cuda_upload(hr_cuda *c, void *dst, const void *src, size_t n, bool 
     }
     HR_CU(cudaEventRecord(c->slot_ev[s], c->copy_stream));
     c->pending_ev = c->slot_ev[s];
+    return HR_OK;
+}
+
+/* ---- losses read back without waiting -------------------------------------------- */
+/* Slot k of the pinned tail (after the two batch slots), and an event after
+ * its copy; without pinned staging the copy waits (pageable memory). */
+hr_status hr_cuda_loss_queue(hr_cuda *c, const float *loss, int slot) {
+    if (slot < 0 || slot >= HR_STEP_QUEUE) return hr_error_set(HR_ERR_INTERNAL, "cuda backend: loss slot %d", slot);
+    hr_status st = hr_cuda_settle(c);
+    if (st) return st;
+    float *dst = c->loss_pin ? c->loss_pin + slot : &c->loss_host[slot];
+    HR_CU(cudaMemcpyAsync(dst, loss, sizeof(float), cudaMemcpyDeviceToHost, c->stream));
+    HR_CU(cudaEventRecord(c->loss_ev[slot], c->stream));
+    return HR_OK;
+}
+
+hr_status hr_cuda_loss_wait(hr_cuda *c, int slot, float *out) {
+    if (slot < 0 || slot >= HR_STEP_QUEUE) return hr_error_set(HR_ERR_INTERNAL, "cuda backend: loss slot %d", slot);
+    HR_CU(cudaEventSynchronize(c->loss_ev[slot]));
+    *out = c->loss_pin ? c->loss_pin[slot] : c->loss_host[slot];
     return HR_OK;
 }

@@ -1,0 +1,173 @@
+/* step.c — a training step that the device runs without the host in
+ * between (one pass, no loss scaler): its scalars in the arena, the NaN stop
+ * checked on the device, the whole step captured once as a graph and
+ * replayed (CUDA graphs), and steps queued ahead (hr_train_submit) so that
+ * the host stages the next batch while the device runs this one. */
+#include "exec/session.h"
+
+#include <math.h>
+#include <stdio.h>
+
+/* The step's scalars for step t (hr_step_vars), uploaded before its batch:
+ * on CUDA the update and the random masks read them in the arena. whole: the NaN
+ * stop's flags are cleared too (nothing queued before can still set them). */
+hr_status hr_upload_vars(hr_session_t *s, int64_t t, bool whole) {
+    const hr_program *p = &s->prog;
+    if (p->step_vars < 0) return HR_OK;
+    hr_step_vars v = hr_step_vars_make(&p->cfg.optim, t, hr_lr_at(&p->cfg.optim, t));
+    return s->be->upload(s->be, s->ptr[p->step_vars], &v, whole ? sizeof v : HR_STEP_VARS_HOST);
+}
+
+/* The step of one pass without a loss scaler, which the device runs without
+ * the host in between: forward, backward, the NaN stop's check (on the
+ * device: the update's kernels skip themselves), the update. */
+bool hr_device_stepped(const hr_session_t *s) {
+    const hr_program *p = &s->prog;
+    return p->step_vars >= 0 && s->be->step_check && p->cfg.accumulate <= 1 && p->found_inf < 0;
+}
+
+static hr_status step_nodes(hr_session_t *s, const hr_step_info *si) {
+    const hr_program *p = &s->prog;
+    if (!s->nan_stop) return hr_run_range(s, 0, p->n_step, si);
+    hr_status st = hr_run_range(s, 0, p->n_bwd_end, si);
+    if (!st) st = s->be->step_check(s->be, s->ptr[p->loss], s->ptr[p->step_vars]);
+    if (!st) st = hr_run_range(s, p->n_bwd_end, p->n_step, si);
+    return st;
+}
+
+/* Why this session's step is not one graph, or NULL when it can be. */
+static const char *graph_blocker(const hr_session_t *s) {
+    const hr_program *p = &s->prog;
+    if (!s->be->graph_begin) return "this backend has no graphs";
+    if (!s->opt.cuda_graph) return "HR_CUDA_GRAPH=0";
+    if (s->prof) return "a profile or trace times each node";
+    if (p->cfg.accumulate > 1) return "accumulation reads each micro-batch's loss between its passes";
+    if (p->found_inf >= 0) return "fp16's loss scaler reads found_inf on the host before the update";
+    if (p->step_vars < 0 || !s->be->step_check) return "the step's scalars are not in the arena";
+    return NULL;
+}
+
+void hr_graph_blocked(hr_session_t *s) {
+    const char *no = s->graph >= 0 ? graph_blocker(s) : NULL;
+    if (no) s->graph = -1, snprintf(s->graph_why, sizeof s->graph_why, "%s", no);
+}
+
+/* Records the step as a graph (nothing of it runs); when it cannot be
+ * captured, the session keeps running node by node and says why. */
+static void capture(hr_session_t *s, const hr_step_info *si) {
+    hr_backend *be = s->be;
+    hr_status st = be->graph_begin(be);
+    if (!st) {
+        hr_status run = step_nodes(s, si);
+        char why[512] = "";
+        if (run) snprintf(why, sizeof why, "%s", hr_last_error());
+        st = be->graph_end(be, run == HR_OK);
+        if (run) st = hr_error_set(run, "%s", why);
+    }
+    if (st) {
+        s->graph = -1;
+        snprintf(s->graph_why, sizeof s->graph_why, "capturing the step failed: %s", hr_last_error());
+    } else {
+        s->graph = 1;
+    }
+}
+
+/* Queues the step after the s->queued steps already queued: its scalars,
+ * its batch, then the captured graph (or its nodes). With steps queued
+ * before it, the NaN stop's flag is left as they leave it (sticky). */
+static hr_status device_queue(hr_session_t *s, const float *x, const void *labels) {
+    const hr_program *p = &s->prog;
+    int ahead = s->queued - s->skip_left; /* queued steps that will update */
+    int64_t t = s->t + ahead;             /* steps taken when this one runs */
+    hr_step_info si = hr_step_info_make(t, &p->cfg, p->sqnorm);
+    si.dvars = s->ptr[p->step_vars];
+    hr_graph_blocked(s);
+    /* none that will update ahead: the NaN stop's flags start clear (the
+     * copy runs after the steps queued so far, which stay skipped) */
+    hr_status st = hr_upload_vars(s, t + 1, ahead == 0);
+    if (!st) st = hr_upload_batch(s, x, labels);
+    /* the first step runs node by node: it chooses the algorithms (timing them) */
+    if (!st && s->graph == 0 && s->eager_steps > 0) capture(s, &si);
+    if (!st && s->graph > 0) {
+        st = s->be->graph_launch(s->be);
+    } else if (!st) {
+        st = step_nodes(s, &si);
+        s->eager_steps++;
+    }
+    return st ? hr_finish_batch(s, st) : HR_OK;
+}
+
+/* A queued step's loss is known (s->queued no longer counts it): with the
+ * NaN stop, a non-finite loss took no update, nor did the steps queued
+ * behind it then (the device's sticky flag): their losses come back NaN. */
+static float step_done(hr_session_t *s, float l) {
+    if (s->skip_left > 0) {
+        s->skip_left--;
+        return NAN;
+    }
+    if (s->nan_stop && !isfinite(l)) {
+        s->skip_left = s->queued;
+        return l;
+    }
+    s->t++;
+    return l;
+}
+
+hr_status hr_device_step(hr_session_t *s, const float *x, const void *labels, float *loss) {
+    hr_status st = device_queue(s, x, labels);
+    float l = 0;
+    if (!st && (loss || s->nan_stop)) st = s->be->download(s->be, &l, s->ptr[s->prog.loss], sizeof(float));
+    if (st) return hr_finish_batch(s, st);
+    l = step_done(s, l);
+    if (loss) *loss = l;
+    return HR_OK;
+}
+
+/* ---- steps queued ahead: the host stages batch t+1 while the device runs step t */
+hr_status hr_train_submit(hr_session_t *s, const float *x, const void *labels) {
+    if (!s || !x || !labels) return hr_error_set(HR_ERR_INVALID_ARG, "train_submit: NULL argument");
+    if (!s->arena) return hr_error_set(HR_ERR_INVALID_ARG, "train_submit: call hr_session_alloc first");
+    if (s->prog.cfg.mode != HR_MODE_TRAIN)
+        return hr_error_set(HR_ERR_INVALID_ARG, "train_submit: this session was compiled for inference");
+    if (s->queued >= HR_STEP_QUEUE)
+        return hr_error_set(HR_ERR_INVALID_ARG, "train_submit: %d steps are queued already; take the oldest's loss "
+                            "with hr_train_wait first", s->queued);
+    int slot = (s->qhead + s->queued) % HR_STEP_QUEUE;
+    bool async = hr_device_stepped(s) && s->be->loss_queue;
+    if (!async) { /* the step now; its loss waits in the queue */
+        hr_status st = hr_train_step_now(s, x, labels, &s->qloss[slot]);
+        if (st) return st;
+        s->qsync[slot] = true;
+        s->queued++;
+        return HR_OK;
+    }
+    hr_status st = device_queue(s, x, labels);
+    if (!st) st = s->be->loss_queue(s->be, s->ptr[s->prog.loss], slot);
+    if (st) return hr_finish_batch(s, st);
+    s->qsync[slot] = false;
+    s->queued++;
+    return HR_OK;
+}
+
+hr_status hr_train_wait(hr_session_t *s, float *loss) {
+    if (!s) return hr_error_set(HR_ERR_INVALID_ARG, "train_wait: the session is NULL");
+    if (s->queued == 0) return hr_error_set(HR_ERR_INVALID_ARG, "train_wait: no step is queued (hr_train_submit)");
+    int slot = s->qhead;
+    float l = s->qloss[slot];
+    hr_status st = s->qsync[slot] ? HR_OK : s->be->loss_wait(s->be, slot, &l);
+    s->qhead = (s->qhead + 1) % HR_STEP_QUEUE;
+    s->queued--;
+    if (st) return st;
+    if (!s->qsync[slot]) l = step_done(s, l);
+    if (loss) *loss = l;
+    return HR_OK;
+}
+
+int hr_train_queued(const hr_session_t *s) { return s ? s->queued : 0; }
+
+int hr_session_graph(const hr_session_t *s, char *why, size_t n) {
+    if (!s) return -1;
+    if (why && n) snprintf(why, n, "%s", s->graph < 0 ? s->graph_why : "");
+    return s->graph;
+}
+
