@@ -33,6 +33,7 @@ struct hr_session {
     int graph;
     char graph_why[512];
     int64_t eager_steps;
+    int graph_tries;   /* captures that failed */
     /* Steps queued ahead (hr_train_submit), oldest at qhead: their losses
      * (read back by the backend, or kept here when the step ran at once:
      * qsync). skip_left: queued steps whose update the device skips, being

@@ -53,7 +53,9 @@ void hr_graph_blocked(hr_session_t *s) {
 }
 
 /* Records the step as a graph (nothing of it runs); when it cannot be
- * captured, the session keeps running node by node and says why. */
+ * captured, the step runs node by node, and the next steps try again (a
+ * node may still choose its algorithm at its second run) up to three times,
+ * then the session keeps to node by node and says why. */
 static void capture(hr_session_t *s, const hr_step_info *si) {
     hr_backend *be = s->be;
     hr_status st = be->graph_begin(be);
@@ -64,9 +66,9 @@ static void capture(hr_session_t *s, const hr_step_info *si) {
         st = be->graph_end(be, run == HR_OK);
         if (run) st = hr_error_set(run, "%s", why);
     }
-    if (st) {
-        s->graph = -1;
+    if (st) { /* this step runs node by node; a few more tries, unless it can never be */
         snprintf(s->graph_why, sizeof s->graph_why, "capturing the step failed: %s", hr_last_error());
+        s->graph = st == HR_ERR_UNSUPPORTED || ++s->graph_tries >= 3 ? -1 : 0;
     } else {
         s->graph = 1;
     }

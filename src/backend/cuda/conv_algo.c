@@ -213,10 +213,19 @@ static hr_cudnn_status call_algo(hr_cuda_dnn *d, hr_cuda_conv *p, int which, int
 /* Times each candidate (one call to warm up, then the median of three) on the
  * real buffers, before the node's real work overwrites `out`, and keeps the
  * fastest. Only where the node does not accumulate into `out`. */
+/* Timing waits for the device, which a step being captured as a graph
+ * cannot: that step runs node by node and times them, and the next is
+ * captured (exec/step.c). */
+static hr_status untimed_in_capture(void) {
+    return hr_error_set(HR_ERR_DEVICE, "a convolution's engines are not timed yet (they are timed on a step run node "
+                        "by node)");
+}
+
 hr_status hr_conv_algo_tune(hr_cuda *c, hr_cuda_conv *p, int which, const void *a, const void *b, void *out, void *ws,
                             size_t wsz) {
     hr_cuda_dnn *d = c->dnn;
     if (p->tuned[which] || p->algo[which] < 0) return HR_OK;
+    if (c->capturing) return untimed_in_capture();
     p->tuned[which] = true;
     for (int i = 0; i < 2; i++)
         if (!d->ev[i]) HR_CU(cudaEventCreate(&d->ev[i]));
@@ -264,6 +273,7 @@ hr_status hr_conv_algo_tune(hr_cuda *c, hr_cuda_conv *p, int which, const void *
 hr_status hr_conv_algo_tune_op(hr_cuda *c, hr_cudnn_op *op, const void *a, const void *b, void *out, void *ws,
                                size_t wsz) {
     hr_cuda_dnn *d = c->dnn;
+    if (!hr_cudnn_op_tuned(op) && c->capturing) return untimed_in_capture();
     for (int i = 0; i < 2; i++)
         if (!d->ev[i]) HR_CU(cudaEventCreate(&d->ev[i]));
     return hr_cudnn_op_tune(d->G, op, c->stream, d->ev, a, b, out, ws, wsz, c->opt.cuda_verbose);
