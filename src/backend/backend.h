@@ -70,15 +70,23 @@ struct hr_backend {
     hr_status (*graph_end)(hr_backend *be, bool keep);
     hr_status (*graph_launch)(hr_backend *be);
     /* Optional: the NaN stop on the device, queued between the backward pass
-     * and the update: v->skip = v->stopped = (loss not finite) or v->stopped
-     * (hr_step_vars), which the update's kernels read. */
-    hr_status (*step_check)(hr_backend *be, const float *loss, hr_step_vars *v);
+     * and the update: v->skip = v->stopped = stop and (loss not finite or
+     * v->stopped, which v->clear resets first) (hr_step_vars); the update's
+     * kernels read skip. */
+    hr_status (*step_check)(hr_backend *be, const float *loss, hr_step_vars *v, bool stop);
     /* Optional (both or neither): loss_queue queues a copy of the step's
      * loss (one F32) into host slot `slot` (0 .. HR_STEP_QUEUE-1) behind the
      * work queued so far, without waiting; loss_wait waits for slot's copy
      * and gives the value. */
     hr_status (*loss_queue)(hr_backend *be, const float *loss, int slot);
     hr_status (*loss_wait)(hr_backend *be, int slot, float *out);
+    /* Optional (both or neither): the next batch while a step runs.
+     * upload_staged is upload into the staged batch's buffer, waiting only
+     * until the last stage_in has copied it out (not for the steps queued);
+     * stage_in copies count pieces out of it (src) into the step's tensors
+     * (dst), queued after the uploads and before the step's work. */
+    hr_status (*upload_staged)(hr_backend *be, void *dst, const void *src, size_t n);
+    hr_status (*stage_in)(hr_backend *be, void *const *dst, const void *const *src, const size_t *n, int count);
 };
 
 hr_backend *hr_backend_cpu_new(const hr_config_t *cfg);

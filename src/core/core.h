@@ -12,6 +12,11 @@
 
 #define HR_MAX_DIMS 4
 #define HR_ALIGN 256 /* every planned tensor starts on this boundary (CUDA likes 256) */
+/* CUDA training: a batch input below this size is uploaded into a second
+ * buffer while the step before it runs, and the step is one graph; larger
+ * inputs go up in pieces that the first node takes as they land (that hides
+ * the transfer better than a graph saves: backend/cuda/graph.c). */
+#define HR_STAGED_INPUT_MAX ((size_t)32 << 20)
 #define HR_DEVICE_PAGE ((size_t)2 << 20) /* cudaMalloc hands out memory in pages of this size */
 /* What cudaMemGetInfo calls free that the driver still keeps for itself when
  * the arena is allocated (docs/benchmarks.md, largest batch): fit tests

@@ -115,6 +115,7 @@ hr_session_t *hr_compile_on(const hr_model_t *m, const hr_config_t *cfg, hr_back
         if (s->prog.label >= 0)
             slot += hr_align_up((size_t)hr_shape_numel(&pg->t[s->prog.label].shape) *
                                     hr_dtype_size(pg->t[s->prog.label].dtype), HR_ALIGN);
+        slot += HR_ALIGN;                                  /* the step's scalars */
         s->plan.report.pinned_bytes = 2 * slot + HR_ALIGN; /* + the queued steps' losses */
     }
     /* Named state in PyTorch's order: parameters and buffers as the layers
@@ -246,9 +247,13 @@ static hr_status upload_initial_state(hr_session_t *s) {
         st = s->be->upload(s->be, s->ptr[s->state[k]], buf, sizeof(float) * (size_t)n);
     }
     hr_free(buf);
+    if (!st && s->prog.step_vars >= 0) { /* the NaN stop's flags start clear */
+        hr_step_vars v;
+        memset(&v, 0, sizeof v);
+        st = s->be->upload(s->be, s->ptr[s->prog.step_vars], &v, sizeof v);
+    }
     return st;
 }
-
 
 /* The plan does not fit: say what it needs, by category, what there is, and
  * the largest batch that would fit, before anything is allocated. `budget`
@@ -381,9 +386,16 @@ static hr_status check_tokens(const hr_session_t *s, const float *x) {
  * input's bytes from x while the step's first node runs (the CUDA backend's
  * pieces), so every path out of a step that uploaded it goes through
  * hr_finish_batch. */
-hr_status hr_upload_batch(hr_session_t *s, const float *x, const void *labels) {
+hr_status hr_upload_batch(hr_session_t *s, const float *x, const void *labels, bool staged) {
     hr_graph *g = &s->prog.g;
     const hr_tensor *in = &g->t[s->prog.input];
+    size_t off_lab = 0, off_vars, off_in = 0, total;
+    char *buf = NULL; /* the staged batch (step.c) */
+    if (staged) {
+        hr_staged_layout(&s->prog, &off_lab, &off_vars, &off_in, &total);
+        buf = s->ptr[s->prog.staged];
+    }
+    hr_status (*up)(hr_backend *, void *, const void *, size_t) = staged ? s->be->upload_staged : s->be->upload;
     if (s->prog.label >= 0 && s->ptr[s->prog.label]) {
         const hr_tensor *lt = &g->t[s->prog.label];
         if (lt->dtype == HR_I32) {
@@ -396,15 +408,15 @@ hr_status hr_upload_batch(hr_session_t *s, const float *x, const void *labels) {
                     return hr_error_set(HR_ERR_INVALID_ARG, "label %d of sample %lld%s is outside [0, %lld)", lab[i],
                                         (long long)(i / per), per > 1 ? " (a position's)" : "", (long long)C);
         }
-        hr_status st = s->be->upload(s->be, s->ptr[s->prog.label], labels,
-                                     (size_t)hr_shape_numel(&lt->shape) * hr_dtype_size(lt->dtype));
+        hr_status st = up(s->be, staged ? buf + off_lab : s->ptr[s->prog.label], labels,
+                          (size_t)hr_shape_numel(&lt->shape) * hr_dtype_size(lt->dtype));
         if (st) return st;
     }
     hr_status st = check_tokens(s, x);
     if (st != HR_OK) return st;
-    hr_status (*up)(hr_backend *, void *, const void *, size_t) = s->be->upload_input ? s->be->upload_input
-                                                                                    : s->be->upload;
-    return up(s->be, s->ptr[s->prog.input], x, (size_t)hr_shape_numel(&in->shape) * sizeof(float));
+    if (!staged && s->be->upload_input) up = s->be->upload_input;
+    return up(s->be, staged ? buf + off_in : s->ptr[s->prog.input], x,
+              (size_t)hr_shape_numel(&in->shape) * sizeof(float));
 }
 
 /* A step that failed after its upload: the backend finishes with x before
@@ -471,7 +483,7 @@ hr_status hr_train_step_now(hr_session_t *s, const float *x, const void *labels,
     for (int k = 0; k < K && !st; k++) {
         si.sample0 = k * micro;
         grads_accumulate(s, k > 0);
-        st = hr_upload_batch(s, x + (size_t)k * xs, (const char *)labels + (size_t)k * ls);
+        st = hr_upload_batch(s, x + (size_t)k * xs, (const char *)labels + (size_t)k * ls, false);
         /* the whole step in one run when nothing happens between the passes */
         int end = K == 1 && p->found_inf < 0 && !s->nan_stop ? p->n_step : p->n_bwd_end;
         if (!st) st = hr_run_range(s, 0, end, &si);
@@ -560,7 +572,7 @@ hr_status hr_forward(hr_session_t *s, const float *x, float *out) {
     if (!s->arena) return hr_error_set(HR_ERR_INVALID_ARG, "forward: call hr_session_alloc first");
     if (s->prog.cfg.mode != HR_MODE_INFER)
         return hr_error_set(HR_ERR_INVALID_ARG, "forward: compile with mode HR_MODE_INFER for inference");
-    hr_status st = hr_upload_batch(s, x, NULL);
+    hr_status st = hr_upload_batch(s, x, NULL, false);
     if (!st) st = hr_run_range(s, 0, s->prog.n_fwd, NULL);
     if (st) return hr_finish_batch(s, st);
     if (out) st = hr_read_output(s, out);

@@ -44,19 +44,20 @@ struct hr_session {
 };
 
 /* session.c: nodes [from, to) of the step (base: its scalars; NULL: step
- * t's); the batch's labels and input to the arena (the input last); after a
+ * t's); the batch's labels and input to the arena (the input last; staged:
+ * into the staged batch, prog.staged); after a
  * failed step that uploaded, the backend finishes with x (st returned). */
 hr_status hr_run_range(hr_session_t *s, int from, int to, const hr_step_info *base);
-hr_status hr_upload_batch(hr_session_t *s, const float *x, const void *labels);
+hr_status hr_upload_batch(hr_session_t *s, const float *x, const void *labels, bool staged);
 hr_status hr_finish_batch(hr_session_t *s, hr_status st);
 /* hr_train_step once its arguments are checked (hr_train_submit's steps
  * that run at once come here too). */
 hr_status hr_train_step_now(hr_session_t *s, const float *x, const void *labels, float *loss);
 
-/* step.c: the step's scalars for step t to the arena (whole: the NaN stop's
- * flags cleared too); whether this session's step runs on the device alone,
+/* step.c: the step's scalars for step t to the arena (clear: the NaN stop's
+ * flag starts clear); whether this session's step runs on the device alone,
  * and that step; why its step cannot be one graph, noted in s->graph_why. */
-hr_status hr_upload_vars(hr_session_t *s, int64_t t, bool whole);
+hr_status hr_upload_vars(hr_session_t *s, int64_t t, bool clear);
 bool hr_device_stepped(const hr_session_t *s);
 hr_status hr_device_step(hr_session_t *s, const float *x, const void *labels, float *loss);
 void hr_graph_blocked(hr_session_t *s);

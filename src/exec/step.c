@@ -8,14 +8,37 @@
 #include <math.h>
 #include <stdio.h>
 
-/* The step's scalars for step t (hr_step_vars), uploaded before its batch:
- * on CUDA the update and the random masks read them in the arena. whole: the NaN
- * stop's flags are cleared too (nothing queued before can still set them). */
-hr_status hr_upload_vars(hr_session_t *s, int64_t t, bool whole) {
+/* The step's scalars for step t (hr_step_vars: the host's part), uploaded
+ * before its batch: on CUDA the update and the random masks read them in the
+ * arena. clear: no step queued ahead of this one will update, so the NaN
+ * stop's flag starts clear. Staged: into the staged batch (hr_stage_in
+ * copies them to the arena at the step's start). */
+static hr_status upload_vars(hr_session_t *s, int64_t t, bool clear, bool staged) {
     const hr_program *p = &s->prog;
     if (p->step_vars < 0) return HR_OK;
     hr_step_vars v = hr_step_vars_make(&p->cfg.optim, t, hr_lr_at(&p->cfg.optim, t));
-    return s->be->upload(s->be, s->ptr[p->step_vars], &v, whole ? sizeof v : HR_STEP_VARS_HOST);
+    v.clear = clear;
+    if (!staged) return s->be->upload(s->be, s->ptr[p->step_vars], &v, HR_STEP_VARS_HOST);
+    size_t lab, vars, in, total;
+    hr_staged_layout(p, &lab, &vars, &in, &total);
+    return s->be->upload_staged(s->be, (char *)s->ptr[p->staged] + vars, &v, HR_STEP_VARS_HOST);
+}
+
+hr_status hr_upload_vars(hr_session_t *s, int64_t t, bool clear) { return upload_vars(s, t, clear, false); }
+
+/* The staged batch into the step's labels, scalars and input. */
+static hr_status stage_in(hr_session_t *s) {
+    const hr_program *p = &s->prog;
+    const hr_graph *g = &p->g;
+    size_t lab, vars, in, total;
+    hr_staged_layout(p, &lab, &vars, &in, &total);
+    const char *buf = s->ptr[p->staged];
+    void *dst[3] = {p->label >= 0 ? s->ptr[p->label] : NULL, s->ptr[p->step_vars], s->ptr[p->input]};
+    const void *src[3] = {buf + lab, buf + vars, buf + in};
+    size_t n[3] = {vars - lab, HR_STEP_VARS_HOST, (size_t)hr_shape_numel(&g->t[p->input].shape) * sizeof(float)};
+    if (p->label < 0) n[0] = 0;
+    else n[0] = (size_t)hr_shape_numel(&g->t[p->label].shape) * hr_dtype_size(g->t[p->label].dtype);
+    return s->be->stage_in(s->be, dst, src, n, 3);
 }
 
 /* The step of one pass without a loss scaler, which the device runs without
@@ -28,9 +51,8 @@ bool hr_device_stepped(const hr_session_t *s) {
 
 static hr_status step_nodes(hr_session_t *s, const hr_step_info *si) {
     const hr_program *p = &s->prog;
-    if (!s->nan_stop) return hr_run_range(s, 0, p->n_step, si);
     hr_status st = hr_run_range(s, 0, p->n_bwd_end, si);
-    if (!st) st = s->be->step_check(s->be, s->ptr[p->loss], s->ptr[p->step_vars]);
+    if (!st) st = s->be->step_check(s->be, s->ptr[p->loss], s->ptr[p->step_vars], s->nan_stop);
     if (!st) st = hr_run_range(s, p->n_bwd_end, p->n_step, si);
     return st;
 }
@@ -74,9 +96,11 @@ static void capture(hr_session_t *s, const hr_step_info *si) {
     }
 }
 
-/* Queues the step after the s->queued steps already queued: its scalars,
- * its batch, then the captured graph (or its nodes). With steps queued
- * before it, the NaN stop's flag is left as they leave it (sticky). */
+/* Queues the step after the s->queued steps already queued: its scalars and
+ * batch (into the staged buffer, which the copy fills while the steps queued
+ * run, then copied in at this one's start), then the captured graph (or its
+ * nodes). With steps queued before it that will update, the NaN stop's flag
+ * is left as they leave it (sticky). */
 static hr_status device_queue(hr_session_t *s, const float *x, const void *labels) {
     const hr_program *p = &s->prog;
     int ahead = s->queued - s->skip_left; /* queued steps that will update */
@@ -86,8 +110,10 @@ static hr_status device_queue(hr_session_t *s, const float *x, const void *label
     hr_graph_blocked(s);
     /* none that will update ahead: the NaN stop's flags start clear (the
      * copy runs after the steps queued so far, which stay skipped) */
-    hr_status st = hr_upload_vars(s, t + 1, ahead == 0);
-    if (!st) st = hr_upload_batch(s, x, labels);
+    bool staged = p->staged >= 0 && s->be->upload_staged && s->be->stage_in; /* while the step before runs */
+    hr_status st = upload_vars(s, t + 1, ahead == 0, staged);
+    if (!st) st = hr_upload_batch(s, x, labels, staged);
+    if (!st && staged) st = stage_in(s);
     /* the first step runs node by node: it chooses the algorithms (timing them) */
     if (!st && s->graph == 0 && s->eager_steps > 0) capture(s, &si);
     if (!st && s->graph > 0) {

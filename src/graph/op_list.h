@@ -187,20 +187,21 @@ typedef struct {
 } hr_layernorm_args;
 
 /* A training step's scalars in device memory, for a step captured once and
- * replayed (CUDA graphs): the host writes the first four fields before each
+ * replayed (CUDA graphs): the host writes the fields up to skip before each
  * step; a kernel given a pointer to them (dv) reads these instead of its own
  * by-value copies, which hold the same bits (hr_step_vars_make makes both).
- * skip: the update is skipped (the NaN stop's check writes it on the
- * device); stopped: a non-finite loss was seen while later steps were
- * already queued, so theirs are skipped too until the host clears it. */
+ * The NaN stop's check writes skip (the update's kernels skip themselves)
+ * and stopped: a non-finite loss was seen, so the steps queued behind it
+ * skip too, until a step comes whose host part says clear. */
 typedef struct {
     float lr, adam_step, adam_bc2s; /* at the update's step t: lr, lr / (1 - beta1^t), sqrt(1 - beta2^t) */
     uint32_t sgd_first;             /* t == 1: SGD's momentum buffer starts as the gradient */
     uint64_t t;                     /* the step, 1-based (Dropout's stream) */
-    uint32_t skip, stopped;
+    uint32_t clear, pad_;           /* clear: no step queued ahead of this one can have stopped */
+    uint32_t skip, stopped;         /* the device's own */
 } hr_step_vars;
 /* The bytes the host writes each step; the rest stays as the device left it. */
-#define HR_STEP_VARS_HOST 24
+#define HR_STEP_VARS_HOST 32
 /* The update's scalars at step t (1-based) with learning rate lr (the
  * schedule's, hr_lr_at), made in one place (ops/optim.c) for the CPU's and
  * the GPU's arithmetic alike. */

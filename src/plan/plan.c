@@ -76,6 +76,7 @@ static void lifetimes(hr_program *p) {
     /* no node names it: the host writes it, the update reads it, and its
      * NaN-stop flag outlives the step */
     if (p->step_vars >= 0) g->t[p->step_vars].first = 0, g->t[p->step_vars].last = T - 1;
+    if (p->staged >= 0) g->t[p->staged].first = 0, g->t[p->staged].last = T - 1; /* written while a step runs */
 }
 
 /* Views (Reshape) always share; an op that may run in place takes its input's

@@ -302,7 +302,7 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
     hr_status st = check_config(m, cfg);
     if (st) return st;
     p->cfg = *cfg;
-    p->sqnorm = p->found_inf = p->step_vars = -1;
+    p->sqnorm = p->found_inf = p->step_vars = p->staged = -1;
     p->eval_input = p->eval_output = -1;
     if ((st = hr_graph_copy(&p->g, &m->g)) != HR_OK) return hr_error_set(st, "compile: out of host memory copying the graph");
     p->input = m->input;
@@ -371,6 +371,16 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
         if (p->step_vars < 0) {
             st = HR_ERR_OOM;
             goto fail;
+        }
+        size_t in = (size_t)hr_shape_numel(&p->g.t[p->input].shape) * sizeof(float), l, v, i, total;
+        if (cfg->accumulate <= 1 && cfg->precision != HR_PREC_FP16 && in < HR_STAGED_INPUT_MAX) {
+            hr_staged_layout(p, &l, &v, &i, &total);
+            p->staged = hr_graph_add_tensor(&p->g, "next batch", HR_U8, hr_shape_make(1, (int64_t[]){(int64_t)total}),
+                                            false, HR_T_INPUT, -1);
+            if (p->staged < 0) {
+                st = HR_ERR_OOM;
+                goto fail;
+            }
         }
     }
     return HR_OK;

@@ -28,6 +28,11 @@ typedef struct {
      * the update and the random masks read there, so that one captured step replays
      * (CUDA graphs). Alive through the whole program. -1 elsewhere. */
     int step_vars;
+    /* Training on CUDA, one pass without fp16's scaler, an input below
+     * HR_STAGED_INPUT_MAX: the next batch (labels, the step's scalars, the
+     * input: hr_staged_layout) is uploaded here while the step before it
+     * runs, then copied in at its start. -1 elsewhere. */
+    int staged;
     /* The recomputed layers ("1,2,5"; cfg.recompute points here), NULL for none. */
     char *recompute;
 } hr_program;
@@ -46,6 +51,16 @@ hr_status hr_program_copy(hr_program *dst, const hr_program *src);
 /* The samples of one pass: the batch, or batch/accumulate with accumulation. */
 static inline int64_t hr_micro_batch(const hr_config_t *cfg) {
     return cfg->accumulate > 1 ? cfg->batch / cfg->accumulate : cfg->batch;
+}
+
+/* Offsets of the staged batch's parts (each HR_ALIGN-aligned) and its size. */
+static inline void hr_staged_layout(const hr_program *p, size_t *labels, size_t *vars, size_t *input, size_t *total) {
+    const hr_graph *g = &p->g;
+    size_t lb = p->label >= 0 ? (size_t)hr_shape_numel(&g->t[p->label].shape) * hr_dtype_size(g->t[p->label].dtype) : 0;
+    *labels = 0;
+    *vars = hr_align_up(lb, HR_ALIGN);
+    *input = *vars + hr_align_up(sizeof(hr_step_vars), HR_ALIGN);
+    *total = *input + (size_t)hr_shape_numel(&g->t[p->input].shape) * sizeof(float);
 }
 
 #endif

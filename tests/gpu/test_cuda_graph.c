@@ -6,9 +6,10 @@
  * statistics, clipping); a non-finite loss skips the update on the device
  * exactly as the host's NaN stop did; what cannot be captured (accumulation,
  * fp16's scaler, a profile) runs node by node and says why; steps queued
- * two at a time (hr_train_submit) give the same bits, and a NaN skips the
- * step queued behind it; and the graph costs no device memory past the
- * plan. Skips (passing) without a GPU. */
+ * two at a time (hr_train_submit) give the same bits, their batches staged
+ * in a second buffer while the step before runs (or, from 32 MiB, in pieces),
+ * and a NaN skips the step queued behind it; and the graph costs no device
+ * memory past the plan. Skips (passing) without a GPU. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +125,9 @@ static void same_bits(const char *name, const hr_model_t *m, hr_config_t c, bool
     CHECK(ga == -1 && strstr(why, "HR_CUDA_GRAPH=0"), "%s: HR_CUDA_GRAPH=0 gave %d (%s)", name, ga, why);
     CHECK(gb == 1, "%s: the step was not captured (%d: %s)", name, gb,
           (hr_session_graph(b, why, sizeof why), why));
+    const hr_program *pb = hr_session_program(b);
+    CHECK(pb->staged >= 0, "%s: no staged batch in the plan (input %lld floats)", name,
+          (long long)hr_shape_numel(&pb->g.t[pb->input].shape));
     int64_t want = nan_at >= 0 && nan_stop ? STEPS - 1 : STEPS;
     CHECK(hr_step_count(a) == want && hr_step_count(b) == want, "%s: %lld and %lld steps taken, %lld expected", name,
           (long long)hr_step_count(a), (long long)hr_step_count(b), (long long)want);
@@ -204,6 +208,10 @@ static void not_captured(const char *name, const hr_model_t *m, hr_config_t c, c
     CHECK(gs == -1 && strstr(why, reason), "%s: graph state %d, '%s' (expected a reason with '%s')", name, gs, why,
           reason);
     printf("  %-34s node by node: %s\n", name, why);
+    const hr_program *p = hr_session_program(s);
+    size_t inb = (size_t)hr_shape_numel(&p->g.t[p->input].shape) * sizeof(float);
+    CHECK((p->staged >= 0) == (inb < HR_STAGED_INPUT_MAX && c.accumulate <= 1 && c.precision != HR_PREC_FP16),
+          "%s: staged batch %d for an input of %zu bytes", name, p->staged, inb);
     free_batches(&in);
     hr_session_free(s);
 }
@@ -349,7 +357,11 @@ int main(void) {
     queued_bits("mlp_dropout NaN at step 3", ms[0], adam, 2);
     /* no BatchNorm (a skipped step still updates its statistics), and floats in (a NaN id is refused) */
     queued_bits("seed mlp NaN at step 5", ms[5], sgd, 4);
+    queued_bits("seed mlp batch 11000 (in pieces)", ms[5], config(11000, HR_OPTIM_ADAM), -1);
     printf("steps that stay node by node\n");
+    /* an input from HR_STAGED_INPUT_MAX (32 MiB) goes up in pieces, node by node, not staged */
+    hr_config_t big = config(11000, HR_OPTIM_ADAM); /* 11000 x 784 floats: 34.5 MB */
+    not_captured("seed mlp batch 11000", ms[5], big, "pieces");
     hr_config_t acc = config(16, HR_OPTIM_ADAM);
     acc.accumulate = 2;
     not_captured("accumulate 2", ms[0], acc, "accumulation");

@@ -117,6 +117,8 @@ hr_backend *hr_backend_cpu_new(const hr_config_t *cfg) {
         /* .step_check     = */ NULL,
         /* .loss_queue     = */ NULL,
         /* .loss_wait      = */ NULL,
+        /* .upload_staged  = */ NULL,
+        /* .stage_in       = */ NULL,
     };
     return be;
 }

@@ -89,6 +89,7 @@ hr_status hr_cuda_init(hr_cuda *c, const hr_config_t *cfg) {
     for (int i = 0; i < 2; i++) HR_CU(cudaEventCreateWithFlags(&c->slot_ev[i], cudaEventDisableTiming));
     for (int i = 0; i < HR_PIECES; i++) HR_CU(cudaEventCreateWithFlags(&c->piece_ev[i], cudaEventDisableTiming));
     for (int i = 0; i < HR_STEP_QUEUE; i++) HR_CU(cudaEventCreateWithFlags(&c->loss_ev[i], cudaEventDisableTiming));
+    HR_CU(cudaEventCreateWithFlags(&c->staged_ev, cudaEventDisableTiming));
     cublasHandle_t h;
     HR_CUBLAS(cublasCreate(&h));
     c->blas = h;
@@ -118,6 +119,7 @@ void hr_cuda_fini(hr_cuda *c) {
         if (c->piece_ev[i]) cudaEventDestroy(c->piece_ev[i]);
     for (int i = 0; i < HR_STEP_QUEUE; i++)
         if (c->loss_ev[i]) cudaEventDestroy(c->loss_ev[i]);
+    if (c->staged_ev) cudaEventDestroy(c->staged_ev);
     if (c->compute_ev) cudaEventDestroy(c->compute_ev);
     hr_cuda_marks_free(c);
     if (c->copy_stream) cudaStreamDestroy(c->copy_stream);

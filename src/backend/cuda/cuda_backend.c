@@ -19,7 +19,8 @@ _Static_assert(sizeof cuda_kernels / sizeof *cuda_kernels == HR_OP_COUNT, "a CUD
  * (the largest batch that would fit) do not come here: the staging stays. */
 static void cuda_set_batch(hr_backend *be, int64_t batch, size_t input_bytes, size_t label_bytes) {
     hr_cuda *c = ctx_of(be);
-    c->want_slot = hr_align_up(input_bytes, 256) + hr_align_up(label_bytes, 256);
+    /* + the step's scalars (hr_step_vars), uploaded with each batch */
+    c->want_slot = hr_align_up(input_bytes, HR_ALIGN) + hr_align_up(label_bytes, HR_ALIGN) + HR_ALIGN;
     c->in_batch = batch > 0 && input_bytes > 0 ? batch : 0;
     c->in_sample = c->in_batch ? (int64_t)(input_bytes / (size_t)batch) : 0;
 }
@@ -130,6 +131,14 @@ static hr_status cuda_upload_input(hr_backend *be, void *dst, const void *src, s
     return hr_cuda_upload(ctx_of(be), dst, src, n, true);
 }
 
+static hr_status cuda_upload_staged(hr_backend *be, void *dst, const void *src, size_t n) {
+    return hr_cuda_upload_staged(ctx_of(be), dst, src, n);
+}
+
+static hr_status cuda_stage_in(hr_backend *be, void *const *dst, const void *const *src, const size_t *n, int count) {
+    return hr_cuda_stage_in(ctx_of(be), dst, src, n, count);
+}
+
 static hr_status cuda_download(hr_backend *be, void *dst, const void *src, size_t n) {
     hr_cuda *c = ctx_of(be);
     if (n == 0) return HR_OK;
@@ -192,8 +201,8 @@ static hr_status cuda_run_group(hr_backend *be, const hr_kargs *a, int count) {
 static hr_status cuda_graph_begin(hr_backend *be) { return hr_cuda_graph_begin(ctx_of(be)); }
 static hr_status cuda_graph_end(hr_backend *be, bool keep) { return hr_cuda_graph_end(ctx_of(be), keep); }
 static hr_status cuda_graph_launch(hr_backend *be) { return hr_cuda_graph_launch(ctx_of(be)); }
-static hr_status cuda_step_check(hr_backend *be, const float *loss, hr_step_vars *v) {
-    return hr_cuda_step_check(ctx_of(be), loss, v);
+static hr_status cuda_step_check(hr_backend *be, const float *loss, hr_step_vars *v, bool stop) {
+    return hr_cuda_step_check(ctx_of(be), loss, v, stop);
 }
 
 static hr_status cuda_loss_queue(hr_backend *be, const float *loss, int slot) {
@@ -259,6 +268,8 @@ hr_backend *hr_backend_cuda_new(const hr_config_t *cfg) {
         /* .step_check     = */ cuda_step_check,
         /* .loss_queue     = */ cuda_loss_queue,
         /* .loss_wait      = */ cuda_loss_wait,
+        /* .upload_staged  = */ cuda_upload_staged,
+        /* .stage_in       = */ cuda_stage_in,
     };
     if (hr_cuda_init(c, cfg) != HR_OK) {
         hr_error_prefix("starting the CUDA backend");

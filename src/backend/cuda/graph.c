@@ -14,18 +14,17 @@ void hr_cuda_graph_free(hr_cuda *c) {
  * event of the copy stream, outside the capture, cannot be waited for in
  * it); the capture is this thread's, so another thread's CUDA calls (a
  * checkpoint's writer) neither join nor break it. */
-/* From this size the input's pieces beat one graph: the first node starts
- * on each piece as it lands, hiding most of the transfer, where one graph
- * waits for all of it. H200, queued steps: mlp at batch 32768 (100 MiB in)
- * 17.2 ms as a graph, 15.4 in pieces; below a few MiB the graph wins
- * (deep_cnn at 64 in bf16, 3 MiB: 0.58 ms against 1.12). */
-#define HR_GRAPH_PIECES_MIN ((size_t)32 << 20)
-
+/* From HR_STAGED_INPUT_MAX (core.h) the input's pieces beat one graph: the
+ * first node starts on each piece as it lands, hiding most of the transfer,
+ * where one graph waits for all of it. H200, steps queued two at a time: mlp
+ * at batch 32768 (125 MiB in) 17.2 ms a step as a graph, 15.4 in pieces;
+ * below a few MiB the graph wins (deep_cnn at 64 in bf16, 3 MiB: 0.58 ms
+ * against 1.12). Smaller inputs are staged whole while the step before runs. */
 hr_status hr_cuda_graph_begin(hr_cuda *c) {
-    if (c->piece_dst && c->defer_n >= HR_GRAPH_PIECES_MIN)
+    if (c->piece_dst && c->defer_n >= HR_STAGED_INPUT_MAX)
         return hr_error_set(HR_ERR_UNSUPPORTED, "the batch's input (%zu MiB) goes up in pieces that its first node "
                             "takes as they land, which hides more than one graph saves from %zu MiB on",
-                            c->defer_n >> 20, HR_GRAPH_PIECES_MIN >> 20);
+                            c->defer_n >> 20, HR_STAGED_INPUT_MAX >> 20);
     hr_status st = hr_cuda_settle(c);
     if (st) return st;
     hr_cuda_graph_free(c);

@@ -68,7 +68,7 @@ typedef struct hr_cuda {
     size_t slot_bytes, fill[2];
     int cur;
     cudaEvent_t slot_ev[2];
-    size_t want_slot;         /* from set_batch: the session's input and labels, each rounded up to 256 */
+    size_t want_slot;         /* from set_batch: the input, labels and step scalars, each rounded up to 256 */
     /* convolution plans by shape */
     hr_cuda_conv **conv;
     int nconv, capconv;
@@ -93,6 +93,7 @@ typedef struct hr_cuda {
     float *loss_pin;                 /* HR_STEP_QUEUE floats after the pinned slots; NULL without them */
     float loss_host[HR_STEP_QUEUE];  /* without pinned slots */
     cudaEvent_t loss_ev[HR_STEP_QUEUE];
+    cudaEvent_t staged_ev;           /* the last stage_in has copied the staged batch out */
     /* the training step as one graph (graph.c): a cudaGraphExec_t, NULL
      * before its capture; the device bytes its instantiation took */
     void *graph;
@@ -173,6 +174,10 @@ int64_t hr_cuda_piece_samples(const hr_cuda *c, int64_t batch, int64_t sample);
 hr_status hr_cuda_settle(hr_cuda *c);
 /* Stages the input's pieces up to k (host copy and transfer), if not yet. */
 hr_status hr_cuda_stage_upto(hr_cuda *c, int k);
+/* The next batch while a step runs: uploads into the staged buffer that wait
+ * only for the last stage_in, and stage_in's copies out of it. */
+hr_status hr_cuda_upload_staged(hr_cuda *c, void *dst, const void *src, size_t n);
+hr_status hr_cuda_stage_in(hr_cuda *c, void *const *dst, const void *const *src, const size_t *n, int count);
 /* The step's loss to host slot `slot` behind the work queued, and the wait for it. */
 hr_status hr_cuda_loss_queue(hr_cuda *c, const float *loss, int slot);
 hr_status hr_cuda_loss_wait(hr_cuda *c, int slot, float *out);
@@ -186,7 +191,7 @@ hr_status hr_cuda_graph_end(hr_cuda *c, bool keep);
 hr_status hr_cuda_graph_launch(hr_cuda *c);
 void hr_cuda_graph_free(hr_cuda *c);
 /* optim.cu: the NaN stop's check, between the backward pass and the update */
-hr_status hr_cuda_step_check(hr_cuda *c, const float *loss, hr_step_vars *v);
+hr_status hr_cuda_step_check(hr_cuda *c, const float *loss, hr_step_vars *v, bool stop);
 
 /* ---- profile.c: timing events for device profiles ---- */
 hr_status hr_cuda_mark(hr_cuda *c, int slot);

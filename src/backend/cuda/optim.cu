@@ -8,6 +8,7 @@
 #include "backend/cuda/common.cuh"
 
 #include <math.h>
+#include <stddef.h>
 
 /* A launch's tensors: the table travels as a kernel parameter, under 4 KB. */
 #define HR_MT_MAX 48
@@ -36,10 +37,13 @@ __global__ void k_sqnorm(const float *g, int64_t n, double *part) {
     if (threadIdx.x == 0) part[blockIdx.x] = s;
 }
 
-/* The NaN stop on the device: a non-finite loss skips this step's update,
- * and every later one queued before the host clears `stopped`. */
-__global__ void k_step_check(const float *loss, hr_step_vars *v) {
-    uint32_t bad = !isfinite(loss[0]) || v->stopped;
+/* The NaN stop on the device (stop): a non-finite loss skips this step's
+ * update, and those of the steps queued behind it, until one says clear.
+ * Without the stop nothing is skipped. */
+static_assert(offsetof(hr_step_vars, skip) == HR_STEP_VARS_HOST, "the host writes the step's scalars up to skip");
+__global__ void k_step_check(const float *loss, hr_step_vars *v, bool stop) {
+    if (v->clear) v->stopped = 0;
+    uint32_t bad = stop && (!isfinite(loss[0]) || v->stopped);
     v->skip = bad;
     v->stopped = bad;
 }
@@ -208,8 +212,8 @@ hr_status hr_cuda_optim_group(hr_cuda *c, const hr_kargs *a, int count) {
     return HR_OK;
 }
 
-hr_status hr_cuda_step_check(hr_cuda *c, const float *loss, hr_step_vars *v) {
-    k_step_check<<<1, 1, 0, c->stream>>>(loss, v);
+hr_status hr_cuda_step_check(hr_cuda *c, const float *loss, hr_step_vars *v, bool stop) {
+    k_step_check<<<1, 1, 0, c->stream>>>(loss, v, stop);
     HR_CU(cudaGetLastError());
     return HR_OK;
 }

@@ -127,7 +127,7 @@ hr_status hr_cuda_settle(hr_cuda *c) {
  * ends with the input staged (the session syncs on its error paths), so x is
  * never read after hr_train_step returns. A transfer larger than a slot goes
  * straight, in order. */
-hr_status hr_cuda_upload(hr_cuda *c, void *dst, const void *src, size_t n, bool input) {
+static hr_status upload(hr_cuda *c, void *dst, const void *src, size_t n, bool input, bool staged) {
     if (n == 0) return HR_OK;
     if (c->defer_src) { /* another upload before the input's reader ran: send the input now */
         hr_status st = hr_cuda_settle(c);
@@ -146,8 +146,12 @@ hr_status hr_cuda_upload(hr_cuda *c, void *dst, const void *src, size_t n, bool 
         c->fill[s] = 0;
     }
     unsigned char *stage = c->pinned + (size_t)s * c->slot_bytes + c->fill[s];
-    HR_CU(cudaEventRecord(c->compute_ev, c->stream));
-    HR_CU(cudaStreamWaitEvent(c->copy_stream, c->compute_ev, 0));
+    if (staged) { /* the staged batch's buffer: free once the last stage_in copied it out */
+        HR_CU(cudaStreamWaitEvent(c->copy_stream, c->staged_ev, 0));
+    } else {
+        HR_CU(cudaEventRecord(c->compute_ev, c->stream));
+        HR_CU(cudaStreamWaitEvent(c->copy_stream, c->compute_ev, 0));
+    }
     c->fill[s] += hr_align_up(n, 256);
     c->pending = true;
     /* the input (by its size), once a step: in pieces, the first staged now,
@@ -191,5 +195,30 @@ hr_status hr_cuda_loss_wait(hr_cuda *c, int slot, float *out) {
     if (slot < 0 || slot >= HR_STEP_QUEUE) return hr_error_set(HR_ERR_INTERNAL, "cuda backend: loss slot %d", slot);
     HR_CU(cudaEventSynchronize(c->loss_ev[slot]));
     *out = c->loss_pin ? c->loss_pin[slot] : c->loss_host[slot];
+    return HR_OK;
+}
+
+hr_status hr_cuda_upload(hr_cuda *c, void *dst, const void *src, size_t n, bool input) {
+    return upload(c, dst, src, n, input, false);
+}
+
+/* ---- the next batch while a step runs --------------------------------------------- */
+/* Into the staged batch's buffer, through a pinned slot like any upload, but
+ * the copy waits only for the last stage_in (staged_ev), not for the steps
+ * queued on the compute stream: batch t+1 crosses the link while step t
+ * runs. Never in pieces (no node reads this buffer). */
+hr_status hr_cuda_upload_staged(hr_cuda *c, void *dst, const void *src, size_t n) {
+    return upload(c, dst, src, n, false, true);
+}
+
+/* The staged batch into the step's tensors, on the compute stream after the
+ * uploads (device-to-device: microseconds); staged_ev then frees the buffer
+ * for the next batch. Outside any graph, so that the event is an ordinary one. */
+hr_status hr_cuda_stage_in(hr_cuda *c, void *const *dst, const void *const *src, const size_t *n, int count) {
+    hr_status st = hr_cuda_settle(c);
+    if (st) return st;
+    for (int i = 0; i < count; i++)
+        if (n[i]) HR_CU(cudaMemcpyAsync(dst[i], src[i], n[i], cudaMemcpyDeviceToDevice, c->stream));
+    HR_CU(cudaEventRecord(c->staged_ev, c->stream));
     return HR_OK;
 }
