@@ -296,10 +296,11 @@ hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, flo
  * queued step's loss, waiting for it. At most HR_STEP_QUEUE steps are queued;
  * hr_train_step, reading state and saving need none queued. Where the step
  * needs the host between its passes (the CPU, accumulation, fp16's scaler),
- * submit runs it at once. With the NaN stop, a step whose loss is not finite
- * takes no update, and neither do the steps queued behind it then: their
- * losses come back NaN, and hr_step_count counts none of them; steps
- * submitted after that loss came back update again. */
+ * submit runs it at once (queued behind a non-finite loss: not at all).
+ * With the NaN stop, a step whose loss is not finite takes no update, and
+ * neither do the steps queued behind it then: their losses come back NaN,
+ * and hr_step_count counts none of them; steps submitted after that loss
+ * came back update again. */
 #define HR_STEP_QUEUE 2
 hr_status hr_train_submit(hr_session_t *s, const float *x, const void *labels);
 hr_status hr_train_wait(hr_session_t *s, float *loss);

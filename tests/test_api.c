@@ -574,6 +574,8 @@ static void test_queue(void) {
                   hr_last_error());
             CHECK(hr_state_read(b, 0, &v) == HR_ERR_INVALID_ARG && has("queued"), "state read while queued: %s",
                   hr_last_error());
+            CHECK(hr_set_step_count(b, 5) == HR_ERR_INVALID_ARG && has("queued"), "step count set while queued: %s",
+                  hr_last_error());
         }
         CHECK(hr_train_wait(b, &lb[t - 1]) == HR_OK, "wait %d: %s", t - 1, hr_last_error());
     }

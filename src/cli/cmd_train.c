@@ -515,25 +515,52 @@ int hr_cmd_train(const hr_cli_opts *o) {
         double t0 = now(), sum = 0, last_draw = 0;
         int64_t b = e == epoch0 ? batch0 : 0, seen = 0, skipped0 = 0;
         hr_loss_scale(s, NULL, NULL, &skipped0);
+        /* One step queued ahead (hr_train_submit): batch t+1 is taken and
+         * staged while the device runs step t, whose loss is read after. */
+        int inflight = 0, depth = tr ? 1 : HR_STEP_QUEUE; /* a trace's steps hold their own nodes */
+        int64_t qn[HR_STEP_QUEUE];
         for (;;) {
             const float *x;
             const int32_t *y;
-            int64_t n;
-            if ((st = hr_train_next_batch(ld, tr, &x, &y, &n)) != HR_OK) {
+            int64_t n = 0;
+            /* never queued past --max-steps: each step queued counts once its loss is back */
+            bool more = !(o->max_steps && hr_step_count(s) + inflight >= o->max_steps);
+            if (more && (st = hr_train_next_batch(ld, tr, &x, &y, &n)) != HR_OK) {
                 rc = hr_cli_fail(st);
                 goto done;
             }
-            if (n == 0) break;
+            if (n > 0) {
+                if ((st = hr_train_submit(s, x, y)) != HR_OK) {
+                    rc = hr_cli_fail(st);
+                    goto done;
+                }
+                qn[inflight++] = n;
+                if (inflight < depth) continue;
+            }
+            if (inflight == 0) break;
             float loss;
-            if ((st = hr_train_step(s, x, y, &loss)) != HR_OK) {
+            if ((st = hr_train_wait(s, &loss)) != HR_OK) {
                 rc = hr_cli_fail(st);
                 goto done;
             }
+            n = qn[0];
+            for (int k = 1; k < inflight; k++) qn[k - 1] = qn[k];
+            inflight--;
             if ((rc = hr_train_step_observed(tr, s, loss)) != HR_EXIT_OK) goto done;
             b++;
             seen += n;
             if (!isfinite(loss)) {
                 if (tty) fputc('\n', stderr);
+                /* the step queued behind it took no update either; the batch
+                 * itself is taken again for the search (the loader's order is
+                 * a function of the seed, the epoch and the index) */
+                while (inflight > 0 && (st = hr_train_wait(s, NULL)) == HR_OK) inflight--;
+                if (st == HR_OK && (st = hr_loader_start_epoch(ld, e, b - 1)) == HR_OK)
+                    st = hr_loader_next(ld, &x, &y, &n);
+                if (st != HR_OK) {
+                    rc = hr_cli_fail(st);
+                    goto done;
+                }
                 rc = stop_nonfinite(s, o, &cfg, x, y, loss, e + 1, b, hr_step_count(s) - step_start, last_loss,
                                     last_good);
                 goto done;

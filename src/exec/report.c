@@ -115,6 +115,7 @@ void hr_report_print(const hr_session_t *s, FILE *f) {
         if (k == HR_CAT_GRADS && K > 1) fprintf(f, "   (summed over the %d micro-batches: held the whole step)", K);
         if (k == HR_CAT_WCOPY) fprintf(f, "   (%s copies of the weights, kept from forward to backward)",
                                        hr_precision_name(c->precision));
+        if (k == HR_CAT_INPUTS && s->prog.staged >= 0) fprintf(f, "   (with the next batch, uploaded while a step runs)");
         fputc('\n', f);
     }
     fprintf(f, "  %-18s %12s   (lower bound %s, %.3fx)\n", "arena (peak)", hr_format_bytes(r->arena_bytes, a, sizeof a),

@@ -606,6 +606,9 @@ int64_t hr_step_count(const hr_session_t *s) { return s ? s->t : -1; }
 hr_status hr_set_step_count(hr_session_t *s, int64_t t) {
     if (!s) return hr_error_set(HR_ERR_INVALID_ARG, "set_step_count: the session is NULL");
     if (t < 0) return hr_error_set(HR_ERR_INVALID_ARG, "step count %lld is negative", (long long)t);
+    if (s->queued) /* their scalars were made from the old count */
+        return hr_error_set(HR_ERR_INVALID_ARG, "set_step_count: %d steps are queued; take their losses with "
+                            "hr_train_wait first", s->queued);
     s->t = t;
     return HR_OK;
 }

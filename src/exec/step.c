@@ -163,7 +163,11 @@ hr_status hr_train_submit(hr_session_t *s, const float *x, const void *labels) {
     int slot = (s->qhead + s->queued) % HR_STEP_QUEUE;
     bool async = hr_device_stepped(s) && s->be->loss_queue;
     if (!async) { /* the step now; its loss waits in the queue */
-        hr_status st = hr_train_step_now(s, x, labels, &s->qloss[slot]);
+        bool behind_nan = false; /* as on the device: no step runs behind a non-finite loss */
+        for (int k = 0; k < s->queued && s->nan_stop; k++)
+            behind_nan |= !isfinite(s->qloss[(s->qhead + k) % HR_STEP_QUEUE]);
+        hr_status st = behind_nan ? HR_OK : hr_train_step_now(s, x, labels, &s->qloss[slot]);
+        if (behind_nan) s->qloss[slot] = NAN;
         if (st) return st;
         s->qsync[slot] = true;
         s->queued++;
