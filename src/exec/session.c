@@ -586,6 +586,9 @@ hr_status hr_eval_forward(hr_session_t *s, const float *x, float *out) {
     if (p->eval_input < 0)
         return hr_error_set(HR_ERR_INVALID_ARG, "eval_forward: this session has no evaluation pass; compile it for "
                             "training with cfg.eval_batch > 0");
+    if (s->queued) /* the parameters it reads are still being updated */
+        return hr_error_set(HR_ERR_INVALID_ARG, "eval_forward: %d steps are queued; take their losses with "
+                            "hr_train_wait first", s->queued);
     const hr_tensor *in = &p->g.t[p->eval_input];
     hr_status st = s->be->upload(s->be, s->ptr[p->eval_input], x, (size_t)hr_shape_numel(&in->shape) * sizeof(float));
     if (!st) st = hr_run_range(s, p->n_step, p->g.nn, NULL);
@@ -599,6 +602,9 @@ hr_status hr_read_output(hr_session_t *s, float *out) {
     if (s->prog.cfg.mode == HR_MODE_TRAIN && !s->prog.cfg.keep_output)
         return hr_error_set(HR_ERR_INVALID_ARG, "read_output: a training step reuses its output's bytes; compile the "
                                                 "session with keep_output to read it after a step");
+    if (s->queued)
+        return hr_error_set(HR_ERR_INVALID_ARG, "read_output: %d steps are queued; take their losses with hr_train_wait "
+                            "first", s->queued);
     return read_f32(s, s->prog.output, out);
 }
 

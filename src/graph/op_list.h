@@ -197,7 +197,7 @@ typedef struct {
     float lr, adam_step, adam_bc2s; /* at the update's step t: lr, lr / (1 - beta1^t), sqrt(1 - beta2^t) */
     uint32_t sgd_first;             /* t == 1: SGD's momentum buffer starts as the gradient */
     uint64_t t;                     /* the step, 1-based (Dropout's stream) */
-    uint32_t clear, pad_;           /* clear: no step queued ahead of this one can have stopped */
+    uint32_t clear, pad_;           /* clear: no step queued ahead of this one will update: stopped starts at 0 */
     uint32_t skip, stopped;         /* the device's own */
 } hr_step_vars;
 /* The bytes the host writes each step; the rest stays as the device left it. */
