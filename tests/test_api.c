@@ -577,6 +577,15 @@ static void test_queue(void) {
             CHECK(hr_set_step_count(b, 5) == HR_ERR_INVALID_ARG && has("queued"), "step count set while queued: %s",
                   hr_last_error());
         }
+        if (t == 3) { /* a bad batch is refused and queues nothing; the queue goes on */
+            int32_t bad[TB];
+            memcpy(bad, lab, sizeof bad);
+            bad[1] = 10;
+            CHECK(hr_train_wait(b, &lb[t - 1]) == HR_OK, "wait %d: %s", t - 1, hr_last_error());
+            CHECK(hr_train_submit(b, x, bad) == HR_ERR_INVALID_ARG && has("outside [0, 10)") && hr_train_queued(b) == 1,
+                  "a label out of range: %s, %d queued", hr_last_error(), hr_train_queued(b));
+            continue;
+        }
         CHECK(hr_train_wait(b, &lb[t - 1]) == HR_OK, "wait %d: %s", t - 1, hr_last_error());
     }
     CHECK(hr_train_wait(b, &lb[7]) == HR_OK && hr_train_queued(b) == 0, "last wait: %s", hr_last_error());
