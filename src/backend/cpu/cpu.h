@@ -22,8 +22,11 @@ HR_OP_LIST(HR_X_CPU_DECL)
 void hr_cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
                   float beta, float *C, int ldc);
 /* cpu_gemm.c: scratch bytes of a node, from its arguments alone (pointers
- * NULL while planning); only the matrix-product kernels need any. */
+ * NULL while planning): the matrix products' and, below, the others'. */
 size_t hr_cpu_workspace_size(const hr_cpu *c, const hr_kargs *a);
+/* cpu_norm.c: the norms' scratch bytes (a backward's rows of a half dy
+ * widened to floats, one row a thread); 0 for the other ops */
+size_t hr_cpu_norm_workspace(const hr_cpu *c, const hr_kargs *a);
 /* cpu_loss.c: a row of C logits' maximum, and sum of exp(x - max) in double
  * (*sum): the cross-entropy's statistics, shared with LinearCrossEntropy */
 float hr_cpu_ce_row(const float *xi, int64_t C, double *sum);

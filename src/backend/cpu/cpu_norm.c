@@ -3,6 +3,9 @@
 #include "backend/cpu/cpu.h"
 
 #include <math.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 typedef struct {
     int64_t N, C, HW;
@@ -167,10 +170,18 @@ static void layernorm_param_grads(const hr_layernorm_args *ln) {
     }
 }
 
+size_t hr_cpu_norm_workspace(const hr_cpu *c, const hr_kargs *a) {
+    const hr_layernorm_args *ln = &a->ln;
+    if (a->op != HR_OP_LAYERNORM_BWD || ln->dy_dt == HR_F32 || ln->cols <= 0) return 0;
+    return sizeof(float) * (size_t)ln->cols * (size_t)(c->nthreads > 0 ? c->nthreads : 1);
+}
+
 /* With g = dy gamma and xhat = (x - mean) rstd:
  * dx = rstd (g - mean_j(g) - xhat mean_j(g xhat)). A half dy is widened a
- * row at a time into a buffer of the thread's (dx is F32, like x). */
+ * row at a time into the thread's row of the planned workspace (dx is F32,
+ * like x). */
 hr_status hr_cpu_layernorm_bwd(void *ctx, const hr_kargs *a) {
+    const hr_cpu *cp = ctx;
     const hr_layernorm_args *ln = &a->ln;
     /* the parameter gradients first: dx may take the bytes of dy or x */
     if (ln->dgamma || ln->dbeta) layernorm_param_grads(ln);
@@ -179,17 +190,18 @@ hr_status hr_cpu_layernorm_bwd(void *ctx, const hr_kargs *a) {
     float *dx = ln->dx;
     int64_t R = ln->rows, C = ln->cols;
     bool acc = ln->acc_dx, half = ln->dy_dt != HR_F32;
-    hr_status st = HR_OK;
-#pragma omp parallel if (R > 1 && R * C > 4096)
+    int th = cp->nthreads > 0 ? cp->nthreads : 1;
+    if (half && (!a->ws || a->ws_bytes < sizeof(float) * (size_t)C * (size_t)th))
+        return hr_error_set(HR_ERR_INTERNAL, "LayerNorm.backward: no workspace was planned for its half dy's rows");
+#pragma omp parallel num_threads(th) if (R > 1 && R * C > 4096)
     {
-        float *buf = half ? hr_malloc(sizeof(float) * (size_t)C) : NULL;
-        if (half && !buf) {
-#pragma omp atomic write
-            st = HR_ERR_OOM;
-        }
+        int me = 0;
+#ifdef _OPENMP
+        me = omp_get_thread_num();
+#endif
+        float *buf = half ? (float *)a->ws + (size_t)me * (size_t)C : NULL;
 #pragma omp for schedule(static)
         for (int64_t r = 0; r < R; r++) {
-            if (half && !buf) continue;
             const float *xr = x + r * C, *gr = dy_row(ln, r, buf);
             float *dr = dx + r * C;
             float m = mean[r], rs = rstd[r];
@@ -206,7 +218,6 @@ hr_status hr_cpu_layernorm_bwd(void *ctx, const hr_kargs *a) {
                 dr[j] = acc ? dr[j] + v : v;
             }
         }
-        hr_free(buf);
     }
-    return st ? hr_error_set(st, "LayerNorm.backward: no host memory for a row of %lld floats", (long long)C) : HR_OK;
+    return HR_OK;
 }
