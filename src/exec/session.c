@@ -389,12 +389,8 @@ static hr_status check_tokens(const hr_session_t *s, const float *x) {
 hr_status hr_upload_batch(hr_session_t *s, const float *x, const void *labels, bool staged) {
     hr_graph *g = &s->prog.g;
     const hr_tensor *in = &g->t[s->prog.input];
-    size_t off_lab = 0, off_vars, off_in = 0, total;
-    char *buf = NULL; /* the staged batch (step.c) */
-    if (staged) {
-        hr_staged_layout(&s->prog, &off_lab, &off_vars, &off_in, &total);
-        buf = s->ptr[s->prog.staged];
-    }
+    hr_staged l = hr_staged_layout(&s->prog);
+    char *buf = staged ? s->ptr[s->prog.staged] : NULL; /* the staged batch (step.c) */
     hr_status (*up)(hr_backend *, void *, const void *, size_t) = staged ? s->be->upload_staged : s->be->upload;
     if (s->prog.label >= 0 && s->ptr[s->prog.label]) {
         const hr_tensor *lt = &g->t[s->prog.label];
@@ -408,14 +404,14 @@ hr_status hr_upload_batch(hr_session_t *s, const float *x, const void *labels, b
                     return hr_error_set(HR_ERR_INVALID_ARG, "label %d of sample %lld%s is outside [0, %lld)", lab[i],
                                         (long long)(i / per), per > 1 ? " (a position's)" : "", (long long)C);
         }
-        hr_status st = up(s->be, staged ? buf + off_lab : s->ptr[s->prog.label], labels,
+        hr_status st = up(s->be, staged ? buf + l.labels : s->ptr[s->prog.label], labels,
                           (size_t)hr_shape_numel(&lt->shape) * hr_dtype_size(lt->dtype));
         if (st) return st;
     }
     hr_status st = check_tokens(s, x);
     if (st != HR_OK) return st;
     if (!staged && s->be->upload_input) up = s->be->upload_input;
-    return up(s->be, staged ? buf + off_in : s->ptr[s->prog.input], x,
+    return up(s->be, staged ? buf + l.input : s->ptr[s->prog.input], x,
               (size_t)hr_shape_numel(&in->shape) * sizeof(float));
 }
 

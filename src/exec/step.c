@@ -19,9 +19,7 @@ static hr_status upload_vars(hr_session_t *s, int64_t t, bool clear, bool staged
     hr_step_vars v = hr_step_vars_make(&p->cfg.optim, t, hr_lr_at(&p->cfg.optim, t));
     v.clear = clear;
     if (!staged) return s->be->upload(s->be, s->ptr[p->step_vars], &v, HR_STEP_VARS_HOST);
-    size_t lab, vars, in, total;
-    hr_staged_layout(p, &lab, &vars, &in, &total);
-    return s->be->upload_staged(s->be, (char *)s->ptr[p->staged] + vars, &v, HR_STEP_VARS_HOST);
+    return s->be->upload_staged(s->be, (char *)s->ptr[p->staged] + hr_staged_layout(p).vars, &v, HR_STEP_VARS_HOST);
 }
 
 hr_status hr_upload_vars(hr_session_t *s, int64_t t, bool clear) { return upload_vars(s, t, clear, false); }
@@ -29,15 +27,11 @@ hr_status hr_upload_vars(hr_session_t *s, int64_t t, bool clear) { return upload
 /* The staged batch into the step's labels, scalars and input. */
 static hr_status stage_in(hr_session_t *s) {
     const hr_program *p = &s->prog;
-    const hr_graph *g = &p->g;
-    size_t lab, vars, in, total;
-    hr_staged_layout(p, &lab, &vars, &in, &total);
+    hr_staged l = hr_staged_layout(p);
     const char *buf = s->ptr[p->staged];
     void *dst[3] = {p->label >= 0 ? s->ptr[p->label] : NULL, s->ptr[p->step_vars], s->ptr[p->input]};
-    const void *src[3] = {buf + lab, buf + vars, buf + in};
-    size_t n[3] = {vars - lab, HR_STEP_VARS_HOST, (size_t)hr_shape_numel(&g->t[p->input].shape) * sizeof(float)};
-    if (p->label < 0) n[0] = 0;
-    else n[0] = (size_t)hr_shape_numel(&g->t[p->label].shape) * hr_dtype_size(g->t[p->label].dtype);
+    const void *src[3] = {buf + l.labels, buf + l.vars, buf + l.input};
+    size_t n[3] = {l.label_bytes, HR_STEP_VARS_HOST, l.input_bytes};
     return s->be->stage_in(s->be, dst, src, n, 3);
 }
 

@@ -372,10 +372,9 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
             st = HR_ERR_OOM;
             goto fail;
         }
-        size_t in = (size_t)hr_shape_numel(&p->g.t[p->input].shape) * sizeof(float), l, v, i, total;
-        if (cfg->accumulate <= 1 && cfg->precision != HR_PREC_FP16 && in < HR_STAGED_INPUT_MAX) {
-            hr_staged_layout(p, &l, &v, &i, &total);
-            p->staged = hr_graph_add_tensor(&p->g, "next batch", HR_U8, hr_shape_make(1, (int64_t[]){(int64_t)total}),
+        hr_staged l = hr_staged_layout(p);
+        if (cfg->accumulate <= 1 && cfg->precision != HR_PREC_FP16 && l.input_bytes < HR_STAGED_INPUT_MAX) {
+            p->staged = hr_graph_add_tensor(&p->g, "next batch", HR_U8, hr_shape_make(1, (int64_t[]){(int64_t)l.total}),
                                             false, HR_T_INPUT, -1);
             if (p->staged < 0) {
                 st = HR_ERR_OOM;

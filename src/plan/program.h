@@ -53,14 +53,21 @@ static inline int64_t hr_micro_batch(const hr_config_t *cfg) {
     return cfg->accumulate > 1 ? cfg->batch / cfg->accumulate : cfg->batch;
 }
 
-/* Offsets of the staged batch's parts (each HR_ALIGN-aligned) and its size. */
-static inline void hr_staged_layout(const hr_program *p, size_t *labels, size_t *vars, size_t *input, size_t *total) {
+/* The staged batch: its parts' offsets (each HR_ALIGN-aligned) and bytes. */
+typedef struct {
+    size_t labels, vars, input;          /* offsets */
+    size_t label_bytes, input_bytes, total;
+} hr_staged;
+static inline hr_staged hr_staged_layout(const hr_program *p) {
     const hr_graph *g = &p->g;
-    size_t lb = p->label >= 0 ? (size_t)hr_shape_numel(&g->t[p->label].shape) * hr_dtype_size(g->t[p->label].dtype) : 0;
-    *labels = 0;
-    *vars = hr_align_up(lb, HR_ALIGN);
-    *input = *vars + hr_align_up(sizeof(hr_step_vars), HR_ALIGN);
-    *total = *input + (size_t)hr_shape_numel(&g->t[p->input].shape) * sizeof(float);
+    hr_staged l;
+    l.label_bytes = p->label >= 0 ? (size_t)hr_shape_numel(&g->t[p->label].shape) * hr_dtype_size(g->t[p->label].dtype) : 0;
+    l.input_bytes = (size_t)hr_shape_numel(&g->t[p->input].shape) * sizeof(float);
+    l.labels = 0;
+    l.vars = hr_align_up(l.label_bytes, HR_ALIGN);
+    l.input = l.vars + hr_align_up(sizeof(hr_step_vars), HR_ALIGN);
+    l.total = l.input + l.input_bytes;
+    return l;
 }
 
 #endif

@@ -13,8 +13,8 @@ void hr_cuda_graph_free(hr_cuda *c) {
 /* The uploads queued so far are waited for before the capture starts (an
  * event of the copy stream, outside the capture, cannot be waited for in
  * it); the capture is this thread's, so another thread's CUDA calls (a
- * checkpoint's writer) neither join nor break it. */
-/* From HR_STAGED_INPUT_MAX (core.h) the input's pieces beat one graph: the
+ * checkpoint's writer) neither join nor break it.
+ * From HR_STAGED_INPUT_MAX (core.h) the input's pieces beat one graph: the
  * first node starts on each piece as it lands, hiding most of the transfer,
  * where one graph waits for all of it. H200, steps queued two at a time: mlp
  * at batch 32768 (125 MiB in) 17.2 ms a step as a graph, 15.4 in pieces;
@@ -44,7 +44,7 @@ hr_status hr_cuda_graph_end(hr_cuda *c, bool keep) {
         return hr_cuda_fail(__FILE__, __LINE__, "cudaStreamEndCapture", cudaGetErrorString(e));
     }
     size_t f0 = 0, f1 = 0, t;
-    cudaMemGetInfo(&f0, &t);
+    if (c->opt.cuda_verbose) cudaMemGetInfo(&f0, &t);
     cudaGraphExec_t x = NULL;
     e = cudaGraphInstantiate(&x, g, 0);
     cudaGraphDestroy(g);
@@ -52,11 +52,9 @@ hr_status hr_cuda_graph_end(hr_cuda *c, bool keep) {
         cudaGetLastError();
         return hr_cuda_fail(__FILE__, __LINE__, "cudaGraphInstantiate", cudaGetErrorString(e));
     }
-    cudaMemGetInfo(&f1, &t);
-    c->graph_bytes = f0 > f1 ? f0 - f1 : 0;
-    if (c->opt.cuda_verbose)
+    if (c->opt.cuda_verbose && cudaMemGetInfo(&f1, &t) == cudaSuccess)
         fprintf(stderr, "cuda: the step captured as one graph; instantiating it took %zu device bytes\n",
-                c->graph_bytes);
+                f0 > f1 ? f0 - f1 : 0);
     c->graph = x;
     return HR_OK;
 }

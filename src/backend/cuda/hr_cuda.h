@@ -95,10 +95,9 @@ typedef struct hr_cuda {
     cudaEvent_t loss_ev[HR_STEP_QUEUE];
     cudaEvent_t staged_ev;           /* the last stage_in has copied the staged batch out */
     /* the training step as one graph (graph.c): a cudaGraphExec_t, NULL
-     * before its capture; the device bytes its instantiation took */
+     * before its capture */
     void *graph;
     bool capturing;
-    size_t graph_bytes;
     /* device profiles: timing events on the compute stream, made as slots appear */
     cudaEvent_t *marks;
     int nmarks;
