@@ -12,7 +12,8 @@
 #   torch  the same STEPS in PyTorch eager and torch.compile (bench/torch_gpt.py)
 # Build first (make all, any machine with nvcc); the text is .data/fortunes.txt
 # (made here from /usr/share/games/fortunes when missing: the same bytes as
-# --data fortunes). SEEDS="1 2 3" repeats train and torch once a seed (each
+# --data fortunes; .data/ is git-ignored, and the GPU machine has no fortunes
+# package: make it here and carry .data there). SEEDS="1 2 3" repeats train and torch once a seed (each
 # side's initial weights and batch order; default: seed 0), COMPILE=0 leaves
 # torch.compile out; the table then gives each side's mean validation loss.
 # One JSON line per measurement in $RES/gpt.jsonl (RES: $OUT on the device
