@@ -42,6 +42,8 @@
  *                                    torch.optim.AdamW's default and `headroom
  *                                    train --optim adamw`)
  *       --accumulate K, --recompute none|all|auto|min|LAYERS, --budget BYTES
+ *       --tf32                       TF32 products and convolutions
+ *                                    (hr_config_t.allow_tf32)
  *   A next-token model (output (time, vocabulary)) gets random ids in
  *   [0, vocabulary) and its JSON also has tokens_per_s (batch x time / median).
  *   On CUDA the step time's JSON has NVML's witness too: this process's device
@@ -165,6 +167,7 @@ static struct {
     hr_optim_kind optim;
     int accumulate;
     size_t budget;
+    bool tf32;
 } opt = {.optim = HR_OPTIM_ADAM};
 
 static void configure(hr_config_t *c) {
@@ -175,6 +178,7 @@ static void configure(hr_config_t *c) {
     c->accumulate = opt.accumulate;
     c->recompute = opt.recompute;
     c->device_budget = opt.budget;
+    c->allow_tf32 = opt.tf32;
 }
 
 /* The step's predicted time from this device's cost cache (what `headroom
@@ -436,7 +440,8 @@ int main(int argc, char **argv) {
                 return 2;
             }
             i++;
-        } else argv[k++] = argv[i];
+        } else if (!strcmp(argv[i], "--tf32")) opt.tf32 = true;
+        else argv[k++] = argv[i];
     }
     argc = k;
     if (argc >= 4 && !strcmp(argv[1], "--largest"))
@@ -445,7 +450,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: bench_step MODEL BATCH [steps=20] [warmup=3] [cpu|cuda]\n"
                         "       bench_step --largest MODEL BATCH [cuda|cpu]\n"
                         "       options anywhere: --precision fp32|bf16|fp16 --optim adam|adamw|sgd --accumulate K\n"
-                        "                         --recompute none|all|auto|min|LAYERS --budget BYTES\n");
+                        "                         --recompute none|all|auto|min|LAYERS --budget BYTES --tf32\n");
         return 2;
     }
     int steps = argc > 3 ? atoi(argv[3]) : 20, warm = argc > 4 ? atoi(argv[4]) : 3;

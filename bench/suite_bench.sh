@@ -5,6 +5,14 @@
 # eager with cudnn.benchmark (bench/torch_gpu.py step --benchmark), each in a
 # fresh process, in one call. One JSON line each in $RES/suite.jsonl (RES: $OUT
 # on the device machine, else bench/results), a table last.
+#
+# MODES: headroom's settings, each a column (default "precise fastest"):
+#   precise  the default: cuDNN engines without FFT or Winograd, timed
+#   fastest  HR_CUDNN_ALGO=fastest: every engine timed, FFT and Winograd too
+#            (PyTorch's rule under cudnn.benchmark)
+#   tf32     fastest with TF32 convolutions and products (--tf32)
+# PyTorch runs IEEE fp32 (TF32 off, as headroom's precise and fastest), and
+# its extra loop gives the TF32-convolution time (PyTorch's default precision).
 set -u
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
@@ -14,32 +22,50 @@ RES=${RES:-${OUT:-bench/results}}
 STEPS=${STEPS:-20}
 WARM=${WARM:-5}
 BATCHES=${BATCHES:-"128 1024"}
+MODELS=${MODELS:-"vgg16_bn resnet18 resnet20 mobilenet_v1"}
+MODES=${MODES:-"precise fastest"}
 mkdir -p "$RES"
 J=$RES/suite.jsonl
 touch "$J"
 . scripts/cudnn_env.sh
-for m in vgg16_bn resnet18 resnet20 mobilenet_v1; do
+for m in $MODELS; do
     f=bench/models/$m.model
     [ -f "$f" ] || f=examples/$m.model
     for b in $BATCHES; do
-        timeout 180 "$BUILD/bench/bench_step" "$f" "$b" "$STEPS" "$WARM" cuda 2>>"$RES/suite.log" |
-            sed "s/^{/{\"suite\": \"$m\", /" >>"$J"
+        for mode in $MODES; do
+            case $mode in
+            precise) env=(HR_CUDNN_ALGO=precise) args=() ;;
+            fastest) env=(HR_CUDNN_ALGO=fastest) args=() ;;
+            tf32) env=(HR_CUDNN_ALGO=fastest) args=(--tf32) ;;
+            *) echo "suite_bench.sh: MODES: '$mode' is not precise, fastest or tf32" >&2; exit 2 ;;
+            esac
+            env "${env[@]}" timeout 180 "$BUILD/bench/bench_step" "$f" "$b" "$STEPS" "$WARM" cuda "${args[@]}" \
+                2>>"$RES/suite.log" | sed "s/^{/{\"suite\": \"$m\", \"mode\": \"$mode\", /" >>"$J"
+        done
         timeout 300 $PY bench/torch_gpu.py step --model "$m" --batch "$b" --steps "$STEPS" --warmup "$WARM" --benchmark \
-            --no-extra 2>>"$RES/suite.log" | sed "s/^{/{\"suite\": \"$m\", /" >>"$J"
+            2>>"$RES/suite.log" | sed "s/^{/{\"suite\": \"$m\", /" >>"$J"
     done
 done
-$PY - "$J" <<'PYEOF'
+$PY - "$J" $MODES <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+modes = sys.argv[2:]
 cell = {}
 for r in rows:
-    cell[(r["suite"], r.get("batch"), r.get("impl"))] = r
-print("| model | batch | headroom ms | PyTorch ms | ratio |")
-print("|---|---|---|---|---|")
-for (m, b, impl), r in sorted(cell.items()):
-    if impl != "headroom":
-        continue
-    t = cell.get((m, b, "pytorch"), {})
-    h, p = r.get("median_ms"), t.get("median_ms")
-    print("| %s | %s | %s | %s | %s |" % (m, b, h, p, "%.2f" % (h / p) if h and p else "-"))
+    key = r.get("mode") if r.get("impl") == "headroom" else "pytorch"
+    cell[(r["suite"], r.get("batch"), key or "precise")] = r
+def ms(r, k="median_ms"):
+    return r.get(k) if r else None
+print("| model | batch | " + " | ".join("headroom %s ms" % m for m in modes) +
+      " | PyTorch ms | PyTorch TF32-conv ms | " + " | ".join("%s / PyTorch" % m for m in modes) + " |")
+print("|---|---:|" + "---:|" * (2 * len(modes) + 2))
+for m, b in sorted({(k[0], k[1]) for k in cell}):
+    t = cell.get((m, b, "pytorch"))
+    p, ptf = ms(t), ms(t, "tf32_conv_median_ms")
+    hs = [ms(cell.get((m, b, mode))) for mode in modes]
+    ratio = []
+    for mode, h in zip(modes, hs):
+        ref = ptf if mode == "tf32" else p
+        ratio.append("%.2f" % (h / ref) if h and ref else "-")
+    print("| %s | %s | %s | %s | %s | %s |" % (m, b, " | ".join(str(h) for h in hs), p, ptf, " | ".join(ratio)))
 PYEOF

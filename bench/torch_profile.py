@@ -21,6 +21,7 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--benchmark", action="store_true")
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--top", type=int, default=40, help="the kernels printed, longest first")
     a = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import torch_gpu as tg
@@ -28,7 +29,8 @@ def main():
     torch = tg.torch
     tg.set_precision(False)
     torch.backends.cudnn.benchmark = a.benchmark
-    dev, model, opt, lossf = tg.setup(a.model)
+    dev = torch.device("cuda")
+    model, opt, lossf, _ = tg.setup(a.model, dev)
     x = torch.rand((a.batch,) + tg.input_shape(a.model)) * 2 - 1
     y = torch.randint(0, 10, (a.batch,))
 
@@ -56,7 +58,7 @@ def main():
     total = sum(per.values()) / a.steps
     print("pytorch %s b%d cudnn.benchmark=%s cudnn %s: GPU kernel time per step %.1f us" %
           (a.model, a.batch, a.benchmark, torch.backends.cudnn.version(), total))
-    for name, t in sorted(per.items(), key=lambda kv: -kv[1]):
+    for name, t in sorted(per.items(), key=lambda kv: -kv[1])[:a.top]:
         print("%9.1f us  x%-3d %s" % (t / a.steps, count[name] // a.steps, name[:150]))
 
 

@@ -120,8 +120,10 @@ static inline bool hr_dtype_is_half(hr_dtype t) { return t == HR_BF16 || t == HR
  * switches documents them. Unset or malformed: the default. */
 typedef struct {
     int profile;            /* HR_PROFILE: 0 off, 1 host time per node, 2 device events */
-    int cudnn_algo;         /* HR_CUDNN_ALGO: HR_ALGO_PRECISE (default), _DETERMINISTIC, _HEURISTIC */
+    int cudnn_algo;         /* HR_CUDNN_ALGO: HR_ALGO_PRECISE (default), _DETERMINISTIC, _HEURISTIC, _FASTEST */
     bool cudnn_autotune;    /* HR_CUDNN_AUTOTUNE (default on; 0 off) */
+    long long cudnn_fast_ws_mib; /* HR_CUDNN_FASTEST_WS_MIB: a fastest-mode algorithm's largest workspace
+                                    (0: the backend's default) */
     bool cudnn_legacy;      /* HR_CUDNN_API=legacy */
     bool cudnn_half_reduction; /* HR_CUDNN_HALF_REDUCTION: half convolutions may reduce in the half type */
     bool cudnn_half_legacy; /* HR_CUDNN_HALF_LEGACY (default on; 0 off): half forward and backward-data
@@ -140,7 +142,7 @@ typedef struct {
     bool sgemm_dnnl;        /* HR_SGEMM: the CPU's matrix products by oneDNN's sgemm where it loads (default),
                                or by OpenBLAS (HR_SGEMM=openblas) */
 } hr_options;
-enum { HR_ALGO_PRECISE = 0, HR_ALGO_DETERMINISTIC, HR_ALGO_HEURISTIC };
+enum { HR_ALGO_PRECISE = 0, HR_ALGO_DETERMINISTIC, HR_ALGO_HEURISTIC, HR_ALGO_FASTEST };
 #define HR_SPLITK_DEFAULT 2048
 hr_options hr_options_read(void);
 

@@ -30,8 +30,11 @@ hr_options hr_options_read(void) {
     const char *algo = env("HR_CUDNN_ALGO");
     o.cudnn_algo = algo && !strcmp(algo, "deterministic") ? HR_ALGO_DETERMINISTIC
                    : algo && !strcmp(algo, "heuristic")   ? HR_ALGO_HEURISTIC
+                   : algo && !strcmp(algo, "fastest")     ? HR_ALGO_FASTEST
                                                           : HR_ALGO_PRECISE;
     o.cudnn_autotune = flag("HR_CUDNN_AUTOTUNE", true);
+    long long fw = number("HR_CUDNN_FASTEST_WS_MIB", 0);
+    o.cudnn_fast_ws_mib = fw > 0 ? fw : 0;
     const char *api = env("HR_CUDNN_API");
     o.cudnn_legacy = api && !strcmp(api, "legacy");
     o.cudnn_half_reduction = flag("HR_CUDNN_HALF_REDUCTION", false);

@@ -50,6 +50,17 @@ static inline hr_model_t *res_concat(void) { /* two convs, Add, Concat, global p
     return m;
 }
 
+static inline hr_model_t *bn_first(void) { /* BatchNorm on the input itself (the test shifts it), ReLU, Linear, CE */
+    hr_model_t *m = hr_model_new("bn_first");
+    int x = hr_input(m, "x", 3, (int64_t[]){4, 16, 16});
+    x = hr_batchnorm(m, NULL, x, 4, 1e-5f, 0.1f);
+    x = hr_relu(m, NULL, x);
+    x = hr_flatten(m, NULL, x);
+    x = hr_linear(m, NULL, x, 1024, 10, true);
+    hr_loss_cross_entropy(m, x, 10);
+    return m;
+}
+
 static inline hr_model_t *bn1d_softmax_mse(void) { /* Linear BN1d ReLU Linear Softmax, MSE */
     hr_model_t *m = hr_model_new("bn1d_softmax");
     int x = hr_input(m, "x", 1, (int64_t[]){10});

@@ -94,7 +94,8 @@ static float *fget(const float *d, int64_t n) {
 
 /* ---- running a kernel ------------------------------------------------------------ */
 /* The node's workspace as planning sizes it: from a copy with HR_PLANNED for
- * every pointer it has (the products' only; the others need none). */
+ * every pointer it has (the products', the loss's and BatchNorm's only; the
+ * others need none). */
 #define PLANNED(q) ((q) = (q) ? HR_PLANNED : NULL)
 static void plan_ws(hr_kargs *a) {
     hr_kargs p = *a;
@@ -113,6 +114,9 @@ static void plan_ws(hr_kargs *a) {
         hr_linear_ce_args *l = &p.lce;
         PLANNED(l->x), PLANNED(l->w), PLANNED(l->labels), PLANNED(l->loss), PLANNED(l->lse), PLANNED(l->dx),
             PLANNED(l->dw);
+    } else if (a->op == HR_OP_BATCHNORM || a->op == HR_OP_BATCHNORM_BWD) { /* its splits' sums */
+        hr_batchnorm_args *b = &p.bn;
+        PLANNED(b->x), PLANNED(b->y), PLANNED(b->dy), PLANNED(b->dx), PLANNED(b->mean), PLANNED(b->invstd);
     } else {
         prod = false;
     }

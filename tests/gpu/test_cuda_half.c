@@ -181,9 +181,11 @@ static void set_bn(hr_kargs *a, bool half, void *ctx) {
 }
 
 static void test_bn(hr_dtype t) {
-    static const int shapes[2][3] = {{4, 3, 25}, {16, 5, 1}};
+    /* the last two: a channel in several splits (N HW >= 8192), with 16-byte
+     * vectors and without (HW not a multiple of 8) */
+    static const int shapes[4][3] = {{4, 3, 25}, {16, 5, 1}, {64, 3, 256}, {32, 2, 300}};
     char what[160];
-    for (int sh = 0; sh < 2; sh++)
+    for (int sh = 0; sh < 4; sh++)
         for (int train = 1; train >= 0; train--) {
             bn_case c = {.N = shapes[sh][0], .C = shapes[sh][1], .HW = shapes[sh][2], .train = train};
             int64_t n = c.N * c.C * c.HW, C = c.C;

@@ -22,6 +22,7 @@ size_t hr_cuda_used_at_start(const hr_backend *be);
 
 /* ---- data ------------------------------------------------------------------ */
 static uint64_t rng_state = 0x1234567;
+static float x_offset; /* added to a batch's inputs (not to token ids) */
 static float frand(void) { /* [-1, 1) */
     rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
     return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
@@ -41,7 +42,7 @@ static batch make_batch(hr_session_t *s) {
     int64_t vocab = 0; /* an input of token ids (read by an Embedding): ids */
     for (int k = 0; k < p->n_fwd; k++)
         if (g->n[k].op == HR_OP_EMBEDDING && g->n[k].in[0] == p->input) vocab = g->n[k].a.in_f;
-    for (int64_t i = 0; i < nx; i++) b.x[i] = vocab ? (float)(int64_t)((frand() + 1.0f) * 0.5f * (float)vocab) : frand();
+    for (int64_t i = 0; i < nx; i++) b.x[i] = vocab ? (float)(int64_t)((frand() + 1.0f) * 0.5f * (float)vocab) : x_offset + frand();
     if (p->label >= 0) {
         const hr_tensor *lt = &g->t[p->label];
         int64_t nl = hr_shape_numel(&lt->shape);
@@ -596,6 +597,17 @@ int main(void) {
     /* rows enough for the bias gradient's many-block sums (k_col_part: 64 rows a slice at least) */
     run_nodes("act_mlp batch 512", ms[6], config(512, HR_OPTIM_ADAM));
     run_nodes("wide_gpt batch 64", ms[10], config(64, HR_OPTIM_ADAMW));
+    /* BatchNorm's channels in several splits, each a block (a channel's
+     * N HW values from 8192 on; 16-byte vectors), their sums gathered from
+     * the planned scratch; an input far from 0 for the shifted sums */
+    run_nodes("cnn_bn batch 128", ms[1], config(128, HR_OPTIM_ADAM));
+    run_nodes("bn1d batch 16384", ms[3], config(16384, HR_OPTIM_ADAM));
+    hr_model_t *bnf = bn_first();
+    x_offset = 20.0f;
+    run_nodes("bn_first offset 20", bnf, config(96, HR_OPTIM_SGD));
+    x_offset = 0;
+    run_casts("bn_first fp16", bnf, config(96, HR_OPTIM_SGD));
+    hr_model_free(bnf);
     setenv("HR_CUDNN_API", "legacy", 1); /* cudnnSetConvolutionGroupCount and the legacy dilation */
     run_nodes("grouped_cnn legacy", ms[8], c3);
     unsetenv("HR_CUDNN_API");
@@ -676,6 +688,12 @@ int main(void) {
     hr_config_t tf = config(32, HR_OPTIM_ADAM);
     tf.allow_tf32 = true;
     run_steps("simple_cnn tf32", seeds[1], tf, 2, 1e-2, 1e-2, 1e-3, 2e-2);
+    /* HR_CUDNN_ALGO=fastest: every algorithm timed, FFT and Winograd too,
+     * whose FP32 results are off by about 1e-5 of their size */
+    setenv("HR_CUDNN_ALGO", "fastest", 1);
+    run_steps("simple_cnn fastest", seeds[1], config(32, HR_OPTIM_ADAM), 2, 1e-3, 1e-2, 1e-3, 1e-3);
+    run_steps("deep_cnn fastest", seeds[2], config(64, HR_OPTIM_ADAM), 2, 1e-3, 1e-2, 1e-3, 1e-3);
+    unsetenv("HR_CUDNN_ALGO");
     for (int i = 0; i < 3; i++) hr_model_free(seeds[i]);
     free(scratch);
     TEST_END();

@@ -101,6 +101,7 @@ hr_status hr_cuda_init(hr_cuda *c, const hr_config_t *cfg) {
     HR_CU(cudaMemGetInfo(&f1, &t1));
     c->overhead = g_ctx_bytes + (f0 > f1 ? f0 - f1 : 0);
     c->used_at_start = t1 - f1;
+    c->total_mem = t1;
     return HR_OK;
 }
 

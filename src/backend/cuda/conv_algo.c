@@ -22,8 +22,13 @@ static bool precise(int which, int algo) {
  *                  algorithms, deterministic or not, then any;
  *   deterministic  precise and deterministic, then deterministic, then any:
  *                  a rerun gives the same bits (slower backward passes);
- *   heuristic      cuDNN's heuristic first choice, whatever it is. */
+ *   heuristic      cuDNN's heuristic first choice, whatever it is;
+ *   fastest        every algorithm, FFT and Winograd included, timed:
+ *                  PyTorch's rule under cudnn.benchmark. */
 static int pick_mode(const hr_cuda *c) { return c->opt.cudnn_algo; }
+static bool precise_only(const hr_cuda *c) {
+    return pick_mode(c) == HR_ALGO_PRECISE || pick_mode(c) == HR_ALGO_DETERMINISTIC;
+}
 
 /* In the precise mode, the GEMM-like candidates are also timed once on the
  * real buffers at the first run, and the fastest is kept: the heuristics'
@@ -31,9 +36,28 @@ static int pick_mode(const hr_cuda *c) { return c->opt.cudnn_algo; }
  * HR_CUDA_CONV_TUNE_WS, is planned. HR_CUDNN_AUTOTUNE=0 keeps the
  * heuristics' choice. */
 #define HR_CUDA_CONV_TUNE_WS ((size_t)64 << 20)
-static bool autotune(const hr_cuda *c) { return pick_mode(c) == HR_ALGO_PRECISE && c->opt.cudnn_autotune; }
+static bool autotune(const hr_cuda *c) {
+    return (pick_mode(c) == HR_ALGO_PRECISE || pick_mode(c) == HR_ALGO_FASTEST) && c->opt.cudnn_autotune;
+}
+/* The largest workspace an algorithm may have (ws_cap), and a timed
+ * candidate (tune_ws). FFT and Winograd want far more than the GEMM-like
+ * algorithms (ResNet-18 at batch 1024 on an H200: 80.7 ms a step with 4 GiB
+ * allowed, 123.5 with 1 GiB, 151.6 with 256 MiB); the fastest mode lets them
+ * have HR_CUDNN_FASTEST_WS_MIB, else a sixteenth of the device's memory up
+ * to 4 GiB, all of it planned (the candidates' largest: the arena is planned
+ * before they are timed). */
+static size_t ws_cap(const hr_cuda *c) {
+    if (pick_mode(c) != HR_ALGO_FASTEST) return HR_CUDA_CONV_WS_CAP;
+    if (c->opt.cudnn_fast_ws_mib > 0) return (size_t)c->opt.cudnn_fast_ws_mib << 20;
+    size_t cap = c->total_mem / 16, most = (size_t)4 << 30;
+    return cap > most ? most : cap > HR_CUDA_CONV_WS_CAP ? cap : HR_CUDA_CONV_WS_CAP;
+}
+static size_t tune_ws(const hr_cuda *c) {
+    return pick_mode(c) == HR_ALGO_FASTEST ? ws_cap(c) : HR_CUDA_CONV_TUNE_WS;
+}
 
-/* The modes of pick_mode() map to engine filters:
+/* The modes of pick_mode() map to engine filters (FP32 in the fastest mode
+ * takes the legacy algorithms instead, below):
  * precise: no FFT or Winograd, the candidates timed (autotune) or cuDNN's
  * first; deterministic: also no non-deterministic engine, cuDNN's first
  * (timing could pick another engine in another run); heuristic: cuDNN's
@@ -54,17 +78,23 @@ hr_cudnn_op *hr_conv_algo_graph_op(hr_cuda *c, hr_cuda_conv *p, int which, bool 
         snprintf(p->gwhy[which][b], sizeof p->gwhy[which][b], "half data");
         return NULL;
     }
+    /* FP32 in the fastest mode: cuDNN's graph heuristics offer no FFT or
+     * Winograd engine for FP32 here, the legacy API's algorithms do. */
+    if (p->dt == HR_F32 && pick_mode(c) == HR_ALGO_FASTEST) {
+        snprintf(p->gwhy[which][b], sizeof p->gwhy[which][b], "fastest: FFT and Winograd");
+        return NULL;
+    }
     int mode = pick_mode(c);
     unsigned flags = p->dt != HR_F32 ? HR_ENGINE_TENSOR_CORE : p->tf32 ? HR_ENGINE_ALLOW_TF32 : 0;
     if (p->dt != HR_F32 && c->opt.cudnn_half_reduction) flags |= HR_ENGINE_HALF_REDUCTION;
-    if (mode != HR_ALGO_HEURISTIC) flags |= HR_ENGINE_PRECISE;
+    if (precise_only(c)) flags |= HR_ENGINE_PRECISE;
     if (mode == HR_ALGO_DETERMINISTIC) flags |= HR_ENGINE_DETERMINISTIC;
     if (!autotune(c)) flags |= HR_ENGINE_FIRST_ONLY;
     hr_conv_dims dims = {.n = p->N, .c = p->C, .h = p->H, .w = p->W, .k = p->K, .r = p->kh, .s = p->kw,
                          .oh = p->OH, .ow = p->OW, .pad = {p->ph, p->pw}, .stride = {p->sh, p->sw},
                          .dil = {p->dh, p->dw}, .groups = p->G,
                          .align = p->align, .dtype = hr_conv_dnn_type(p->dt)};
-    size_t cap = autotune(c) ? HR_CUDA_CONV_TUNE_WS : HR_CUDA_CONV_WS_CAP;
+    size_t cap = autotune(c) ? tune_ws(c) : ws_cap(c);
     p->gop[which][b] = hr_cudnn_op_new(d->G, &dims, which, add ? 1.0f : 0.0f, flags, cap, 16, p->gwhy[which][b],
                                        sizeof p->gwhy[which][b]);
     if (c->opt.cuda_verbose) {
@@ -117,16 +147,16 @@ static hr_status choose(hr_cuda *c, hr_cuda_conv *p, int which) {
         for (int i = 0; i < got; i++) {
             const hr_cudnn_perf *r = &perf[i];
             bool math_ok = tc || r->mathType == HR_CUDNN_FMA_MATH || r->mathType == HR_CUDNN_DEFAULT_MATH;
-            if (r->status != 0 || !math_ok || r->memory > HR_CUDA_CONV_WS_CAP) continue;
+            if (r->status != 0 || !math_ok || r->memory > ws_cap(c)) continue;
             bool want_det = mode == HR_ALGO_DETERMINISTIC && pass < 2;
-            bool want_precise = mode != HR_ALGO_HEURISTIC && pass < 1;
+            bool want_precise = precise_only(c) && pass < 1;
             if (want_det && r->determinism != HR_CUDNN_DETERMINISTIC) continue;
             if (want_precise && !precise(which, r->algo)) continue;
             size_t ws = 0;
             int math = tc ? r->mathType : HR_CUDNN_FMA_MATH;
             DNN(d, d->SetConvolutionMathType(p->cd, math));
             st = ws_size(d, p, which, r->algo, &ws);
-            if (st != 0 || ws > HR_CUDA_CONV_WS_CAP) continue;
+            if (st != 0 || ws > ws_cap(c)) continue;
             p->algo[which] = r->algo;
             p->math[which] = math;
             p->ws[which] = ws;
@@ -137,14 +167,14 @@ static hr_status choose(hr_cuda *c, hr_cuda_conv *p, int which) {
         for (int i = 0; i < got && p->ncand[which] < 8; i++) {
             const hr_cudnn_perf *r = &perf[i];
             bool math_ok = tc || r->mathType == HR_CUDNN_FMA_MATH || r->mathType == HR_CUDNN_DEFAULT_MATH;
-            if (r->status != 0 || !math_ok || !precise(which, r->algo)) continue;
+            if (r->status != 0 || !math_ok || (precise_only(c) && !precise(which, r->algo))) continue;
             int math = tc ? r->mathType : HR_CUDNN_FMA_MATH;
             bool dup = false;
             for (int k = 0; k < p->ncand[which]; k++)
                 dup |= p->cand[which][k].algo == r->algo && p->cand[which][k].math == math;
             size_t ws = 0;
             if (dup || d->SetConvolutionMathType(p->cd, math) != 0 || ws_size(d, p, which, r->algo, &ws) != 0) continue;
-            if (ws > HR_CUDA_CONV_TUNE_WS && !(r->algo == p->algo[which] && math == p->math[which])) continue;
+            if (ws > tune_ws(c) && !(r->algo == p->algo[which] && math == p->math[which])) continue;
             int k = p->ncand[which]++;
             p->cand[which][k].algo = r->algo, p->cand[which][k].math = math, p->cand[which][k].ws = ws;
         }

@@ -59,6 +59,7 @@ typedef struct hr_cuda {
     /* memory facts */
     size_t overhead;          /* context + handles, measured */
     size_t used_at_start;     /* total - free (cudaMemGetInfo) once the handles exist */
+    size_t total_mem;         /* the device's memory (cudaMemGetInfo's total) */
     int64_t allocs;           /* cudaMalloc / cudaHostAlloc calls */
     /* the arena */
     void *arena;
