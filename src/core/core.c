@@ -280,3 +280,29 @@ hr_status hr_file_commit(FILE *f, const char *tmp, const char *path) {
     if (st != HR_OK) unlink(tmp); /* the previous file, if any, is untouched */
     return st;
 }
+
+char *hr_cache_dir(void) {
+    const char *env = getenv("HR_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    const char *base = env && *env ? env : xdg && *xdg ? xdg : home && *home ? home : NULL;
+    const char *sub = env && *env ? "" : xdg && *xdg ? "/headroom" : "/.cache/headroom";
+    if (!base) return NULL;
+    char *dir = hr_malloc(strlen(base) + strlen(sub) + 1);
+    if (dir) sprintf(dir, "%s%s", base, sub);
+    return dir;
+}
+
+bool hr_make_dirs(const char *dir) {
+    char p[4096];
+    size_t n = strlen(dir);
+    if (n >= sizeof p) return errno = ENAMETOOLONG, false;
+    memcpy(p, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (p[i] != '/' && p[i] != 0) continue;
+        char c = p[i];
+        p[i] = 0;
+        if (mkdir(p, 0755) && errno != EEXIST) return false;
+        p[i] = c;
+    }
+    struct stat sb;
+    return stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) ? true : (errno = ENOTDIR, false);
+}

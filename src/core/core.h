@@ -72,6 +72,13 @@ void *hr_realloc(void *p, size_t n);  /* on failure p is untouched */
 void hr_free(void *p);
 char *hr_strdup(const char *s);
 
+/* headroom's version, part of the caches' keys (plan/cost.c,
+ * backend/cuda/conv_cache.c): bump it when kernels change speed, so that what
+ * was measured with the old ones is not used. */
+#ifndef HR_VERSION
+#define HR_VERSION "0.5.0"
+#endif
+
 /* A text file written whole or not at all: hr_file_begin opens a temporary
  * file beside path (mkstemp; tmp receives its name, n >= strlen(path) + 8),
  * with a plain file's mode; hr_file_commit flushes, syncs and renames it
@@ -79,6 +86,12 @@ char *hr_strdup(const char *s);
  * the error set naming the path. */
 FILE *hr_file_begin(const char *path, char *tmp, size_t n);
 hr_status hr_file_commit(FILE *f, const char *tmp, const char *path);
+/* The folder of headroom's caches (what was measured on this machine):
+ * $HR_CACHE_DIR, else $XDG_CACHE_HOME/headroom, else $HOME/.cache/headroom;
+ * hr_malloc'd, NULL when none is set (or out of memory). */
+char *hr_cache_dir(void);
+/* mkdir -p: false with errno set when dir is not a folder at the end. */
+bool hr_make_dirs(const char *dir);
 
 /* Fault injection: returns true when the allocation about to happen must fail.
  * Backends call it before cudaMalloc / cudaHostAlloc too. */
@@ -122,6 +135,7 @@ typedef struct {
     int profile;            /* HR_PROFILE: 0 off, 1 host time per node, 2 device events */
     int cudnn_algo;         /* HR_CUDNN_ALGO: HR_ALGO_PRECISE (default), _DETERMINISTIC, _HEURISTIC, _FASTEST */
     bool cudnn_autotune;    /* HR_CUDNN_AUTOTUNE (default on; 0 off) */
+    bool cudnn_cache;       /* HR_CUDNN_CACHE (default on; 0: timed choices not kept between runs) */
     long long cudnn_fast_ws_mib; /* HR_CUDNN_FASTEST_WS_MIB: a fastest-mode algorithm's largest workspace
                                     (0: the backend's default) */
     bool cudnn_legacy;      /* HR_CUDNN_API=legacy */

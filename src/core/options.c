@@ -33,6 +33,7 @@ hr_options hr_options_read(void) {
                    : algo && !strcmp(algo, "fastest")     ? HR_ALGO_FASTEST
                                                           : HR_ALGO_PRECISE;
     o.cudnn_autotune = flag("HR_CUDNN_AUTOTUNE", true);
+    o.cudnn_cache = flag("HR_CUDNN_CACHE", true);
     long long fw = number("HR_CUDNN_FASTEST_WS_MIB", 0);
     o.cudnn_fast_ws_mib = fw > 0 ? fw : 0;
     const char *api = env("HR_CUDNN_API");

@@ -390,23 +390,6 @@ static hr_status load(hr_cost_model *cm, const char *path) {
     return st;
 }
 
-/* mkdir -p */
-static bool make_dirs(const char *dir) {
-    char p[4096];
-    size_t n = strlen(dir);
-    if (n >= sizeof p) return errno = ENAMETOOLONG, false;
-    memcpy(p, dir, n + 1);
-    for (size_t i = 1; i <= n; i++) {
-        if (p[i] != '/' && p[i] != 0) continue;
-        char c = p[i];
-        p[i] = 0;
-        if (mkdir(p, 0755) && errno != EEXIST) return false;
-        p[i] = c;
-    }
-    struct stat sb;
-    return stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) ? true : (errno = ENOTDIR, false);
-}
-
 static int by_key(const void *a, const void *b) {
     return strcmp((*(const hr_cost_entry *const *)a)->key, (*(const hr_cost_entry *const *)b)->key);
 }
@@ -417,7 +400,7 @@ hr_status hr_cost_save(hr_cost_model *cm) {
         fprintf(stderr, "headroom: warning: the cost cache is not saved: no HOME; set HR_CACHE_DIR\n");
         return hr_error_set(HR_ERR_IO, "cost cache: no directory (no HOME); set HR_CACHE_DIR");
     }
-    if (!make_dirs(cm->dir)) {
+    if (!hr_make_dirs(cm->dir)) {
         warn(cm->dir, "cannot make the directory; times not saved", strerror(errno));
         return hr_error_set(HR_ERR_IO, "cost cache: cannot make %s: %s; set HR_CACHE_DIR to a writable folder",
                             cm->dir, strerror(errno));
@@ -513,11 +496,8 @@ hr_cost_model *hr_cost_model_new(hr_device dev_kind, const char *device_name, co
              HR_VERSION);
     /* read once, here, where the model is made: never in a hot path */
     const char *env = getenv("HR_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    const char *base = env && *env ? env : xdg && *xdg ? xdg : home && *home ? home : NULL;
-    const char *sub = env && *env ? "" : xdg && *xdg ? "/headroom" : "/.cache/headroom";
-    if (base) {
-        cm->dir = hr_malloc(strlen(base) + strlen(sub) + 1);
-        if (cm->dir) sprintf(cm->dir, "%s%s", base, sub);
+    if ((env && *env) || (xdg && *xdg) || (home && *home)) {
+        cm->dir = hr_cache_dir();
         cm->path = cm->dir ? hr_malloc(strlen(cm->dir) + strlen(file) + 1) : NULL;
         if (!cm->path) {
             hr_cost_model_free(cm);

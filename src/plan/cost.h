@@ -27,11 +27,6 @@
 
 #include "plan/program.h"
 
-/* headroom's version, part of the cache's key: bump it when kernels change
- * speed, so that times measured with the old ones are not used. */
-#ifndef HR_VERSION
-#define HR_VERSION "0.4.0"
-#endif
 
 typedef struct hr_cost_model hr_cost_model;
 

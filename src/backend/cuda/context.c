@@ -1,5 +1,6 @@
 /* context.c — the CUDA backend's context: the device, its streams and events,
  * the cuBLAS and cuDNN handles, and what they cost in device memory (NVML). */
+#include "backend/cuda/conv.h"
 #include "backend/cuda/hr_cuda.h"
 #include "backend/nvml.h"
 
@@ -109,6 +110,7 @@ void hr_cuda_fini(hr_cuda *c) {
     if (c->stream) cudaStreamSynchronize(c->stream);
     if (c->copy_stream) cudaStreamSynchronize(c->copy_stream);
     hr_cuda_graph_free(c);
+    hr_conv_cache_close(c);
     hr_cuda_conv_plans_free(c); /* their descriptors need the library: before it closes */
     hr_cuda_dnn_close(c);
     hr_cuda_gemm_free(c);

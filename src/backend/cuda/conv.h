@@ -45,6 +45,20 @@ static inline int hr_conv_dnn_type(hr_dtype dt) {
  * as it is (FP32 accumulation: no engine that reduces in lower precision). */
 static inline bool hr_conv_tensor_ok(const hr_cuda_conv *p) { return p->tf32 || p->dt != HR_F32; }
 
+/* ---- conv_cache.c: timed choices kept between runs ---- */
+typedef struct hr_conv_cache hr_conv_cache;
+#define HR_CONV_KEY 256
+/* The key of convolution `which` of p (add: beta 1) on the graph API or the
+ * legacy one, in this backend's mode. */
+void hr_conv_cache_key(const hr_cuda *c, const hr_cuda_conv *p, int which, bool add, bool graph, char *key,
+                       size_t n);
+/* A choice made by an earlier run: true with a, b and its workspace. */
+bool hr_conv_cache_get(hr_cuda *c, const char *key, int64_t *a, int64_t *b, size_t *ws);
+/* Remembers a choice timing made (written when the backend closes). */
+void hr_conv_cache_put(hr_cuda *c, const char *key, int64_t a, int64_t b, size_t ws);
+/* Writes the new choices (merged with the file's) and frees the cache. */
+void hr_conv_cache_close(hr_cuda *c);
+
 /* ---- conv_algo.c ---- */
 /* The graph-API op for this convolution and beta (add: 1, else 0), made at
  * the first ask; NULL where the graph API is off or offers no acceptable
@@ -57,10 +71,11 @@ size_t hr_conv_algo_workspace(hr_cuda *c, hr_cuda_conv *p, int which, bool add);
 hr_status hr_conv_algo_ready(hr_cuda *c, hr_cuda_conv *p, int which, size_t have);
 /* Times the candidates on the real buffers a, b (inputs) and out (written:
  * before the node's real work) and keeps the fastest: the legacy algorithms
- * of p, or the graph op's engines. */
+ * of p, or the engines of p's graph op for `which` and add; the choice goes
+ * to the cache (conv_cache.c). */
 hr_status hr_conv_algo_tune(hr_cuda *c, hr_cuda_conv *p, int which, const void *a, const void *b, void *out, void *ws,
                             size_t wsz);
-hr_status hr_conv_algo_tune_op(hr_cuda *c, hr_cudnn_op *op, const void *a, const void *b, void *out, void *ws,
-                               size_t wsz);
+hr_status hr_conv_algo_tune_op(hr_cuda *c, hr_cuda_conv *p, int which, bool add, const void *a, const void *b,
+                               void *out, void *ws, size_t wsz);
 
 #endif

@@ -97,6 +97,14 @@ hr_cudnn_op *hr_conv_algo_graph_op(hr_cuda *c, hr_cuda_conv *p, int which, bool 
     size_t cap = autotune(c) ? tune_ws(c) : ws_cap(c);
     p->gop[which][b] = hr_cudnn_op_new(d->G, &dims, which, add ? 1.0f : 0.0f, flags, cap, 16, p->gwhy[which][b],
                                        sizeof p->gwhy[which][b]);
+    /* an earlier run's timed choice: planned alone, nothing timed */
+    char key[HR_CONV_KEY];
+    int64_t engine, k;
+    size_t w;
+    if (p->gop[which][b] && !hr_cudnn_op_tuned(p->gop[which][b])) {
+        hr_conv_cache_key(c, p, which, add, true, key, sizeof key);
+        if (hr_conv_cache_get(c, key, &engine, &k, &w)) hr_cudnn_op_take(d->G, p->gop[which][b], engine, k, w);
+    }
     if (c->opt.cuda_verbose) {
         static const char *what[] = {"forward", "backward-data", "backward-filter"};
         char desc[160];
@@ -179,6 +187,18 @@ static hr_status choose(hr_cuda *c, hr_cuda_conv *p, int which) {
             p->cand[which][k].algo = r->algo, p->cand[which][k].math = math, p->cand[which][k].ws = ws;
         }
         if (p->ncand[which] < 2) p->tuned[which] = true; /* nothing to compare */
+        /* an earlier run's timed choice, if still a candidate: planned alone, nothing timed */
+        char key[HR_CONV_KEY];
+        int64_t ca, cm;
+        size_t cw;
+        hr_conv_cache_key(c, p, which, false, false, key, sizeof key);
+        bool known = !p->tuned[which] && hr_conv_cache_get(c, key, &ca, &cm, &cw);
+        for (int k = 0; known && k < p->ncand[which]; k++)
+            if (p->cand[which][k].algo == ca && p->cand[which][k].math == cm && p->cand[which][k].ws == cw) {
+                p->algo[which] = (int)ca, p->math[which] = (int)cm, p->ws[which] = cw;
+                p->tuned[which] = true;
+                break;
+            }
     } else {
         p->tuned[which] = true;
     }
@@ -286,6 +306,9 @@ hr_status hr_conv_algo_tune(hr_cuda *c, hr_cuda_conv *p, int which, const void *
         p->algo[which] = p->cand[which][pick].algo;
         p->math[which] = p->cand[which][pick].math;
         p->ws[which] = p->cand[which][pick].ws;
+        char key[HR_CONV_KEY];
+        hr_conv_cache_key(c, p, which, false, false, key, sizeof key);
+        hr_conv_cache_put(c, key, p->algo[which], p->math[which], p->ws[which]);
     }
     if (c->opt.cuda_verbose) {
         static const char *what[] = {"forward", "backward-data", "backward-filter"};
@@ -300,11 +323,22 @@ hr_status hr_conv_algo_tune(hr_cuda *c, hr_cuda_conv *p, int which, const void *
 
 /* Times the graph op's candidates on the real buffers (before the node's real
  * work overwrites `out`) and keeps the fastest. */
-hr_status hr_conv_algo_tune_op(hr_cuda *c, hr_cudnn_op *op, const void *a, const void *b, void *out, void *ws,
-                               size_t wsz) {
+hr_status hr_conv_algo_tune_op(hr_cuda *c, hr_cuda_conv *p, int which, bool add, const void *a, const void *b,
+                               void *out, void *ws, size_t wsz) {
     hr_cuda_dnn *d = c->dnn;
-    if (!hr_cudnn_op_tuned(op) && c->capturing) return untimed_in_capture();
+    hr_cudnn_op *op = p->gop[which][add ? 1 : 0];
+    if (!op || hr_cudnn_op_tuned(op)) return HR_OK;
+    if (c->capturing) return untimed_in_capture();
     for (int i = 0; i < 2; i++)
         if (!d->ev[i]) HR_CU(cudaEventCreate(&d->ev[i]));
-    return hr_cudnn_op_tune(d->G, op, c->stream, d->ev, a, b, out, ws, wsz, c->opt.cuda_verbose);
+    hr_status st = hr_cudnn_op_tune(d->G, op, c->stream, d->ev, a, b, out, ws, wsz, c->opt.cuda_verbose);
+    if (st == HR_OK) {
+        char key[HR_CONV_KEY];
+        int64_t engine, k;
+        size_t w;
+        hr_cudnn_op_choice(op, &engine, &k, &w);
+        hr_conv_cache_key(c, p, which, add, true, key, sizeof key);
+        hr_conv_cache_put(c, key, engine, k, w);
+    }
+    return st;
 }

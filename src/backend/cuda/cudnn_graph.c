@@ -69,6 +69,7 @@ struct hr_cudnn_op {
     size_t ws;               /* its workspace */
     int64_t engine;
     unsigned notes;
+    int k;                   /* its place among the candidates */
     int n;                   /* candidates */
     cand c[MAX_PLANS];
     bool tuned;
@@ -248,6 +249,13 @@ done:
 
 static void choose(hr_cudnn_op *op, int k) {
     op->plan = op->c[k].plan, op->ws = op->c[k].ws, op->engine = op->c[k].engine, op->notes = op->c[k].notes;
+    op->k = k;
+}
+
+/* The candidates but the chosen one are no longer needed. */
+static void drop_others(hr_cudnn_graph *G, hr_cudnn_op *op) {
+    for (int k = 0; k < op->n; k++)
+        if (k != op->k && op->c[k].plan) G->Destroy(op->c[k].plan), op->c[k].plan = NULL;
 }
 
 hr_cudnn_op *hr_cudnn_op_new(hr_cudnn_graph *G, const hr_conv_dims *d, int which, float beta, unsigned flags,
@@ -389,10 +397,20 @@ hr_status hr_cudnn_op_tune(hr_cudnn_graph *G, hr_cudnn_op *op, cudaStream_t stre
                     op->c[k].notes & 1u << HR_CUDNN_NOTE_NONDETERMINISTIC ? "~" : "", (double)op->c[k].ms);
         fprintf(stderr, "\n");
     }
-    /* the others are no longer needed */
-    for (int k = 0; k < op->n; k++)
-        if (k != pick && op->c[k].plan) G->Destroy(op->c[k].plan), op->c[k].plan = NULL;
+    drop_others(G, op);
     return HR_OK;
+}
+
+void hr_cudnn_op_choice(const hr_cudnn_op *op, int64_t *engine, int64_t *k, size_t *ws) {
+    *engine = op->engine, *k = op->k, *ws = op->ws;
+}
+
+bool hr_cudnn_op_take(hr_cudnn_graph *G, hr_cudnn_op *op, int64_t engine, int64_t k, size_t ws) {
+    if (op->tuned || k < 0 || k >= op->n || op->c[k].engine != engine || op->c[k].ws != ws) return false;
+    choose(op, (int)k);
+    op->tuned = true;
+    drop_others(G, op);
+    return true;
 }
 
 void hr_cudnn_op_describe(const hr_cudnn_op *op, char *buf, size_t len) {

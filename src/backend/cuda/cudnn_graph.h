@@ -59,6 +59,11 @@ void hr_cudnn_op_free(hr_cudnn_graph *G, hr_cudnn_op *op);
 /* Workspace bytes: the largest candidate's until tuned, the chosen one's after. */
 size_t hr_cudnn_op_workspace(const hr_cudnn_op *op);
 bool hr_cudnn_op_tuned(const hr_cudnn_op *op);
+/* The chosen engine's global index, its place among the candidates, its workspace. */
+void hr_cudnn_op_choice(const hr_cudnn_op *op, int64_t *engine, int64_t *k, size_t *ws);
+/* Takes candidate k untimed when it is still engine `engine` with workspace
+ * ws (an earlier run's choice); false, changing nothing, otherwise. */
+bool hr_cudnn_op_take(hr_cudnn_graph *G, hr_cudnn_op *op, int64_t engine, int64_t k, size_t ws);
 
 /* Times every candidate on these buffers (out is overwritten; call before the
  * node's real work) and keeps the fastest. `ev` are two CUDA events. */

@@ -1,0 +1,149 @@
+/* test_conv_cache.c — the convolution choices kept between runs
+ * (backend/cuda/conv_cache.c), in a cache folder of its own: a first run
+ * times the candidates and writes its choices when its backend closes; a
+ * second run of the same model plans each chosen algorithm's workspace alone
+ * (never more than the first plan, which held the largest candidate's) and
+ * trains to the same losses; a cache whose choices are no longer candidates,
+ * or full of garbage, is ignored (the first plan again); HR_CUDNN_CACHE=0
+ * ignores a good one; a folder that cannot be written costs nothing but the
+ * cache. In the precise mode (GEMM-like engines, graph API) and the fastest
+ * (every legacy algorithm: FFT and Winograd want the largest workspaces).
+ * Skips (passing) where no GPU is present. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend/backend.h"
+#include "check.h"
+#include "seed_models.h"
+
+enum { STEPS = 3, BATCH = 256 };
+
+static uint64_t rng_state = 0x5eed;
+static float frand(void) { /* [-1, 1) */
+    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static float *xs[STEPS];
+static int32_t *ys[STEPS];
+
+typedef struct {
+    size_t arena;
+    float loss[STEPS];
+    bool ok;
+} run_t;
+
+/* Compiles, plans and trains STEPS steps on the fixed batches; the session
+ * (and its backend, which writes the cache) is freed before it returns. */
+static run_t run(const hr_model_t *m, const char *what) {
+    run_t r = {0};
+    hr_config_t c = hr_config_default();
+    c.device = HR_DEVICE_CUDA;
+    c.batch = BATCH;
+    c.seed = 7;
+    hr_session_t *s = hr_compile(m, &c);
+    CHECK(s != NULL, "%s: compile: %s", what, hr_last_error());
+    if (!s) return r;
+    r.arena = hr_session_report(s)->arena_bytes;
+    bool ok = hr_session_alloc(s) == HR_OK;
+    CHECK(ok, "%s: alloc: %s", what, hr_last_error());
+    for (int t = 0; ok && t < STEPS; t++) {
+        ok = hr_train_step(s, xs[t], ys[t], &r.loss[t]) == HR_OK && isfinite(r.loss[t]);
+        CHECK(ok, "%s: step %d: %s", what, t, hr_last_error());
+    }
+    hr_session_free(s);
+    r.ok = ok;
+    return r;
+}
+
+static int lines_in(const char *dir) {
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "cat %s/conv-*.tsv 2>/dev/null | grep -vc '^#'", dir);
+    FILE *p = popen(cmd, "r");
+    int n = 0;
+    if (p && fscanf(p, "%d", &n) != 1) n = 0;
+    if (p) pclose(p);
+    return n;
+}
+
+static void same_losses(const run_t *a, const run_t *b, const char *what) {
+    double e = 0;
+    for (int t = 0; t < STEPS; t++) e = fmax(e, fabs((double)a->loss[t] - b->loss[t]) / fmax(1.0, fabs(a->loss[t])));
+    CHECK(a->ok && b->ok && e <= 1e-4, "%s: losses differ from the first run's by %.3g", what, e);
+}
+
+static void one_mode(const hr_model_t *m, const char *mode) {
+    char dir[] = "/tmp/hr_conv_cache_XXXXXX", cmd[700], what[160];
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp: cannot make a folder");
+        return;
+    }
+    setenv("HR_CACHE_DIR", dir, 1);
+    setenv("HR_CUDNN_ALGO", mode, 1);
+    unsetenv("HR_CUDNN_CACHE");
+
+    snprintf(what, sizeof what, "%s, first run", mode);
+    run_t first = run(m, what);
+    int n = lines_in(dir);
+    printf("  %-8s first run: arena %zu bytes, %d choices written\n", mode, first.arena, n);
+    CHECK(n >= 3, "%s: %d convolution choices in the cache, expected one per timed convolution (>= 3)", mode, n);
+
+    snprintf(what, sizeof what, "%s, second run", mode);
+    run_t second = run(m, what);
+    printf("  %-8s second run: arena %zu bytes (%.1f%% of the first)\n", mode, second.arena,
+           100.0 * (double)second.arena / (double)(first.arena ? first.arena : 1));
+    CHECK(second.arena <= first.arena, "%s: the plan grew with the cache: %zu > %zu bytes", mode, second.arena,
+          first.arena);
+    same_losses(&first, &second, what);
+    CHECK(lines_in(dir) == n, "%s: the second run changed the cache (%d lines, %d before)", mode, lines_in(dir), n);
+
+    /* HR_CUDNN_CACHE=0: the cache is there and ignored */
+    setenv("HR_CUDNN_CACHE", "0", 1);
+    snprintf(what, sizeof what, "%s, HR_CUDNN_CACHE=0", mode);
+    run_t off = run(m, what);
+    CHECK(off.arena == first.arena, "%s: arena %zu, expected the first run's %zu", what, off.arena, first.arena);
+    unsetenv("HR_CUDNN_CACHE");
+
+    /* choices that are no longer candidates (another algorithm, another
+     * workspace) and lines that are not choices at all: all ignored */
+    snprintf(cmd, sizeof cmd,
+             "cd %s && f=$(ls conv-*.tsv) && awk -F'\\t' 'BEGIN{OFS=\"\\t\"} /^#/{print;next} {print $1, 977, $3, $4 + 256}' "
+             "$f > t && mv t $f && printf 'garbage\\nkey only\\t\\nprecise x\\t1\\t2\\t-5\\n\\t\\t\\t\\n' >> $f",
+             dir);
+    CHECK(system(cmd) == 0, "%s: rewriting the cache failed", mode);
+    snprintf(what, sizeof what, "%s, stale cache", mode);
+    run_t stale = run(m, what);
+    CHECK(stale.arena == first.arena, "%s: arena %zu, expected the first run's %zu", what, stale.arena, first.arena);
+    same_losses(&first, &stale, what);
+
+    /* a cache folder that cannot be made: training goes on */
+    snprintf(cmd, sizeof cmd, "rm -rf %s && touch %s", dir, dir);
+    CHECK(system(cmd) == 0, "%s: making a file in the folder's place failed", mode);
+    snprintf(what, sizeof what, "%s, no folder", mode);
+    run_t nodir = run(m, what);
+    CHECK(nodir.ok && nodir.arena == first.arena, "%s: arena %zu, expected %zu", what, nodir.arena, first.arena);
+    unlink(dir);
+}
+
+int main(void) {
+    if (!hr_backend_cuda_available()) {
+        printf("SKIP: no CUDA device\n");
+        TEST_END();
+    }
+    hr_model_t *m = seed_deep_cnn();
+    int64_t per = 3 * 64 * 64;
+    for (int t = 0; t < STEPS; t++) {
+        xs[t] = malloc(sizeof(float) * (size_t)(BATCH * per));
+        ys[t] = malloc(sizeof(int32_t) * BATCH);
+        for (int64_t i = 0; i < BATCH * per; i++) xs[t][i] = frand();
+        for (int i = 0; i < BATCH; i++) ys[t][i] = (int32_t)((frand() + 1.0f) * 5.0f) % 10;
+    }
+    one_mode(m, "precise");
+    one_mode(m, "fastest");
+    for (int t = 0; t < STEPS; t++) free(xs[t]), free(ys[t]);
+    hr_model_free(m);
+    TEST_END();
+}
