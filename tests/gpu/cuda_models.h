@@ -50,6 +50,22 @@ static inline hr_model_t *res_concat(void) { /* two convs, Add, Concat, global p
     return m;
 }
 
+static inline hr_model_t *fork_cnn(void) { /* a conv's output read by two convs: the second dx adds */
+    hr_model_t *m = hr_model_new("fork_cnn");
+    int x = hr_input(m, "x", 3, (int64_t[]){4, 8, 8});
+    int h = hr_conv2d(m, NULL, x, 4, 8, 3, 1, 1, true);
+    h = hr_relu(m, NULL, h);
+    int a = hr_conv2d(m, NULL, h, 8, 8, 3, 1, 1, true);
+    int b = hr_conv2d(m, NULL, h, 8, 8, 1, 1, 0, true);
+    int y = hr_add(m, NULL, a, b);
+    y = hr_relu(m, NULL, y);
+    y = hr_global_avgpool(m, NULL, y);
+    y = hr_flatten(m, NULL, y);
+    y = hr_linear(m, NULL, y, 8, 6, true);
+    hr_loss_cross_entropy(m, y, 6);
+    return m;
+}
+
 static inline hr_model_t *bn_first(void) { /* BatchNorm on the input itself (the test shifts it), ReLU, Linear, CE */
     hr_model_t *m = hr_model_new("bn_first");
     int x = hr_input(m, "x", 3, (int64_t[]){4, 16, 16});

@@ -693,7 +693,13 @@ int main(void) {
     setenv("HR_CUDNN_ALGO", "fastest", 1);
     run_steps("simple_cnn fastest", seeds[1], config(32, HR_OPTIM_ADAM), 2, 1e-3, 1e-2, 1e-3, 1e-3);
     run_steps("deep_cnn fastest", seeds[2], config(64, HR_OPTIM_ADAM), 2, 1e-3, 1e-2, 1e-3, 1e-3);
+    /* a residual input's dx adds the second reader's gradient: its
+     * candidates are timed into the workspace's tail, dx untouched */
+    hr_model_t *fk = fork_cnn();
+    run_steps("fork_cnn fastest", fk, config(64, HR_OPTIM_SGD), 2, 1e-3, 1e-2, 1e-3, 1e-3);
     unsetenv("HR_CUDNN_ALGO");
+    run_steps("fork_cnn", fk, config(64, HR_OPTIM_SGD), 2, 1e-5, 1e-4, 1e-5, 1e-5);
+    hr_model_free(fk);
     for (int i = 0; i < 3; i++) hr_model_free(seeds[i]);
     free(scratch);
     TEST_END();

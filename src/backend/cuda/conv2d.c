@@ -365,10 +365,22 @@ hr_status hr_cuda_conv2d_bwd(void *ctx, const hr_kargs *a) {
         }
         if (half_dw) HR_CU(hrk_cast(c->stream, dwo, dt, dw, HR_F32, w_numel(v), add));
     }
-    if (gd && !v->acc_dx && !hr_cudnn_op_tuned(gd) && (st = hr_conv_algo_tune_op(c, full, BWD_DATA, v->acc_dx, w, dy, dx, ws, wsz)) != HR_OK)
+    /* A dx that adds into what it holds (a second reader's gradient) cannot
+     * be timed in place: its candidates write into the workspace's tail
+     * instead, those whose own workspace fits before it (none fit: the
+     * heuristics' first runs, untimed) */
+    void *tdx = dx, *tws = ws;
+    size_t twsz = wsz, dxb = (size_t)full->N * s.C * s.H * s.W * hr_dtype_size(dt);
+    if (dx && v->acc_dx) {
+        size_t off = wsz >= dxb + HR_ALIGN ? (wsz - dxb) & ~(size_t)(HR_ALIGN - 1) : 0;
+        tdx = off ? (char *)ws + off : NULL;
+        twsz = off;
+    }
+    if (gd && tdx && !hr_cudnn_op_tuned(gd) &&
+        (st = hr_conv_algo_tune_op(c, full, BWD_DATA, v->acc_dx, w, dy, tdx, tws, twsz)) != HR_OK)
         return st;
-    if (dx && !gd && !v->acc_dx && !full->tuned[BWD_DATA] &&
-        (st = hr_conv_algo_tune(c, full, BWD_DATA, w, dy, dx, ws, wsz)) != HR_OK)
+    if (dx && !gd && tdx && !full->tuned[BWD_DATA] &&
+        (st = hr_conv_algo_tune(c, full, BWD_DATA, w, dy, tdx, tws, twsz)) != HR_OK)
         return st;
     for (int64_t n0 = 0; dx && n0 < s.N; n0 += s.chunk) {
         hr_cuda_conv *p = s.N - n0 >= s.chunk ? full : tail;
