@@ -2,6 +2,7 @@
  * session or backend is made (README, "Switches", has the table). */
 #include "core/core.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,12 @@ hr_options hr_options_read(void) {
                    : algo && !strcmp(algo, "heuristic")   ? HR_ALGO_HEURISTIC
                    : algo && !strcmp(algo, "fastest")     ? HR_ALGO_FASTEST
                                                           : HR_ALGO_PRECISE;
+    static bool warned; /* a misspelt mode would run precise without a word */
+    if (algo && o.cudnn_algo == HR_ALGO_PRECISE && strcmp(algo, "precise") && !warned) {
+        fprintf(stderr, "headroom: warning: HR_CUDNN_ALGO='%s' is not precise, deterministic, heuristic or fastest; "
+                        "running precise\n", algo);
+        warned = true;
+    }
     o.cudnn_autotune = flag("HR_CUDNN_AUTOTUNE", true);
     o.cudnn_cache = flag("HR_CUDNN_CACHE", true);
     long long fw = number("HR_CUDNN_FASTEST_WS_MIB", 0);

@@ -65,9 +65,12 @@ static void load(hr_conv_cache *k) {
     if (!f) return;
     char line[512];
     long read = 0;
+    bool rest = false; /* the rest of a line too long for `line`: skipped */
     while (fgets(line, sizeof line, f) && read < CACHE_MAX_BYTES) {
         read += (long)strlen(line);
-        if (line[0] == '#' || !strchr(line, '\n')) continue;
+        bool cut = !strchr(line, '\n'), skip = rest || cut || line[0] == '#';
+        rest = cut;
+        if (skip) continue;
         char *t1 = strchr(line, '\t');
         if (!t1) continue;
         *t1 = 0;

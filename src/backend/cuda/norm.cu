@@ -1,8 +1,8 @@
 /* norm.cu — BatchNorm1d/2d on the GPU (training, inference, backward) on
  * (N, C, HW): each channel cut into splits of whole samples, a block each,
- * their sums in double gathered in a fixed order (the same bits on a rerun). x, y, dy,
- * dx are F32, BF16 or F16 (read to float, stored rounded); gamma, beta, the
- * statistics and dgamma, dbeta are F32. */
+ * their sums in double gathered in a fixed order (the same bits on a
+ * rerun). x, y, dy, dx are F32, BF16 or F16 (read to float, stored rounded);
+ * gamma, beta, the statistics and dgamma, dbeta are F32. */
 #include "backend/cuda/common.cuh"
 
 #define BN_THREADS 256
