@@ -87,6 +87,10 @@ struct hr_backend {
      * (dst), queued after the uploads and before the step's work. */
     hr_status (*upload_staged)(hr_backend *be, void *dst, const void *src, size_t n);
     hr_status (*stage_in)(hr_backend *be, void *const *dst, const void *const *src, const size_t *n, int count);
+    /* Optional: a note for the plan's report on what the plan holds until a
+     * run settles it (CUDA: convolutions whose workspace is their untimed
+     * candidates' largest); buf empty when there is none. */
+    void (*plan_note)(hr_backend *be, char *buf, size_t n);
 };
 
 hr_backend *hr_backend_cpu_new(const hr_config_t *cfg);

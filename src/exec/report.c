@@ -137,6 +137,9 @@ void hr_report_print(const hr_session_t *s, FILE *f) {
     if (s->be->arena_kind == HR_MEM_DEVICE)
         fprintf(f, "  %-18s %12s   (arena in 2 MiB pages + overhead: what nvidia-smi shows for this process)\n",
                 "device total", hr_format_bytes(r->device_total, a, sizeof a));
+    char note[400] = "";
+    if (s->be->plan_note) s->be->plan_note(s->be, note, sizeof note);
+    if (note[0]) fprintf(f, "  note: %s\n", note);
     if (K > 1)
         for (int k = 0; k < s->prog.n_fwd; k++)
             if (hr_op_descs[s->prog.g.n[k].op]->batch_stats) {

@@ -119,6 +119,7 @@ hr_backend *hr_backend_cpu_new(const hr_config_t *cfg) {
         /* .loss_wait      = */ NULL,
         /* .upload_staged  = */ NULL,
         /* .stage_in       = */ NULL,
+        /* .plan_note      = */ NULL,
     };
     return be;
 }

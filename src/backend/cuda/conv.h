@@ -60,6 +60,9 @@ void hr_conv_cache_put(hr_cuda *c, const char *key, int64_t a, int64_t b, size_t
 void hr_conv_cache_close(hr_cuda *c);
 
 /* ---- conv_algo.c ---- */
+/* Of the convolution algorithms chosen so far (each plan's forward,
+ * backward-data and backward-filter), how many wait to be timed. */
+void hr_conv_algo_untimed(const hr_cuda *c, int *untimed, int *total);
 /* The graph-API op for this convolution and beta (add: 1, else 0), made at
  * the first ask; NULL where the graph API is off or offers no acceptable
  * engine (the legacy algorithms run then). */

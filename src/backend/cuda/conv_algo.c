@@ -119,6 +119,26 @@ hr_cudnn_op *hr_conv_algo_graph_op(hr_cuda *c, hr_cuda_conv *p, int which, bool 
     return p->gop[which][b];
 }
 
+void hr_conv_algo_untimed(const hr_cuda *c, int *untimed, int *total) {
+    *untimed = *total = 0;
+    for (int i = 0; i < c->nconv; i++) {
+        const hr_cuda_conv *p = c->conv[i];
+        for (int w = 0; w < 3; w++) {
+            bool graph = false;
+            for (int b = 0; b < 2; b++)
+                if (p->gop[w][b]) {
+                    graph = true;
+                    (*total)++;
+                    *untimed += !hr_cudnn_op_tuned(p->gop[w][b]);
+                }
+            if (!graph && p->algo[w] >= 0) {
+                (*total)++;
+                *untimed += !p->tuned[w];
+            }
+        }
+    }
+}
+
 /* ---- the legacy API's algorithms ---------------------------------------------- */
 static hr_cudnn_status ws_size(hr_cuda_dnn *d, hr_cuda_conv *p, int which, int algo, size_t *ws) {
     if (which == FWD) return d->GetFwdWs(d->h, p->xd, p->wd, p->cd, p->yd, algo, ws);

@@ -1,5 +1,6 @@
 /* cuda_backend.c — the CUDA backend's table: kernels indexed by op, the
  * dispatch (the batch's reader may take it in pieces), the arena, the copies. */
+#include "backend/cuda/conv.h"
 #include "backend/cuda/hr_cuda.h"
 #include "backend/gpus.h"
 
@@ -60,6 +61,21 @@ static const hr_cuda_half_fn cuda_halves[HR_OP_COUNT] = {
 static bool cuda_takes_half(hr_backend *be, hr_op op, hr_dtype dt) {
     hr_cuda_half_fn f = (unsigned)op < HR_OP_COUNT ? cuda_halves[op] : NULL;
     return hr_gpu_takes_half(op, dt) && f && f(ctx_of(be));
+}
+
+/* Convolutions planned with their untimed candidates' largest workspace. */
+static void cuda_plan_note(hr_backend *be, char *buf, size_t n) {
+    int untimed = 0, total = 0;
+    hr_conv_algo_untimed(ctx_of(be), &untimed, &total);
+    if (untimed == 0) {
+        snprintf(buf, n, "%s", "");
+        return;
+    }
+    snprintf(buf, n,
+             "%d of %d convolution algorithms are not timed yet on this GPU: the workspace holds their candidates' "
+             "largest until the first step times them; the choices are kept (HR_CUDNN_CACHE), and later plans hold "
+             "the chosen ones' alone",
+             untimed, total);
 }
 
 /* ---- the arena ------------------------------------------------------------------- */
@@ -270,6 +286,7 @@ hr_backend *hr_backend_cuda_new(const hr_config_t *cfg) {
         /* .loss_wait      = */ cuda_loss_wait,
         /* .upload_staged  = */ cuda_upload_staged,
         /* .stage_in       = */ cuda_stage_in,
+        /* .plan_note      = */ cuda_plan_note,
     };
     if (hr_cuda_init(c, cfg) != HR_OK) {
         hr_error_prefix("starting the CUDA backend");
