@@ -387,6 +387,29 @@ static void compare(const example *ex, int threads, double *worst) {
  * shared cores, any other busy process stalls each parallel region for a
  * scheduler slice (SimpleCNN's 4.4 ms step becomes 56 ms): the paired
  * rounds still hold, but the rest would take minutes. */
+/* The convolutions' cuDNN mode changes a GPU's op times: a mode other than
+ * the default keeps its own cache file; the CPU's ignores the variable. */
+static void test_cache_per_mode(void) {
+    char plain[1024], fast[1024], cpu_plain[1024], cpu_fast[1024];
+    unsetenv("HR_CUDNN_ALGO");
+    hr_cost_model *a = hr_cost_model_new(HR_DEVICE_CUDA, "mode test", "d1");
+    hr_cost_model *c = hr_cost_model_new(HR_DEVICE_CPU, "mode test", "d1");
+    snprintf(plain, sizeof plain, "%s", hr_cost_cache_path(a));
+    snprintf(cpu_plain, sizeof cpu_plain, "%s", hr_cost_cache_path(c));
+    hr_cost_model_free(a), hr_cost_model_free(c);
+    setenv("HR_CUDNN_ALGO", "fastest", 1);
+    a = hr_cost_model_new(HR_DEVICE_CUDA, "mode test", "d1");
+    c = hr_cost_model_new(HR_DEVICE_CPU, "mode test", "d1");
+    snprintf(fast, sizeof fast, "%s", hr_cost_cache_path(a));
+    snprintf(cpu_fast, sizeof cpu_fast, "%s", hr_cost_cache_path(c));
+    hr_cost_model_free(a), hr_cost_model_free(c);
+    unsetenv("HR_CUDNN_ALGO");
+    CHECK(plain[0] && strcmp(plain, fast) != 0 && strstr(fast, "-fastest.tsv") && !strstr(plain, "fastest"),
+          "the GPU's cache per cuDNN mode: '%s' and '%s'", plain, fast);
+    CHECK(cpu_plain[0] && strcmp(cpu_plain, cpu_fast) == 0, "the CPU's cache ignores HR_CUDNN_ALGO: '%s' and '%s'",
+          cpu_plain, cpu_fast);
+}
+
 static void test_predicted_vs_measured(void) {
     const example ex[] = {
         {"examples/mlp.model", 32, 1, HR_PREC_FP32, 1},
@@ -465,6 +488,7 @@ int main(void) {
     test_conv_work();
     test_estimate_monotonic();
     test_cache();
+    test_cache_per_mode();
     test_faults();
     test_predicted_vs_measured();
     remove_tree(tmpdir);

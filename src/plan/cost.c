@@ -492,8 +492,12 @@ hr_cost_model *hr_cost_model_new(hr_device dev_kind, const char *device_name, co
             }
     sanitize(dev, name, sizeof dev);
     sanitize(drv, driver ? driver : "none", sizeof drv);
-    snprintf(file, sizeof file, "/costs-%s-%s-%s-%s.tsv", dev_kind == HR_DEVICE_CUDA ? "cuda" : "cpu", dev, drv,
-             HR_VERSION);
+    /* the convolutions' algorithms change their times: a cuDNN mode other
+     * than the default (HR_CUDNN_ALGO) keeps its times in a file of its own */
+    static const char *modes[] = {"", "-deterministic", "-heuristic", "-fastest"};
+    int mode = dev_kind == HR_DEVICE_CUDA ? hr_options_read().cudnn_algo : HR_ALGO_PRECISE;
+    snprintf(file, sizeof file, "/costs-%s-%s-%s-%s%s.tsv", dev_kind == HR_DEVICE_CUDA ? "cuda" : "cpu", dev, drv,
+             HR_VERSION, mode > 0 && mode < 4 ? modes[mode] : "");
     /* read once, here, where the model is made: never in a hot path */
     const char *env = getenv("HR_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
     if ((env && *env) || (xdg && *xdg) || (home && *home)) {
