@@ -15,6 +15,7 @@ TARGETS=(
     "idx         fuzz/corpus/idx          fuzz/idx.dict"
     "checkpoint  fuzz/corpus/checkpoint   fuzz/safetensors.dict"
     "cli         fuzz/corpus/cli          fuzz/cli.dict"
+    "choices     fuzz/corpus/choices      -"
 )
 if [ "${1:-}" = --list ]; then
     for t in "${TARGETS[@]}"; do echo "${t%% *}"; done

@@ -55,7 +55,7 @@ typedef struct hr_cuda {
     struct hr_lt_algo *lt_algos; /* its algorithm by product shape (cuda_gemm.c) */
     int nlt, caplt;
     hr_cuda_dnn *dnn;         /* cuDNN, loaded at run time; NULL when missing */
-    struct hr_conv_cache *conv_cache; /* timed convolution choices of earlier runs (conv_cache.c) */
+    struct hr_choices *conv_cache; /* timed convolution choices of earlier runs (conv_cache.c) */
     bool conv_cache_off;      /* none could be made here */
     char dnn_why[256];        /* why cuDNN is missing */
     /* memory facts */
