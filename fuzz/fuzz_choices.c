@@ -1,5 +1,5 @@
 /* fuzz_choices.c — libFuzzer target for the reader of the choices files
- * (io/choices.c; the CUDA backend's timed convolution algorithms live in
+ * (core/choices.c; the CUDA backend's timed convolution algorithms live in
  * one): any bytes parse without a crash, leak or hang; every choice read is
  * found again with its values; and what is read, written out and read again
  * is the same set of choices (the writer's lines always parse). Nothing
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "io/io.h"
+#include "core/choices.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     hr_choices *a = hr_choices_open("/nonexistent/hr_fuzz_choices", "f.tsv");

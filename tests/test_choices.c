@@ -1,4 +1,4 @@
-/* test_choices.c — io/choices.c, the file of choices measured on this
+/* test_choices.c — core/choices.c, the file of choices measured on this
  * machine (the CUDA backend keeps its timed convolution algorithms in one):
  * put, get, save and read back; a second writer's choices merged, ours
  * winning; every line that is not a choice skipped (garbage, a key too long,
@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "io/io.h"
+#include "core/choices.h"
 
 static char dir[] = "/tmp/hr_test_choices_XXXXXX";
 

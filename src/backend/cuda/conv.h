@@ -46,7 +46,7 @@ static inline int hr_conv_dnn_type(hr_dtype dt) {
 static inline bool hr_conv_tensor_ok(const hr_cuda_conv *p) { return p->tf32 || p->dt != HR_F32; }
 
 /* ---- conv_cache.c: timed choices kept between runs ---- */
-#define HR_CONV_KEY 256 /* io/io.h's HR_CHOICE_KEY */
+#define HR_CONV_KEY 256 /* core/choices.h's HR_CHOICE_KEY */
 /* The key of convolution `which` of p (add: beta 1) on the graph API or the
  * legacy one, in this backend's mode. */
 void hr_conv_cache_key(const hr_cuda *c, const hr_cuda_conv *p, int which, bool add, bool graph, char *key,

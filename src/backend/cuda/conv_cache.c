@@ -7,12 +7,12 @@
  *
  * One file a device, driver and cuDNN, in the cache folder (hr_cache_dir):
  * conv-<device>-<driver>-cudnn<version>-<headroom>.tsv, read and written by
- * io/choices.c (KEY \t A \t B \t WORKSPACE; conv_algo.c says what A and B
+ * core/choices.c (KEY \t A \t B \t WORKSPACE; conv_algo.c says what A and B
  * are). A choice is used only where it is still among the candidates, with
  * the same workspace. Nothing here can fail a job: without memory or a
  * writable folder the runs time as before. HR_CUDNN_CACHE=0 turns it off. */
 #include "backend/cuda/conv.h"
-#include "io/io.h"
+#include "core/choices.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -5,7 +5,7 @@
  * fail a job, and a stale or damaged one is simply not used); writing is
  * whole or not at all (hr_file_begin / hr_file_commit), merged with what
  * another run wrote since. fuzz/fuzz_choices.c feeds the reader anything. */
-#include "io/io.h"
+#include "core/choices.h"
 
 #include <errno.h>
 #include <stdio.h>
