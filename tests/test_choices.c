@@ -76,6 +76,8 @@ static void test_garbage(void) {
                                "letters\t1\tx\t3\n"
                                "negative ws\t1\t2\t-3\n"
                                "huge\t1\t2\t99999999999999999999999\n"
+                               "wraps to 1\t1\t2\t18446744073709551617\n" /* 2^64 + 1 */
+                               "past int64\t9223372036854775808\t2\t3\n"
                                "space after\t1\t2\t3 \n"
                                "minus alone\t-\t2\t3\n"
                                "crlf\t1\t2\t3\r\n"

@@ -59,7 +59,7 @@ static bool number(const char **p, const char *end, char stop, int64_t *out) {
     if (s == end || *s < '0' || *s > '9') return false;
     uint64_t v = 0;
     for (; s < end && *s >= '0' && *s <= '9'; s++) {
-        if (v > (UINT64_C(1) << 62)) return false; /* far past any algorithm, index or size */
+        if (v >= (UINT64_C(1) << 59)) return false; /* far past any algorithm, index or size; no wrap-around */
         v = v * 10 + (uint64_t)(*s - '0');
     }
     if (s == end || *s != stop) return false;

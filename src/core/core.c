@@ -306,3 +306,13 @@ bool hr_make_dirs(const char *dir) {
     struct stat sb;
     return stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) ? true : (errno = ENOTDIR, false);
 }
+
+void hr_file_name_part(char *dst, const char *src, size_t n) {
+    size_t k = 0;
+    for (; *src && k + 1 < n; src++, k++) {
+        char c = *src;
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
+        dst[k] = ok ? c : '_';
+    }
+    if (n) dst[k] = 0;
+}

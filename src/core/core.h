@@ -92,6 +92,9 @@ hr_status hr_file_commit(FILE *f, const char *tmp, const char *path);
 char *hr_cache_dir(void);
 /* mkdir -p: false with errno set when dir is not a folder at the end. */
 bool hr_make_dirs(const char *dir);
+/* src as a piece of a file name (a device's name, a driver): letters,
+ * digits, '.' and '-' as they are, anything else '_'; at most n - 1 bytes. */
+void hr_file_name_part(char *dst, const char *src, size_t n);
 
 /* Fault injection: returns true when the allocation about to happen must fail.
  * Backends call it before cudaMalloc / cudaHostAlloc too. */

@@ -42,7 +42,7 @@ hr_options hr_options_read(void) {
     o.cudnn_autotune = flag("HR_CUDNN_AUTOTUNE", true);
     o.cudnn_cache = flag("HR_CUDNN_CACHE", true);
     long long fw = number("HR_CUDNN_FASTEST_WS_MIB", 0);
-    o.cudnn_fast_ws_mib = fw > 0 ? fw : 0;
+    o.cudnn_fast_ws_mib = fw > 0 ? (fw > (1LL << 30) ? 1LL << 30 : fw) : 0; /* at most 1 PiB: MiB << 20 fits */
     const char *api = env("HR_CUDNN_API");
     o.cudnn_legacy = api && !strcmp(api, "legacy");
     o.cudnn_half_reduction = flag("HR_CUDNN_HALF_REDUCTION", false);

@@ -464,17 +464,6 @@ static void cpu_name(char *buf, size_t n) {
     if (k < n) snprintf(buf + k, n - k, " (%d thread%s)", threads, threads == 1 ? "" : "s");
 }
 
-/* Letters, digits, '.', '-' and '_' as they are; anything else '_'. */
-static void sanitize(char *dst, const char *src, size_t n) {
-    size_t k = 0;
-    for (; *src && k + 1 < n; src++, k++) {
-        char c = *src;
-        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-';
-        dst[k] = ok ? c : '_';
-    }
-    dst[k] = 0;
-}
-
 hr_cost_model *hr_cost_model_new(hr_device dev_kind, const char *device_name, const char *driver) {
     hr_cost_model *cm = hr_calloc(1, sizeof *cm);
     if (!cm) return NULL;
@@ -490,8 +479,8 @@ hr_cost_model *hr_cost_model_new(hr_device dev_kind, const char *device_name, co
                 cm->pk = gpu_peaks[i];
                 break;
             }
-    sanitize(dev, name, sizeof dev);
-    sanitize(drv, driver ? driver : "none", sizeof drv);
+    hr_file_name_part(dev, name, sizeof dev);
+    hr_file_name_part(drv, driver ? driver : "none", sizeof drv);
     /* the convolutions' algorithms change their times: a cuDNN mode other
      * than the default (HR_CUDNN_ALGO) keeps its times in a file of its own */
     static const char *modes[] = {"", "-deterministic", "-heuristic", "-fastest"};

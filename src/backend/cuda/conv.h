@@ -73,8 +73,9 @@ size_t hr_conv_algo_workspace(hr_cuda *c, hr_cuda_conv *p, int which, bool add);
 hr_status hr_conv_algo_ready(hr_cuda *c, hr_cuda_conv *p, int which, size_t have);
 /* Times the candidates on the real buffers a, b (inputs) and out (written:
  * before the node's real work) and keeps the fastest: the legacy algorithms
- * of p, or the engines of p's graph op for `which` and add; the choice goes
- * to the cache (conv_cache.c). */
+ * of p, or the engines of p's graph op for `which` and add (nothing to do,
+ * HR_OK, when there is none or it is timed); the choice goes to the cache
+ * (conv_cache.c). */
 hr_status hr_conv_algo_tune(hr_cuda *c, hr_cuda_conv *p, int which, const void *a, const void *b, void *out, void *ws,
                             size_t wsz);
 hr_status hr_conv_algo_tune_op(hr_cuda *c, hr_cuda_conv *p, int which, bool add, const void *a, const void *b,

@@ -240,7 +240,7 @@ hr_status hr_cuda_conv2d(void *ctx, const hr_kargs *a) {
     size_t wsz = a->ws_bytes;
     float one = 1.0f, beta = b ? 1.0f : 0.0f;
     hr_cudnn_op *gop = hr_conv_algo_graph_op(c, full, FWD, b != NULL);
-    if (gop && !hr_cudnn_op_tuned(gop) && (st = hr_conv_algo_tune_op(c, full, FWD, b != NULL, x, w, y, ws, wsz)) != HR_OK) return st;
+    if (gop && (st = hr_conv_algo_tune_op(c, full, FWD, b != NULL, x, w, y, ws, wsz)) != HR_OK) return st;
     if (!gop && !full->tuned[FWD] && (st = hr_conv_algo_tune(c, full, FWD, x, w, y, ws, wsz)) != HR_OK) return st;
     if (b) HR_CU(hrk_bias_fill(c->stream, dt, b, y, s.N, s.K, s.OH * s.OW));
     for (int64_t n0 = 0; n0 < s.N; n0 += s.chunk) {
@@ -291,10 +291,9 @@ hr_status hr_cuda_conv2d_pieces(hr_cuda *c, const hr_kargs *a) {
     if (!hr_cudnn_op_tuned(of) || (ot && !hr_cudnn_op_tuned(ot))) { /* timing needs the samples in */
         if ((st = hr_cuda_settle(c)) != HR_OK) return st;
         waiting = false;
-        if (!hr_cudnn_op_tuned(of) && (st = hr_conv_algo_tune_op(c, pf, FWD, bias, x, w, y, ws, wsz)) != HR_OK) return st;
-        if (ot && !hr_cudnn_op_tuned(ot) &&
-            (st = hr_conv_algo_tune_op(c, pt, FWD, bias, at(x, (s.N - pt->N) * xs, dt), w, (void *)at(y, (s.N - pt->N) * ys, dt),
-                                       ws, wsz)) != HR_OK)
+        if ((st = hr_conv_algo_tune_op(c, pf, FWD, bias, x, w, y, ws, wsz)) != HR_OK) return st;
+        if (ot && (st = hr_conv_algo_tune_op(c, pt, FWD, bias, at(x, (s.N - pt->N) * xs, dt), w,
+                                             (void *)at(y, (s.N - pt->N) * ys, dt), ws, wsz)) != HR_OK)
             return st;
     }
     if (bias) HR_CU(hrk_bias_fill(c->stream, dt, v->b, y, s.N, s.K, s.OH * s.OW));
@@ -346,7 +345,8 @@ hr_status hr_cuda_conv2d_bwd(void *ctx, const hr_kargs *a) {
     bool tune_dw = half_dw || !v->acc_dw;
     /* dx may have x's bytes (the planner's in-place, never with acc_dx): the
      * weight gradient reads all of x first, then dx is timed and written */
-    if (gf && tune_dw && !hr_cudnn_op_tuned(gf) && (st = hr_conv_algo_tune_op(c, full, BWD_FILTER, !half_dw && v->acc_dw, x, dy, dwo, fws, fwsz)) != HR_OK)
+    if (gf && tune_dw &&
+        (st = hr_conv_algo_tune_op(c, full, BWD_FILTER, !half_dw && v->acc_dw, x, dy, dwo, fws, fwsz)) != HR_OK)
         return st;
     if (dw && !gf && tune_dw && !full->tuned[BWD_FILTER] &&
         (st = hr_conv_algo_tune(c, full, BWD_FILTER, x, dy, dwo, fws, fwsz)) != HR_OK)
@@ -376,8 +376,7 @@ hr_status hr_cuda_conv2d_bwd(void *ctx, const hr_kargs *a) {
         tdx = off ? (char *)ws + off : NULL;
         twsz = off;
     }
-    if (gd && tdx && !hr_cudnn_op_tuned(gd) &&
-        (st = hr_conv_algo_tune_op(c, full, BWD_DATA, v->acc_dx, w, dy, tdx, tws, twsz)) != HR_OK)
+    if (gd && tdx && (st = hr_conv_algo_tune_op(c, full, BWD_DATA, v->acc_dx, w, dy, tdx, tws, twsz)) != HR_OK)
         return st;
     if (dx && !gd && tdx && !full->tuned[BWD_DATA] &&
         (st = hr_conv_algo_tune(c, full, BWD_DATA, w, dy, tdx, tws, twsz)) != HR_OK)

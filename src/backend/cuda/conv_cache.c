@@ -17,24 +17,16 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Letters, digits, '.' and '-' as they are; anything else '_'. */
-static void sanitize(char *s) {
-    for (; *s; s++)
-        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') || *s == '.' ||
-              *s == '-'))
-            *s = '_';
-}
-
 /* The backend's cache, read at the first ask; NULL when off or impossible. */
 static hr_choices *cache_of(hr_cuda *c) {
     if (!c->opt.cudnn_cache || c->conv_cache_off) return NULL;
     if (c->conv_cache) return c->conv_cache;
-    char name[600];
+    char raw[600], name[600];
     int driver = 0;
     cudaDriverGetVersion(&driver);
-    snprintf(name, sizeof name, "conv-%s-%d-cudnn%zu-%s.tsv", c->device_name, driver,
+    snprintf(raw, sizeof raw, "conv-%s-%d-cudnn%zu-%s.tsv", c->device_name, driver,
              c->dnn ? c->dnn->version : (size_t)0, HR_VERSION);
-    sanitize(name);
+    hr_file_name_part(name, raw, sizeof name);
     char *dir = hr_cache_dir();
     c->conv_cache = dir ? hr_choices_open(dir, name) : NULL;
     hr_free(dir);
