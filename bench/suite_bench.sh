@@ -13,6 +13,8 @@
 #   tf32     fastest with TF32 convolutions and products (--tf32)
 # PyTorch runs IEEE fp32 (TF32 off, as headroom's precise and fastest), and
 # its extra loop gives the TF32-convolution time (PyTorch's default precision).
+# COMPILE=1 adds PyTorch with torch.compile (default mode, cudnn.benchmark on,
+# compiled in its warm-up steps) as another column, and each mode's ratio to it.
 set -u
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0
@@ -24,6 +26,7 @@ WARM=${WARM:-5}
 BATCHES=${BATCHES:-"128 1024"}
 MODELS=${MODELS:-"vgg16_bn resnet18 resnet20 mobilenet_v1"}
 MODES=${MODES:-"precise fastest"}
+COMPILE=${COMPILE:-0}
 mkdir -p "$RES"
 J=$RES/suite.jsonl
 touch "$J"
@@ -44,6 +47,9 @@ for m in $MODELS; do
         done
         timeout 300 $PY bench/torch_gpu.py step --model "$m" --batch "$b" --steps "$STEPS" --warmup "$WARM" --benchmark \
             2>>"$RES/suite.log" | sed "s/^{/{\"suite\": \"$m\", /" >>"$J"
+        [ "$COMPILE" = 1 ] && timeout 400 $PY bench/torch_gpu.py step --model "$m" --batch "$b" --steps "$STEPS" \
+            --warmup "$WARM" --benchmark --compile --no-extra 2>>"$RES/suite.log" |
+            sed "s/^{/{\"suite\": \"$m\", /" >>"$J"
     done
 done
 $PY - "$J" $MODES <<'PYEOF'
@@ -52,20 +58,30 @@ rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 modes = sys.argv[2:]
 cell = {}
 for r in rows:
-    key = r.get("mode") if r.get("impl") == "headroom" else "pytorch"
+    impl = r.get("impl")
+    key = r.get("mode") if impl == "headroom" else "compile" if impl == "pytorch compile" else "pytorch"
     cell[(r["suite"], r.get("batch"), key or "precise")] = r
 def ms(r, k="median_ms"):
     return r.get(k) if r else None
+def ratio(h, ref):
+    return "%.2f" % (h / ref) if h and ref else "-"
+comp = any(k[2] == "compile" for k in cell)
 print("| model | batch | " + " | ".join("headroom %s ms" % m for m in modes) +
-      " | PyTorch ms | PyTorch TF32-conv ms | " + " | ".join("%s / PyTorch" % m for m in modes) + " |")
-print("|---|---:|" + "---:|" * (2 * len(modes) + 2))
+      " | PyTorch ms | PyTorch TF32-conv ms |" + (" PyTorch compiled ms |" if comp else "") + " " +
+      " | ".join("%s / PyTorch" % m for m in modes) + " |" +
+      ("".join(" %s / compiled |" % m for m in modes if m != "tf32") if comp else ""))
+ncol = 2 * len(modes) + 2 + (1 + len([m for m in modes if m != "tf32"]) if comp else 0)
+print("|---|---:|" + "---:|" * ncol)
 for m, b in sorted({(k[0], k[1]) for k in cell}):
     t = cell.get((m, b, "pytorch"))
-    p, ptf = ms(t), ms(t, "tf32_conv_median_ms")
+    p, ptf, pc = ms(t), ms(t, "tf32_conv_median_ms"), ms(cell.get((m, b, "compile")))
     hs = [ms(cell.get((m, b, mode))) for mode in modes]
-    ratio = []
-    for mode, h in zip(modes, hs):
-        ref = ptf if mode == "tf32" else p
-        ratio.append("%.2f" % (h / ref) if h and ref else "-")
-    print("| %s | %s | %s | %s | %s | %s |" % (m, b, " | ".join(str(h) for h in hs), p, ptf, " | ".join(ratio)))
+    r1 = [ratio(h, ptf if mode == "tf32" else p) for mode, h in zip(modes, hs)]
+    line = "| %s | %s | %s | %s | %s |" % (m, b, " | ".join(str(h) for h in hs), p, ptf)
+    if comp:
+        line += " %s |" % pc
+    line += " " + " | ".join(r1) + " |"
+    if comp:
+        line += "".join(" %s |" % ratio(h, pc) for mode, h in zip(modes, hs) if mode != "tf32")
+    print(line)
 PYEOF

@@ -5,6 +5,7 @@ never mix.
 
     python3 bench/torch_gpu.py step    --model mlp --batch 1024 [--steps 20 --warmup 5]
                                        [--amp bf16|fp16] [--checkpoint] [--benchmark | --memory-first]
+                                       [--compile]
     python3 bench/torch_gpu.py largest --model mlp --batch 1024 [--amp bf16] [--checkpoint]
                                        [--max-probes 22 --time-limit 120 --tol 0.02 --probe-timeout 30]
     python3 bench/torch_gpu.py largest --halving --model mlp --batch 1024 --start 65536 [...]
@@ -45,6 +46,11 @@ from --warmup + --steps more steps (their peaks are reported as timed_*).
 Then, unless --no-extra, for information only (timing, no effect on the peaks
 above): the same loop with the batch already on the device, and with
 PyTorch's default precision (TF32 convolutions).
+
+--compile: the model through torch.compile (its default mode; the loss and
+Adam stay eager), compiled during the warm-up steps (give it a few): the
+second PyTorch column issue 12 asks for. The JSON line says "pytorch
+compile".
 
 largest: one warm-up step at --batch (Adam's state exists from then on), then
 real training steps at other batches, each on a fresh random batch made on
@@ -234,6 +240,8 @@ def cmd_step(a):
     shp = (a.batch,) + input_shape(a.model)
     x_host = torch.rand(shp) * 2 - 1
     y_host = torch.randint(0, 10, (a.batch,))
+    if a.compile:
+        model = torch.compile(model)
     step = make_step(model, opt, lossf, dev, a.amp)
     if a.benchmark and not a.memory_first:
         torch.backends.cudnn.benchmark = True
@@ -271,7 +279,7 @@ def cmd_step(a):
         mem = peaks()
         bench = bool(a.benchmark)
     out = {
-        "impl": "pytorch", "torch": torch.__version__,
+        "impl": "pytorch compile" if a.compile else "pytorch", "torch": torch.__version__,
         "device": torch.cuda.get_device_name() if cuda else "cpu",
         "precision": ("autocast " + a.amp) if a.amp else prec, "amp": a.amp or "fp32", "cudnn_benchmark": bench,
         "checkpoint": bool(a.checkpoint), "blocks": blocks,
@@ -827,6 +835,7 @@ def main():
     s.add_argument("--warmup", type=int, default=5)
     s.add_argument("--no-extra", action="store_true", help="skip the informational variants")
     s.add_argument("--benchmark", action="store_true", help="cudnn.benchmark = True (speed runs)")
+    s.add_argument("--compile", action="store_true", help="torch.compile (default mode) over the model")
     s.add_argument("--memory-first", action="store_true",
                    help="peaks with PyTorch's defaults, then times with cudnn.benchmark on")
     g = sub.add_parser("largest")

@@ -7,8 +7,10 @@
  * or full of garbage, is ignored (the first plan again); HR_CUDNN_CACHE=0
  * ignores a good one; a folder that cannot be written costs nothing but the
  * cache. In the precise mode (GEMM-like engines, graph API) and the fastest
- * (every legacy algorithm: FFT and Winograd want the largest workspaces).
- * Skips (passing) where no GPU is present. */
+ * (the graph engines timed against every legacy algorithm: FFT and Winograd
+ * want the largest workspaces; which API won is kept too), on deep_cnn and
+ * on a depthwise model (grouped and 1x1 convolutions, where the graph
+ * engines tend to win). Skips (passing) where no GPU is present. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,9 +61,10 @@ static run_t run(const hr_model_t *m, const char *what) {
     return r;
 }
 
-static int lines_in(const char *dir) {
+/* The cache's choices (lines not comments) that match a grep pattern. */
+static int lines_like(const char *dir, const char *pattern) {
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "cat %s/conv-*.tsv 2>/dev/null | grep -vc '^#'", dir);
+    snprintf(cmd, sizeof cmd, "cat %s/conv-*.tsv 2>/dev/null | grep -v '^#' | grep -c -- '%s'", dir, pattern);
     FILE *p = popen(cmd, "r");
     int n = 0;
     if (p && fscanf(p, "%d", &n) != 1) n = 0;
@@ -69,13 +72,15 @@ static int lines_in(const char *dir) {
     return n;
 }
 
+static int lines_in(const char *dir) { return lines_like(dir, "."); }
+
 static void same_losses(const run_t *a, const run_t *b, const char *what) {
     double e = 0;
     for (int t = 0; t < STEPS; t++) e = fmax(e, fabs((double)a->loss[t] - b->loss[t]) / fmax(1.0, fabs(a->loss[t])));
     CHECK(a->ok && b->ok && e <= 1e-4, "%s: losses differ from the first run's by %.3g", what, e);
 }
 
-static void one_mode(const hr_model_t *m, const char *mode) {
+static void one_mode(const hr_model_t *m, const char *name, const char *mode) {
     char dir[] = "/tmp/hr_conv_cache_XXXXXX", cmd[700], what[160];
     if (!mkdtemp(dir)) {
         CHECK(0, "mkdtemp: cannot make a folder");
@@ -88,12 +93,21 @@ static void one_mode(const hr_model_t *m, const char *mode) {
     snprintf(what, sizeof what, "%s, first run", mode);
     run_t first = run(m, what);
     int n = lines_in(dir);
-    printf("  %-8s first run: arena %zu bytes, %d choices written\n", mode, first.arena, n);
+    int apis = lines_like(dir, " api\t"), legacy = lines_like(dir, " api\t2\t");
+    printf("  %-10s %-8s first run: arena %zu bytes, %d choices written (%d between the APIs, %d legacy)\n", name,
+           mode, first.arena, n, apis, legacy);
     CHECK(n >= 3, "%s: %d convolution choices in the cache, expected one per timed convolution (>= 3)", mode, n);
+    /* the fastest mode decides each convolution's API (forward, backward-data
+     * but the first layer's, backward-filter), the others never */
+    int convs = 3; /* both models */
+    if (!strcmp(mode, "fastest"))
+        CHECK(apis == 3 * convs - 1, "%s %s: %d API choices kept, expected %d", name, mode, apis, 3 * convs - 1);
+    else
+        CHECK(apis == 0, "%s %s: %d API choices kept, expected none", name, mode, apis);
 
     snprintf(what, sizeof what, "%s, second run", mode);
     run_t second = run(m, what);
-    printf("  %-8s second run: arena %zu bytes (%.1f%% of the first)\n", mode, second.arena,
+    printf("  %-10s %-8s second run: arena %zu bytes (%.1f%% of the first)\n", name, mode, second.arena,
            100.0 * (double)second.arena / (double)(first.arena ? first.arena : 1));
     CHECK(second.arena <= first.arena, "%s: the plan grew with the cache: %zu > %zu bytes", mode, second.arena,
           first.arena);
@@ -128,6 +142,21 @@ static void one_mode(const hr_model_t *m, const char *mode) {
     unlink(dir);
 }
 
+/* A MobileNet-like block on deep_cnn's input: a 3x3 stem, a depthwise 3x3
+ * (groups = channels) and a pointwise 1x1. */
+static hr_model_t *depthwise(void) {
+    hr_model_t *m = hr_model_new("depthwise");
+    int x = hr_input(m, "x", 3, (int64_t[]){3, 64, 64});
+    x = hr_relu(m, NULL, hr_conv2d(m, NULL, x, 3, 32, 3, 1, 1, true));
+    x = hr_relu(m, NULL, hr_conv2d_ex(m, NULL, x, 32, 32, 3, 1, 1, 1, 32, true));
+    x = hr_relu(m, NULL, hr_conv2d_ex(m, NULL, x, 32, 64, 1, 1, 0, 1, 1, true));
+    x = hr_maxpool2d(m, NULL, x, 4, 4);
+    x = hr_flatten(m, NULL, x);
+    x = hr_linear(m, NULL, x, 64 * 16 * 16, 10, true);
+    hr_loss_cross_entropy(m, x, 10);
+    return m;
+}
+
 int main(void) {
     if (!hr_backend_cuda_available()) {
         printf("SKIP: no CUDA device\n");
@@ -141,9 +170,12 @@ int main(void) {
         for (int64_t i = 0; i < BATCH * per; i++) xs[t][i] = frand();
         for (int i = 0; i < BATCH; i++) ys[t][i] = (int32_t)((frand() + 1.0f) * 5.0f) % 10;
     }
-    one_mode(m, "precise");
-    one_mode(m, "fastest");
+    hr_model_t *dw = depthwise();
+    one_mode(m, "deep_cnn", "precise");
+    one_mode(m, "deep_cnn", "fastest");
+    one_mode(dw, "depthwise", "fastest");
     for (int t = 0; t < STEPS; t++) free(xs[t]), free(ys[t]);
     hr_model_free(m);
+    hr_model_free(dw);
     TEST_END();
 }

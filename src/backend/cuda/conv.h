@@ -32,6 +32,12 @@ struct hr_cuda_conv {
     hr_cudnn_op *gop[3][2];
     bool gtried[3][2];
     char gwhy[3][2][96]; /* why there is none */
+    /* HR_CUDNN_ALGO=fastest where both APIs may win (FP32; half forward and
+     * backward-data): the graph op's engines and the legacy algorithms are
+     * timed against each other, and the loser is dropped. api: 0 not yet
+     * decided (the plan holds both sides' workspace), 1 graph, 2 legacy. */
+    bool dual[3];
+    int8_t api[3];
 };
 
 /* Which convolution of a plan: cudnn_graph.h's numbering. */
@@ -67,17 +73,22 @@ void hr_conv_algo_untimed(const hr_cuda *c, int *untimed, int *total);
  * engine (the legacy algorithms run then). */
 hr_cudnn_op *hr_conv_algo_graph_op(hr_cuda *c, hr_cuda_conv *p, int which, bool add);
 /* Workspace of one convolution: the graph op's, else the legacy algorithm's
- * (with its autotune candidates' until they are timed). */
+ * (with its autotune candidates' until they are timed); both sides' largest
+ * while the fastest mode has not yet decided between them. */
 size_t hr_conv_algo_workspace(hr_cuda *c, hr_cuda_conv *p, int which, bool add);
 /* The legacy algorithm chosen, its math mode set, its workspace within `have`. */
 hr_status hr_conv_algo_ready(hr_cuda *c, hr_cuda_conv *p, int which, size_t have);
 /* Times the candidates on the real buffers a, b (inputs) and out (written:
  * before the node's real work) and keeps the fastest: the legacy algorithms
  * of p, or the engines of p's graph op for `which` and add (nothing to do,
- * HR_OK, when there is none or it is timed); the choice goes to the cache
- * (conv_cache.c). */
+ * HR_OK, when there is none or it is timed; in the fastest mode's dual case
+ * the legacy algorithms too, and the graph op is freed when one of them
+ * wins: fetch it again after). The choice goes to the cache (conv_cache.c). */
 hr_status hr_conv_algo_tune(hr_cuda *c, hr_cuda_conv *p, int which, const void *a, const void *b, void *out, void *ws,
                             size_t wsz);
+/* p's graph op for `which` and add exists, is timed, and has won (the
+ * fastest mode's dual case): running it needs no timing. */
+bool hr_conv_algo_op_timed(const hr_cuda_conv *p, int which, bool add);
 hr_status hr_conv_algo_tune_op(hr_cuda *c, hr_cuda_conv *p, int which, bool add, const void *a, const void *b,
                                void *out, void *ws, size_t wsz);
 

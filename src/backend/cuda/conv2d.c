@@ -288,13 +288,18 @@ hr_status hr_cuda_conv2d_pieces(hr_cuda *c, const hr_kargs *a) {
     size_t wsz = a->ws_bytes;
     int64_t xs = s.C * s.H * s.W, ys = s.K * s.OH * s.OW;
     bool waiting = true;
-    if (!hr_cudnn_op_tuned(of) || (ot && !hr_cudnn_op_tuned(ot))) { /* timing needs the samples in */
+    if (!hr_conv_algo_op_timed(pf, FWD, bias) || (pt && !hr_conv_algo_op_timed(pt, FWD, bias))) {
+        /* timing needs the samples in */
         if ((st = hr_cuda_settle(c)) != HR_OK) return st;
         waiting = false;
         if ((st = hr_conv_algo_tune_op(c, pf, FWD, bias, x, w, y, ws, wsz)) != HR_OK) return st;
-        if (ot && (st = hr_conv_algo_tune_op(c, pt, FWD, bias, at(x, (s.N - pt->N) * xs, dt), w,
+        if (pt && (st = hr_conv_algo_tune_op(c, pt, FWD, bias, at(x, (s.N - pt->N) * xs, dt), w,
                                              (void *)at(y, (s.N - pt->N) * ys, dt), ws, wsz)) != HR_OK)
             return st;
+        /* the fastest mode may have found a legacy algorithm faster: its ops are gone */
+        of = hr_conv_algo_graph_op(c, pf, FWD, bias);
+        ot = pt ? hr_conv_algo_graph_op(c, pt, FWD, bias) : NULL;
+        if (!of || (pt && !ot)) return hr_cuda_conv2d(c, a);
     }
     if (bias) HR_CU(hrk_bias_fill(c->stream, dt, v->b, y, s.N, s.K, s.OH * s.OW));
     for (int k = 0; k < np; k++) {

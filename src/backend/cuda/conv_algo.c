@@ -63,24 +63,59 @@ static size_t tune_ws(const hr_cuda *c) {
  * (timing could pick another engine in another run); heuristic: cuDNN's
  * first, whatever it is. TF32 engines only when allowed; half data takes
  * tensor-core engines, none that reduces in lower precision. */
+/* The key under which the fastest mode keeps which API won for p's
+ * convolution `which`. */
+static void api_key(const hr_cuda *c, const hr_cuda_conv *p, int which, char *key, size_t n) {
+    hr_conv_cache_key(c, p, which, false, false, key, n);
+    size_t len = strlen(key);
+    snprintf(key + len, n - len, " api");
+}
+
+/* The fastest mode weighs both APIs where the legacy one may win: FP32 (its
+ * FFT and Winograd algorithms, which cuDNN's graph heuristics do not offer
+ * for FP32 here, against the graph engines, faster on depthwise and small
+ * convolutions) and half forward and backward-data (see below). */
+static bool both_apis(const hr_cuda *c, const hr_cuda_conv *p, int which) {
+    return pick_mode(c) == HR_ALGO_FASTEST && autotune(c) &&
+           (p->dt == HR_F32 || (which != BWD_FILTER && c->opt.cudnn_half_legacy));
+}
+
+/* Both APIs are planned and neither has won yet. */
+static bool undecided(const hr_cuda_conv *p, int which) {
+    return p->dual[which] && p->api[which] == 0 && (p->gop[which][0] || p->gop[which][1]);
+}
+
 hr_cudnn_op *hr_conv_algo_graph_op(hr_cuda *c, hr_cuda_conv *p, int which, bool add) {
     hr_cuda_dnn *d = c->dnn;
     if (!d->G) return NULL;
     int b = add ? 1 : 0;
     if (p->gtried[which][b]) return p->gop[which][b];
     p->gtried[which][b] = true;
-    /* Half data: the graph engines that keep FP32 accumulation were slow for
-     * forward and backward-data on the H100 (cuDNN 9.19, PyTorch's copy: deep_cnn at batch
-     * 2048 took 107 ms a step with them, 57 ms with the legacy algorithms,
-     * timed the same way); the weight gradient stays on the graph API (the
-     * legacy one's half weight gradients were not FP32-accurate). */
-    if (p->dt != HR_F32 && which != BWD_FILTER && c->opt.cudnn_half_legacy) {
+    if (both_apis(c, p, which)) {
+        char key[HR_CONV_KEY];
+        int64_t api, unused;
+        size_t w;
+        if (!p->dual[which]) {
+            p->dual[which] = true;
+            api_key(c, p, which, key, sizeof key);
+            if (hr_conv_cache_get(c, key, &api, &unused, &w) && (api == 1 || api == 2)) p->api[which] = (int8_t)api;
+        }
+        if (p->api[which] == 2) {
+            snprintf(p->gwhy[which][b], sizeof p->gwhy[which][b], "fastest: a legacy algorithm was faster");
+            return NULL;
+        }
+    } else if (p->dt != HR_F32 && which != BWD_FILTER && c->opt.cudnn_half_legacy) {
+        /* Half data: the graph engines that keep FP32 accumulation were slow
+         * for forward and backward-data on the H100 (cuDNN 9.19, PyTorch's
+         * copy: deep_cnn at batch 2048 took 107 ms a step with them, 57 ms
+         * with the legacy algorithms, timed the same way); the weight
+         * gradient stays on the graph API (the legacy one's half weight
+         * gradients were not FP32-accurate). */
         snprintf(p->gwhy[which][b], sizeof p->gwhy[which][b], "half data");
         return NULL;
-    }
-    /* FP32 in the fastest mode: cuDNN's graph heuristics offer no FFT or
-     * Winograd engine for FP32 here, the legacy API's algorithms do. */
-    if (p->dt == HR_F32 && pick_mode(c) == HR_ALGO_FASTEST) {
+    } else if (p->dt == HR_F32 && pick_mode(c) == HR_ALGO_FASTEST) {
+        /* FP32 in the fastest mode, untimed: the legacy API, whose list has
+         * FFT and Winograd */
         snprintf(p->gwhy[which][b], sizeof p->gwhy[which][b], "fastest: FFT and Winograd");
         return NULL;
     }
@@ -129,7 +164,7 @@ void hr_conv_algo_untimed(const hr_cuda *c, int *untimed, int *total) {
                 if (p->gop[w][b]) {
                     graph = true;
                     (*total)++;
-                    *untimed += !hr_cudnn_op_tuned(p->gop[w][b]);
+                    *untimed += !hr_cudnn_op_tuned(p->gop[w][b]) || undecided(p, w);
                 }
             if (!graph && p->algo[w] >= 0) {
                 (*total)++;
@@ -212,7 +247,7 @@ static hr_status choose(hr_cuda *c, hr_cuda_conv *p, int which) {
         int64_t ca, cm;
         size_t cw;
         hr_conv_cache_key(c, p, which, false, false, key, sizeof key);
-        bool known = !p->tuned[which] && hr_conv_cache_get(c, key, &ca, &cm, &cw);
+        bool known = !p->tuned[which] && !undecided(p, which) && hr_conv_cache_get(c, key, &ca, &cm, &cw);
         for (int k = 0; known && k < p->ncand[which]; k++)
             if (p->cand[which][k].algo == ca && p->cand[which][k].math == cm && p->cand[which][k].ws == cw) {
                 p->algo[which] = (int)ca, p->math[which] = (int)cm, p->ws[which] = cw;
@@ -250,7 +285,13 @@ static size_t ws_of(hr_cuda *c, hr_cuda_conv *p, int which) {
 size_t hr_conv_algo_workspace(hr_cuda *c, hr_cuda_conv *p, int which, bool add) {
     if (!p) return 0;
     hr_cudnn_op *op = hr_conv_algo_graph_op(c, p, which, add);
-    return op ? hr_cudnn_op_workspace(op) : ws_of(c, p, which);
+    if (!op) return ws_of(c, p, which);
+    size_t ws = hr_cudnn_op_workspace(op);
+    if (undecided(p, which)) {
+        size_t legacy = ws_of(c, p, which);
+        ws = legacy > ws ? legacy : ws;
+    }
+    return ws;
 }
 
 hr_status hr_conv_algo_ready(hr_cuda *c, hr_cuda_conv *p, int which, size_t have) {
@@ -291,17 +332,29 @@ static hr_status untimed_in_capture(void) {
                         "by node)");
 }
 
-hr_status hr_conv_algo_tune(hr_cuda *c, hr_cuda_conv *p, int which, const void *a, const void *b, void *out, void *ws,
-                            size_t wsz) {
-    hr_cuda_dnn *d = c->dnn;
-    if (p->tuned[which] || p->algo[which] < 0) return HR_OK;
-    if (c->capturing) return untimed_in_capture();
-    p->tuned[which] = true;
+static hr_status events(hr_cuda_dnn *d) {
     for (int i = 0; i < 2; i++)
         if (!d->ev[i]) HR_CU(cudaEventCreate(&d->ev[i]));
-    float best = -1, times[8];
+    return HR_OK;
+}
+
+/* Times the legacy candidates (the chosen algorithm alone when there are
+ * none), takes the fastest, and gives its median in *best (-1: none ran). */
+static hr_status time_legacy(hr_cuda *c, hr_cuda_conv *p, int which, const void *a, const void *b, void *out,
+                             void *ws, size_t wsz, float *best) {
+    hr_cuda_dnn *d = c->dnn;
+    hr_status st = events(d);
+    if (st) return st;
+    int n = p->ncand[which];
+    if (n == 0) { /* nothing to compare (autotune off): the chosen one, for the fastest mode's comparison */
+        p->cand[which][0].algo = p->algo[which], p->cand[which][0].math = p->math[which];
+        p->cand[which][0].ws = p->ws[which];
+        n = 1;
+    }
+    float times[8];
     int pick = -1;
-    for (int k = 0; k < p->ncand[which]; k++) {
+    *best = -1;
+    for (int k = 0; k < n; k++) {
         times[k] = -1;
         if (p->cand[which][k].ws > wsz || d->SetConvolutionMathType(p->cd, p->cand[which][k].math) != 0) continue;
         int algo = p->cand[which][k].algo;
@@ -319,7 +372,7 @@ hr_status hr_conv_algo_tune(hr_cuda *c, hr_cuda_conv *p, int which, const void *
         float lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
         float med = t[2] < lo ? lo : t[2] > hi ? hi : t[2];
         times[k] = med;
-        if (pick < 0 || med < best) best = med, pick = k;
+        if (pick < 0 || med < *best) *best = med, pick = k;
     }
     HR_CU(cudaGetLastError());
     if (pick >= 0) {
@@ -334,25 +387,75 @@ hr_status hr_conv_algo_tune(hr_cuda *c, hr_cuda_conv *p, int which, const void *
         static const char *what[] = {"forward", "backward-data", "backward-filter"};
         fprintf(stderr, "cuda: conv N=%d C=%d %dx%d K=%d: %s tuned: algo %d of", p->N, p->C, p->H, p->W, p->K,
                 what[which], p->algo[which]);
-        for (int k = 0; k < p->ncand[which]; k++)
-            fprintf(stderr, " %d:%.3fms", p->cand[which][k].algo, (double)times[k]);
+        for (int k = 0; k < n; k++) fprintf(stderr, " %d:%.3fms", p->cand[which][k].algo, (double)times[k]);
         fprintf(stderr, "\n");
     }
     return HR_OK;
 }
 
+hr_status hr_conv_algo_tune(hr_cuda *c, hr_cuda_conv *p, int which, const void *a, const void *b, void *out, void *ws,
+                            size_t wsz) {
+    if (p->tuned[which] || p->algo[which] < 0) return HR_OK;
+    if (c->capturing) return untimed_in_capture();
+    p->tuned[which] = true;
+    float best;
+    return time_legacy(c, p, which, a, b, out, ws, wsz, &best);
+}
+
+/* The fastest mode's choice between the APIs, once the graph op is timed:
+ * the legacy algorithms are timed on the same buffers, and where one of them
+ * is faster the graph ops of `which` (both betas) are freed. */
+static hr_status decide_api(hr_cuda *c, hr_cuda_conv *p, int which, hr_cudnn_op *op, const void *a, const void *b,
+                            void *out, void *ws, size_t wsz) {
+    hr_cuda_dnn *d = c->dnn;
+    float g = hr_cudnn_op_ms(op), l = -1;
+    hr_status st = HR_OK;
+    if (g < 0) st = hr_cudnn_op_time(d->G, op, c->stream, d->ev, a, b, out, ws, wsz, &g);
+    if (!st && choose(c, p, which) == HR_OK && p->algo[which] >= 0) {
+        p->tuned[which] = true;
+        st = time_legacy(c, p, which, a, b, out, ws, wsz, &l);
+    }
+    if (st) return st;
+    p->api[which] = l >= 0 && (g < 0 || l < g) ? 2 : 1;
+    char key[HR_CONV_KEY];
+    api_key(c, p, which, key, sizeof key);
+    hr_conv_cache_put(c, key, p->api[which], 0, 0);
+    if (c->opt.cuda_verbose) {
+        static const char *what[] = {"forward", "backward-data", "backward-filter"};
+        fprintf(stderr, "cuda: conv %s N=%d C=%d %dx%d K=%d k=%dx%d g=%d: %s: graph %.3f ms, legacy %.3f ms: %s\n",
+                hr_dtype_name(p->dt), p->N, p->C, p->H, p->W, p->K, p->kh, p->kw, p->G, what[which], (double)g,
+                (double)l, p->api[which] == 2 ? "legacy" : "graph");
+    }
+    if (p->api[which] == 2)
+        for (int k = 0; k < 2; k++) {
+            hr_cudnn_op_free(d->G, p->gop[which][k]);
+            p->gop[which][k] = NULL;
+            p->gtried[which][k] = true;
+            snprintf(p->gwhy[which][k], sizeof p->gwhy[which][k], "fastest: a legacy algorithm was faster");
+        }
+    return HR_OK;
+}
+
+bool hr_conv_algo_op_timed(const hr_cuda_conv *p, int which, bool add) {
+    const hr_cudnn_op *op = p->gop[which][add ? 1 : 0];
+    return op && hr_cudnn_op_tuned(op) && !undecided(p, which);
+}
+
 /* Times the graph op's candidates on the real buffers (before the node's real
- * work overwrites `out`) and keeps the fastest. */
+ * work overwrites `out`) and keeps the fastest; in the fastest mode's dual
+ * case, then against the legacy algorithms. */
 hr_status hr_conv_algo_tune_op(hr_cuda *c, hr_cuda_conv *p, int which, bool add, const void *a, const void *b,
                                void *out, void *ws, size_t wsz) {
     hr_cuda_dnn *d = c->dnn;
     hr_cudnn_op *op = p->gop[which][add ? 1 : 0];
-    if (!op || hr_cudnn_op_tuned(op)) return HR_OK;
+    bool decide = op && undecided(p, which);
+    if (!op || (hr_cudnn_op_tuned(op) && !decide)) return HR_OK;
     if (c->capturing) return untimed_in_capture();
-    for (int i = 0; i < 2; i++)
-        if (!d->ev[i]) HR_CU(cudaEventCreate(&d->ev[i]));
-    hr_status st = hr_cudnn_op_tune(d->G, op, c->stream, d->ev, a, b, out, ws, wsz, c->opt.cuda_verbose);
-    if (st == HR_OK) {
+    hr_status st = events(d);
+    if (st) return st;
+    if (!hr_cudnn_op_tuned(op)) {
+        st = hr_cudnn_op_tune(d->G, op, c->stream, d->ev, a, b, out, ws, wsz, c->opt.cuda_verbose);
+        if (st) return st;
         char key[HR_CONV_KEY];
         int64_t engine, k;
         size_t w;
@@ -360,5 +463,5 @@ hr_status hr_conv_algo_tune_op(hr_cuda *c, hr_cuda_conv *p, int which, bool add,
         hr_conv_cache_key(c, p, which, add, true, key, sizeof key);
         hr_conv_cache_put(c, key, engine, k, w);
     }
-    return st;
+    return decide ? decide_api(c, p, which, op, a, b, out, ws, wsz) : HR_OK;
 }

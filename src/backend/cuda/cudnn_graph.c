@@ -362,6 +362,28 @@ hr_status hr_cudnn_op_run(hr_cudnn_graph *G, hr_cudnn_op *op, const void *a, con
     return HR_OK;
 }
 
+/* The median of three runs of one plan (after one to warm up); -1 when it
+ * fails to run. False: the events failed (the error is set). */
+static bool time_plan(hr_cudnn_graph *G, hr_cudnn_desc plan, hr_cudnn_desc pack, cudaStream_t stream,
+                      cudaEvent_t ev[2], float *ms) {
+    *ms = -1;
+    if (G->Execute(G->h, plan, pack)) return true; /* warm-up */
+    float t[3];
+    for (int r = 0; r < 3; r++) {
+        bool ok = cudaEventRecord(ev[0], stream) == cudaSuccess;
+        bool ran = ok && G->Execute(G->h, plan, pack) == 0;
+        if (!ok || cudaEventRecord(ev[1], stream) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
+            cudaEventElapsedTime(&t[r], ev[0], ev[1]) != cudaSuccess) {
+            hr_error_set(HR_ERR_DEVICE, "timing a cuDNN engine: %s", cudaGetErrorString(cudaGetLastError()));
+            return false;
+        }
+        if (!ran) return true;
+    }
+    float lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
+    *ms = t[2] < lo ? lo : t[2] > hi ? hi : t[2];
+    return true;
+}
+
 hr_status hr_cudnn_op_tune(hr_cudnn_graph *G, hr_cudnn_op *op, cudaStream_t stream, cudaEvent_t ev[2], const void *a,
                            const void *b, void *out, void *ws, size_t wsz, bool verbose) {
     if (op->tuned) return HR_OK;
@@ -371,20 +393,9 @@ hr_status hr_cudnn_op_tune(hr_cudnn_graph *G, hr_cudnn_op *op, cudaStream_t stre
     int pick = -1;
     for (int k = 0; k < op->n; k++) {
         cand *c = &op->c[k];
-        if (c->ws > wsz || G->Execute(G->h, c->plan, op->pack)) continue; /* warm-up */
-        float t[3];
-        bool ok = true;
-        for (int r = 0; r < 3 && ok; r++) {
-            if (cudaEventRecord(ev[0], stream) != cudaSuccess) return hr_error_set(HR_ERR_DEVICE, "cudaEventRecord");
-            ok = G->Execute(G->h, c->plan, op->pack) == 0;
-            if (cudaEventRecord(ev[1], stream) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
-                cudaEventElapsedTime(&t[r], ev[0], ev[1]) != cudaSuccess)
-                return hr_error_set(HR_ERR_DEVICE, "timing a cuDNN engine: %s", cudaGetErrorString(cudaGetLastError()));
-        }
-        if (!ok) continue;
-        float lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
-        c->ms = t[2] < lo ? lo : t[2] > hi ? hi : t[2];
-        if (pick < 0 || c->ms < op->c[pick].ms) pick = k;
+        if (c->ws > wsz) continue;
+        if (!time_plan(G, c->plan, op->pack, stream, ev, &c->ms)) return HR_ERR_DEVICE;
+        if (c->ms >= 0 && (pick < 0 || c->ms < op->c[pick].ms)) pick = k;
     }
     if (pick < 0) return hr_error_set(HR_ERR_DEVICE, "cuDNN: none of %d engines ran for this convolution", op->n);
     choose(op, pick);
@@ -401,9 +412,22 @@ hr_status hr_cudnn_op_tune(hr_cudnn_graph *G, hr_cudnn_op *op, cudaStream_t stre
     return HR_OK;
 }
 
+hr_status hr_cudnn_op_time(hr_cudnn_graph *G, hr_cudnn_op *op, cudaStream_t stream, cudaEvent_t ev[2], const void *a,
+                           const void *b, void *out, void *ws, size_t wsz, float *ms) {
+    *ms = -1;
+    if (op->ws > wsz) return HR_OK;
+    hr_status st = pack_for(G, op, a, b, out, ws);
+    if (st) return st;
+    if (!time_plan(G, op->plan, op->pack, stream, ev, ms)) return HR_ERR_DEVICE;
+    if (op->k >= 0 && op->k < op->n) op->c[op->k].ms = *ms;
+    return HR_OK;
+}
+
 void hr_cudnn_op_choice(const hr_cudnn_op *op, int64_t *engine, int64_t *k, size_t *ws) {
     *engine = op->engine, *k = op->k, *ws = op->ws;
 }
+
+float hr_cudnn_op_ms(const hr_cudnn_op *op) { return op->tuned && op->k >= 0 && op->k < op->n ? op->c[op->k].ms : -1; }
 
 bool hr_cudnn_op_take(hr_cudnn_graph *G, hr_cudnn_op *op, int64_t engine, int64_t k, size_t ws) {
     if (op->tuned || k < 0 || k >= op->n || op->c[k].engine != engine || op->c[k].ws != ws) return false;

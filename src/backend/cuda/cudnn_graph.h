@@ -61,6 +61,8 @@ size_t hr_cudnn_op_workspace(const hr_cudnn_op *op);
 bool hr_cudnn_op_tuned(const hr_cudnn_op *op);
 /* The chosen engine's global index, its place among the candidates, its workspace. */
 void hr_cudnn_op_choice(const hr_cudnn_op *op, int64_t *engine, int64_t *k, size_t *ws);
+/* The chosen engine's median time when this run timed it; -1 otherwise. */
+float hr_cudnn_op_ms(const hr_cudnn_op *op);
 /* Takes candidate k untimed when it is still engine `engine` with workspace
  * ws (an earlier run's choice); false, changing nothing, otherwise. */
 bool hr_cudnn_op_take(hr_cudnn_graph *G, hr_cudnn_op *op, int64_t engine, int64_t k, size_t ws);
@@ -69,6 +71,11 @@ bool hr_cudnn_op_take(hr_cudnn_graph *G, hr_cudnn_op *op, int64_t engine, int64_
  * node's real work) and keeps the fastest. `ev` are two CUDA events. */
 hr_status hr_cudnn_op_tune(hr_cudnn_graph *G, hr_cudnn_op *op, cudaStream_t stream, cudaEvent_t ev[2],
                            const void *a, const void *b, void *out, void *ws, size_t wsz, bool verbose);
+
+/* Times the chosen plan alone on these buffers (out is overwritten): *ms,
+ * -1 when it does not run or its workspace is more than wsz. */
+hr_status hr_cudnn_op_time(hr_cudnn_graph *G, hr_cudnn_op *op, cudaStream_t stream, cudaEvent_t ev[2], const void *a,
+                           const void *b, void *out, void *ws, size_t wsz, float *ms);
 
 /* Runs the chosen plan. a, b are the inputs (x, W; W, dy; x, dy); out the
  * output (y; dx; dW). */
