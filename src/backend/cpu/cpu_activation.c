@@ -3,6 +3,7 @@
 #include "backend/cpu/cpu.h"
 
 #include <math.h>
+#include <string.h>
 
 /* The bit masks the backward passes keep, bit k of byte j for v[8j+k]:
  * LeakyReLU's is x > 0 (a NaN x takes the slope, as PyTorch's `x > 0 ? dy :
@@ -27,16 +28,35 @@ static inline void mask_of(const float *v, int64_t n, uint8_t *mask, bool relu) 
     }
 }
 
+/* Mask byte m as eight lanes of all ones (bit set) or zeros: the backward
+ * passes select with AND instead of a branch a bit (random masks made those
+ * branches mispredict: ReLU.backward took 17% of deep_cnn's CPU step). */
+#define LANE(m, k) (((m) >> (k)) & 1 ? 0xffffffffu : 0u)
+#define LANES(m) {LANE(m, 0), LANE(m, 1), LANE(m, 2), LANE(m, 3), LANE(m, 4), LANE(m, 5), LANE(m, 6), LANE(m, 7)}
+#define LANES4(m) LANES(m), LANES((m) + 1), LANES((m) + 2), LANES((m) + 3)
+#define LANES16(m) LANES4(m), LANES4((m) + 4), LANES4((m) + 8), LANES4((m) + 12)
+#define LANES64(m) LANES16(m), LANES16((m) + 16), LANES16((m) + 32), LANES16((m) + 48)
+static const uint32_t lanes[256][8] = {LANES64(0), LANES64(64), LANES64(128), LANES64(192)};
+
+/* Eight values of dy where their bits are set, else `other`'s (bits as
+ * lanes); exact: a select, no arithmetic. */
+static inline void select8(const uint32_t *lane, const float *dy, const float *other, float *v) {
+    uint32_t g[8], o[8], r[8];
+    memcpy(g, dy, sizeof g);
+    memcpy(o, other, sizeof o);
+    for (int k = 0; k < 8; k++) r[k] = (g[k] & lane[k]) | (o[k] & ~lane[k]);
+    memcpy(v, r, sizeof r);
+}
+
 /* dx = bit ? dy : dy * neg, from LeakyReLU's bit mask. */
 static void masked_bwd(const uint8_t *mask, const float *dy, float *dx, int64_t n, float neg, bool acc) {
     int64_t full = n / 8;
 #pragma omp parallel for schedule(static) if (full > 8192)
     for (int64_t j = 0; j < full; j++) { /* 8 values a mask byte, a fixed body */
-        unsigned m = mask[j];
-        float *d = dx + 8 * j;
+        float *d = dx + 8 * j, scaled[8], v[8];
         const float *g2 = dy + 8 * j;
-        float v[8];
-        for (int k = 0; k < 8; k++) v[k] = (m >> k) & 1 ? g2[k] : g2[k] * neg;
+        for (int k = 0; k < 8; k++) scaled[k] = g2[k] * neg;
+        select8(lanes[mask[j]], g2, scaled, v);
         if (acc)
             for (int k = 0; k < 8; k++) d[k] += v[k];
         else
@@ -76,11 +96,9 @@ static void relu_bwd(const hr_act_args *p) {
         int64_t full = N / 8;
 #pragma omp parallel for schedule(static) if (full > 8192)
         for (int64_t j = 0; j < full; j++) { /* 8 values a mask byte, a fixed body */
-            unsigned m = mask[j];
-            float *d = dx + 8 * j;
-            const float *g2 = dy + 8 * j;
-            float v[8];
-            for (int k = 0; k < 8; k++) v[k] = (m >> k) & 1 ? g2[k] : 0.0f;
+            static const float zeros[8];
+            float *d = dx + 8 * j, v[8];
+            select8(lanes[mask[j]], dy + 8 * j, zeros, v);
             if (acc)
                 for (int k = 0; k < 8; k++) d[k] += v[k];
             else
