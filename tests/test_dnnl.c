@@ -5,10 +5,15 @@
  * 1, odd sizes, groups, dilation, accumulated outputs, missing outputs, dx
  * over x's bytes and batches split into calls (where oneDNN's copies would
  * not fit im2col's room); the same bits run to run; a workspace too small
- * falls back to im2col. Skips (passing) where libdnnl.so.2 is absent. */
+ * falls back to im2col. BatchNorm's training forward and backward the same
+ * way against float64 (cpu_norm.c with HR_DNNL=0, oneDNN forced with
+ * HR_DNNL=2, the timed choice with 1): running statistics, dx over dy's
+ * bytes, accumulated and missing parameter gradients, the same bits twice.
+ * Skips (passing) where libdnnl.so.2 is absent. */
 #include "check.h"
 #include "backend/cpu/cpu.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -234,6 +239,123 @@ static void check_fallback(conv_case *c) {
     be0->free(be0), be2->free(be2);
 }
 
+/* ---- BatchNorm ----------------------------------------------------------------- */
+typedef struct {
+    int64_t N, C, HW;
+} bn_shape;
+
+static const bn_shape bn_cases[] = {
+    {2, 3, 5},      /* tiny: the timed mode keeps cpu_norm.c */
+    {16, 8, 1024},  /* 128K values: large enough for the timed choice */
+    {64, 16, 64},   /* many samples, short planes */
+    {4096, 32, 1},  /* BatchNorm1d-like: planes of one value */
+};
+
+/* Runs a BatchNorm node with the workspace the backend plans; taken:
+ * whether oneDNN ran it. */
+static hr_status bn_run(hr_backend *be, hr_kargs *a, bool *taken) {
+    size_t ws = be->workspace_size(be, a);
+    void *buf = ws ? malloc(ws) : NULL;
+    a->ws = buf, a->ws_bytes = ws;
+    hr_status st = HR_OK;
+    *taken = hr_cpu_dnnl_batchnorm(be->ctx, a, &st);
+    if (!*taken) st = be->run(be, a);
+    free(buf);
+    return st;
+}
+
+static double rel_err(const float *got, const double *want, size_t n, double base) {
+    double m = 0, scale = 1;
+    for (size_t i = 0; i < n; i++) scale = fmax(scale, fabs(want[i]));
+    for (size_t i = 0; i < n; i++) m = fmax(m, fabs(got[i] - (base + want[i])));
+    return m / scale;
+}
+
+static void check_bn(const char *mode, const bn_shape *s, unsigned seed) {
+    hr_backend *be = backend(mode);
+    bool must = strcmp(mode, "2") == 0, taken;
+    int64_t N = s->N, C = s->C, HW = s->HW, M = N * HW;
+    size_t n = (size_t)(N * C * HW), nc = (size_t)C;
+    float eps = 1e-5f, mom = 0.1f;
+    float *x = malloc(4 * n), *y = malloc(4 * n), *y2 = malloc(4 * n), *dy = malloc(4 * n), *dx = malloc(4 * n);
+    float *pc = malloc(4 * 12 * nc);
+    double *ry = malloc(8 * n), *rdx = malloc(8 * n), *rp = malloc(8 * 6 * nc);
+    float *g = pc, *bt = pc + nc, *mean = pc + 2 * nc, *inv = pc + 3 * nc, *rm = pc + 4 * nc, *rv = pc + 5 * nc;
+    float *dg = pc + 6 * nc, *db = pc + 7 * nc;
+    double *rmean = rp, *rinv = rp + nc, *rrm = rp + 2 * nc, *rrv = rp + 3 * nc, *rdg = rp + 4 * nc, *rdb = rp + 5 * nc;
+    for (size_t i = 0; i < n; i++) x[i] = 3.0f + 2.0f * frand(&seed), dy[i] = frand(&seed);
+    for (size_t c = 0; c < nc; c++) g[c] = 0.5f + frand(&seed), bt[c] = frand(&seed), rm[c] = 0.2f, rv[c] = 1.5f;
+    /* float64: the batch statistics, y, the running statistics, then the gradients */
+    for (int64_t c = 0; c < C; c++) {
+        double sum = 0, ss = 0, sdy = 0, sdyx = 0;
+        for (int64_t i = 0; i < N; i++)
+            for (int64_t j = 0; j < HW; j++) sum += x[(i * C + c) * HW + j];
+        double mu = sum / (double)M;
+        for (int64_t i = 0; i < N; i++)
+            for (int64_t j = 0; j < HW; j++) ss += pow(x[(i * C + c) * HW + j] - mu, 2);
+        double var = ss / (double)M, is = 1.0 / sqrt(var + eps);
+        rmean[c] = mu, rinv[c] = is;
+        rrm[c] = (1 - mom) * 0.2 + mom * mu;
+        rrv[c] = (1 - mom) * 1.5 + mom * (M > 1 ? ss / (double)(M - 1) : var);
+        for (int64_t i = 0; i < N; i++)
+            for (int64_t j = 0; j < HW; j++) {
+                size_t k = (size_t)((i * C + c) * HW + j);
+                double xh = (x[k] - mu) * is;
+                ry[k] = xh * g[c] + bt[c];
+                sdy += dy[k], sdyx += dy[k] * xh;
+            }
+        rdg[c] = sdyx, rdb[c] = sdy;
+        for (int64_t i = 0; i < N; i++)
+            for (int64_t j = 0; j < HW; j++) {
+                size_t k = (size_t)((i * C + c) * HW + j);
+                rdx[k] = g[c] * is / (double)M * ((double)M * dy[k] - sdy - (x[k] - mu) * is * sdyx);
+            }
+    }
+    char name[96];
+    snprintf(name, sizeof name, "BatchNorm %lldx%lldx%lld HR_DNNL=%s", (long long)N, (long long)C, (long long)HW, mode);
+    hr_kargs a;
+    memset(&a, 0, sizeof a);
+    a.op = HR_OP_BATCHNORM, a.dt = HR_F32;
+    hr_batchnorm_args *b = &a.bn;
+    b->N = N, b->C = C, b->HW = HW, b->eps = eps, b->momentum = mom, b->train = true;
+    b->x = x, b->gamma = g, b->beta = bt, b->running_mean = rm, b->running_var = rv;
+    b->y = y, b->mean = mean, b->invstd = inv;
+    /* float sums over M values: a few float roundings of the sum's size */
+    double tol = 2e-6 * sqrt((double)M) + 1e-5;
+    CHECK(bn_run(be, &a, &taken) == HR_OK && (taken || !must), "%s forward: %s (oneDNN ran it: %d)", name,
+          hr_last_error(), taken);
+    CHECK(rel_err(y, ry, n, 0) < tol && rel_err(mean, rmean, nc, 0) < tol && rel_err(inv, rinv, nc, 0) < tol,
+          "%s forward: errors y %.3g mean %.3g invstd %.3g (bound %.3g)", name, rel_err(y, ry, n, 0),
+          rel_err(mean, rmean, nc, 0), rel_err(inv, rinv, nc, 0), tol);
+    CHECK(rel_err(rm, rrm, nc, 0) < tol && rel_err(rv, rrv, nc, 0) < tol,
+          "%s: running statistics off by %.3g and %.3g", name, rel_err(rm, rrm, nc, 0), rel_err(rv, rrv, nc, 0));
+    b->y = y2, b->running_mean = b->running_var = NULL; /* a recomputation: the same bits, no running update */
+    CHECK(bn_run(be, &a, &taken) == HR_OK && !memcmp(y, y2, 4 * n), "%s forward: not the same bits twice", name);
+
+    /* backward from the saved statistics, dx over dy (the planner's in-place) */
+    memset(&a, 0, sizeof a);
+    a.op = HR_OP_BATCHNORM_BWD, a.dt = HR_F32;
+    b->N = N, b->C = C, b->HW = HW, b->eps = eps, b->momentum = mom, b->train = true;
+    b->x = x, b->gamma = g, b->saved_mean = mean, b->saved_invstd = inv;
+    memcpy(dx, dy, 4 * n);
+    b->dy = dx, b->dx = dx, b->dgamma = dg, b->dbeta = db;
+    CHECK(bn_run(be, &a, &taken) == HR_OK && (taken || !must), "%s backward: %s", name, hr_last_error());
+    CHECK(rel_err(dx, rdx, n, 0) < tol && rel_err(dg, rdg, nc, 0) < tol && rel_err(db, rdb, nc, 0) < tol,
+          "%s backward: errors dx %.3g dgamma %.3g dbeta %.3g (bound %.3g)", name, rel_err(dx, rdx, n, 0),
+          rel_err(dg, rdg, nc, 0), rel_err(db, rdb, nc, 0), tol);
+    /* the parameter gradients accumulated (from 0.5), or not wanted; dx not over dy; the same bits */
+    for (size_t c = 0; c < nc; c++) dg[c] = db[c] = 0.5f;
+    b->dy = dy, b->dx = y2, b->acc_dgamma = b->acc_dbeta = true;
+    CHECK(bn_run(be, &a, &taken) == HR_OK && !memcmp(dx, y2, 4 * n), "%s backward: not the same bits twice", name);
+    CHECK(rel_err(dg, rdg, nc, 0.5) < tol && rel_err(db, rdb, nc, 0.5) < tol,
+          "%s backward, accumulated: errors %.3g %.3g", name, rel_err(dg, rdg, nc, 0.5), rel_err(db, rdb, nc, 0.5));
+    b->dgamma = b->dbeta = NULL, b->acc_dgamma = b->acc_dbeta = false;
+    CHECK(bn_run(be, &a, &taken) == HR_OK && !memcmp(dx, y2, 4 * n), "%s backward, dx alone: %s", name,
+          hr_last_error());
+    be->free(be);
+    free(x), free(y), free(y2), free(dy), free(dx), free(pc), free(ry), free(rdx), free(rp);
+}
+
 int main(void) {
     const char *why = hr_cpu_dnnl_why();
     if (why) {
@@ -256,5 +378,9 @@ int main(void) {
     }
     printf("oneDNN convolutions: %zu shapes, im2col and 3 oneDNN modes, against float64\n",
            sizeof cases / sizeof cases[0]);
+    for (size_t i = 0; i < sizeof bn_cases / sizeof bn_cases[0]; i++)
+        for (int m = 0; m < 3; m++) check_bn((const char *[]){"0", "1", "2"}[m], &bn_cases[i], 99u + (unsigned)i);
+    printf("BatchNorm: %zu shapes, cpu_norm.c, the timed choice and oneDNN, against float64\n",
+           sizeof bn_cases / sizeof bn_cases[0]);
     TEST_END();
 }

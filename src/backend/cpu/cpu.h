@@ -8,7 +8,7 @@
 /* The kernels' ctx. */
 typedef struct {
     int nthreads;
-    int dnnl_mode;     /* HR_DNNL: 0 im2col only, 1 the fastest way per conv shape, 2/3 oneDNN plain/blocked */
+    int dnnl_mode;     /* HR_DNNL: 0 im2col only, 1 the fastest way per conv (and BatchNorm) shape, 2/3 oneDNN plain/blocked */
     bool dnnl_verbose; /* HR_PROFILE: say which path each conv shape took, and the times */
     void *dnnl_stream; /* cpu_dnnl.c's oneDNN stream, made on first use */
 } hr_cpu;
@@ -37,6 +37,9 @@ size_t hr_cpu_linear_ce_workspace(const hr_kargs *a);
  * for its shape (its first call times both) and returns true with the
  * status in *st; false: the caller runs im2col. */
 bool hr_cpu_dnnl_conv(void *ctx, const hr_kargs *a, hr_status *st);
+/* cpu_dnnl.c: the same for a BatchNorm node (training's forward and
+ * backward; false: cpu_norm.c runs it) */
+bool hr_cpu_dnnl_batchnorm(void *ctx, const hr_kargs *a, hr_status *st);
 /* the oneDNN path's scratch bytes (0: it cannot run the node); the backend
  * plans the larger of the two paths */
 size_t hr_cpu_dnnl_workspace_size(hr_cpu *c, const hr_kargs *a);

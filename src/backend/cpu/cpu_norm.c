@@ -15,6 +15,8 @@ typedef struct {
  * Training: batch statistics, kept for the backward, and the running ones
  * updated; inference: the running statistics. */
 hr_status hr_cpu_batchnorm(void *ctx, const hr_kargs *a) {
+    hr_status dnnl_st;
+    if (hr_cpu_dnnl_batchnorm(ctx, a, &dnnl_st)) return dnnl_st; /* oneDNN, where faster (cpu_dnnl.c) */
     const hr_batchnorm_args *bn = &a->bn;
     bn_dims d = {bn->N, bn->C, bn->HW};
     const float *x = bn->x, *gm = bn->gamma, *bt = bn->beta;
@@ -61,6 +63,8 @@ hr_status hr_cpu_batchnorm(void *ctx, const hr_kargs *a) {
 
 /* dx = gamma invstd / M (M dy - sum dy - xhat sum(dy xhat)) */
 hr_status hr_cpu_batchnorm_bwd(void *ctx, const hr_kargs *a) {
+    hr_status dnnl_st;
+    if (hr_cpu_dnnl_batchnorm(ctx, a, &dnnl_st)) return dnnl_st; /* oneDNN, where faster (cpu_dnnl.c) */
     const hr_batchnorm_args *bn = &a->bn;
     bn_dims d = {bn->N, bn->C, bn->HW};
     const float *x = bn->x, *gm = bn->gamma, *mean = bn->saved_mean, *inv = bn->saved_invstd, *dy = bn->dy;
