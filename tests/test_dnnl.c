@@ -1,4 +1,4 @@
-/* test_dnnl.c — CPU convolutions through oneDNN (cpu_dnnl.c), on its plain
+/* test_dnnl.c — CPU convolutions through oneDNN (cpu_dnnl_conv.c), on its plain
  * (HR_DNNL=2) and blocked (HR_DNNL=3) layouts and on the timed choice
  * (HR_DNNL=1): forward, backward data, weights and bias against a float64
  * reference and against im2col (HR_DNNL=0), over stride, padding, 1x1, batch
@@ -6,7 +6,7 @@
  * over x's bytes and batches split into calls (where oneDNN's copies would
  * not fit im2col's room); the same bits run to run; a workspace too small
  * falls back to im2col. BatchNorm's training forward and backward the same
- * way against float64 (cpu_norm.c with HR_DNNL=0, oneDNN forced with
+ * way (cpu_norm.c) against float64 (its own kernels with HR_DNNL=0, oneDNN forced with
  * HR_DNNL=2, the timed choice with 1): running statistics, dx over dy's
  * bytes, accumulated and missing parameter gradients, the same bits twice.
  * Skips (passing) where libdnnl.so.2 is absent. */
@@ -258,7 +258,7 @@ static hr_status bn_run(hr_backend *be, hr_kargs *a, bool *taken) {
     void *buf = ws ? malloc(ws) : NULL;
     a->ws = buf, a->ws_bytes = ws;
     hr_status st = HR_OK;
-    *taken = hr_cpu_dnnl_batchnorm(be->ctx, a, &st);
+    *taken = hr_cpu_norm_dnnl(be->ctx, a, &st);
     if (!*taken) st = be->run(be, a);
     free(buf);
     return st;

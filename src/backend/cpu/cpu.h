@@ -8,9 +8,9 @@
 /* The kernels' ctx. */
 typedef struct {
     int nthreads;
-    int dnnl_mode;     /* HR_DNNL: 0 im2col only, 1 the fastest way per conv (and BatchNorm) shape, 2/3 oneDNN plain/blocked */
+    int dnnl_mode;     /* HR_DNNL: 0 headroom's kernels only, 1 the faster way per shape, 2/3 oneDNN plain/blocked */
     bool dnnl_verbose; /* HR_PROFILE: say which path each conv shape took, and the times */
-    void *dnnl_stream; /* cpu_dnnl.c's oneDNN stream, made on first use */
+    void *dnnl_stream; /* the oneDNN stream (dnnl_lib.h), made on first use */
 } hr_cpu;
 
 /* Ops that share a kernel repeat its prototype, which C allows. */
@@ -33,16 +33,16 @@ float hr_cpu_ce_row(const float *xi, int64_t C, double *sum);
 /* cpu_linear_ce.c: LinearCrossEntropy's piece of logits */
 size_t hr_cpu_linear_ce_workspace(const hr_kargs *a);
 
-/* cpu_dnnl.c: runs a Conv2d node through oneDNN when that is the faster path
- * for its shape (its first call times both) and returns true with the
+/* cpu_dnnl_conv.c: runs a Conv2d node through oneDNN when that is the faster
+ * path for its shape (its first call times both) and returns true with the
  * status in *st; false: the caller runs im2col. */
 bool hr_cpu_dnnl_conv(void *ctx, const hr_kargs *a, hr_status *st);
-/* cpu_dnnl.c: the same for a BatchNorm node (training's forward and
- * backward; false: cpu_norm.c runs it) */
-bool hr_cpu_dnnl_batchnorm(void *ctx, const hr_kargs *a, hr_status *st);
 /* the oneDNN path's scratch bytes (0: it cannot run the node); the backend
  * plans the larger of the two paths */
 size_t hr_cpu_dnnl_workspace_size(hr_cpu *c, const hr_kargs *a);
+/* cpu_norm.c: the same for a norm node (its planned workspace holds both
+ * ways'; false: the kernel runs its own way) */
+bool hr_cpu_norm_dnnl(void *ctx, const hr_kargs *a, hr_status *st);
 /* cpu_dnnl.c: row-major C = alpha op(A) op(B) + beta C by oneDNN's sgemm on
  * this thread; false (nothing written) when oneDNN is not loaded or fails */
 bool hr_cpu_dnnl_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,

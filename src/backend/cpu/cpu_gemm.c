@@ -224,7 +224,7 @@ static int threads_for(const hr_cpu *c, int N) { return c->nthreads < N ? c->nth
 
 hr_status hr_cpu_conv2d(void *ctx, const hr_kargs *a) {
     hr_status dnnl_st;
-    if (hr_cpu_dnnl_conv(ctx, a, &dnnl_st)) return dnnl_st; /* oneDNN, where faster (cpu_dnnl.c) */
+    if (hr_cpu_dnnl_conv(ctx, a, &dnnl_st)) return dnnl_st; /* oneDNN, where faster (cpu_dnnl_conv.c) */
     const hr_cpu *cp = ctx;
     const hr_conv_args *cv = &a->conv;
     conv_dims d = dims_of(cv);
@@ -270,7 +270,7 @@ hr_status hr_cpu_conv2d(void *ctx, const hr_kargs *a) {
 /* Workspace: per thread a column buffer and a (dW, db) partial sum. */
 hr_status hr_cpu_conv2d_bwd(void *ctx, const hr_kargs *a) {
     hr_status dnnl_st;
-    if (hr_cpu_dnnl_conv(ctx, a, &dnnl_st)) return dnnl_st; /* oneDNN, where faster (cpu_dnnl.c) */
+    if (hr_cpu_dnnl_conv(ctx, a, &dnnl_st)) return dnnl_st; /* oneDNN, where faster (cpu_dnnl_conv.c) */
     const hr_cpu *cp = ctx;
     const hr_conv_args *cv = &a->conv;
     conv_dims d = dims_of(cv);

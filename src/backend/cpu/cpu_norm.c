@@ -1,6 +1,7 @@
 /* cpu_norm.c — BatchNorm and LayerNorm on the CPU, forward and backward:
- * statistics with sums in double, parameter gradients in a fixed order. */
-#include "backend/cpu/cpu.h"
+ * statistics with sums in double, parameter gradients in a fixed order;
+ * BatchNorm's training passes through oneDNN where that is faster (below). */
+#include "backend/cpu/dnnl_lib.h"
 
 #include <math.h>
 #ifdef _OPENMP
@@ -16,7 +17,7 @@ typedef struct {
  * updated; inference: the running statistics. */
 hr_status hr_cpu_batchnorm(void *ctx, const hr_kargs *a) {
     hr_status dnnl_st;
-    if (hr_cpu_dnnl_batchnorm(ctx, a, &dnnl_st)) return dnnl_st; /* oneDNN, where faster (cpu_dnnl.c) */
+    if (hr_cpu_norm_dnnl(ctx, a, &dnnl_st)) return dnnl_st; /* oneDNN, where faster (below) */
     const hr_batchnorm_args *bn = &a->bn;
     bn_dims d = {bn->N, bn->C, bn->HW};
     const float *x = bn->x, *gm = bn->gamma, *bt = bn->beta;
@@ -64,7 +65,7 @@ hr_status hr_cpu_batchnorm(void *ctx, const hr_kargs *a) {
 /* dx = gamma invstd / M (M dy - sum dy - xhat sum(dy xhat)) */
 hr_status hr_cpu_batchnorm_bwd(void *ctx, const hr_kargs *a) {
     hr_status dnnl_st;
-    if (hr_cpu_dnnl_batchnorm(ctx, a, &dnnl_st)) return dnnl_st; /* oneDNN, where faster (cpu_dnnl.c) */
+    if (hr_cpu_norm_dnnl(ctx, a, &dnnl_st)) return dnnl_st; /* oneDNN, where faster (below) */
     const hr_batchnorm_args *bn = &a->bn;
     bn_dims d = {bn->N, bn->C, bn->HW};
     const float *x = bn->x, *gm = bn->gamma, *mean = bn->saved_mean, *inv = bn->saved_invstd, *dy = bn->dy;
@@ -174,7 +175,10 @@ static void layernorm_param_grads(const hr_layernorm_args *ln) {
     }
 }
 
+static size_t bn_workspace(hr_cpu *c, const hr_kargs *a);
+
 size_t hr_cpu_norm_workspace(const hr_cpu *c, const hr_kargs *a) {
+    if (a->op == HR_OP_BATCHNORM || a->op == HR_OP_BATCHNORM_BWD) return bn_workspace((hr_cpu *)c, a);
     const hr_layernorm_args *ln = &a->ln;
     if (a->op != HR_OP_LAYERNORM_BWD || ln->dy_dt == HR_F32 || ln->cols <= 0) return 0;
     return sizeof(float) * (size_t)ln->cols * (size_t)(c->nthreads > 0 ? c->nthreads : 1);
@@ -225,3 +229,238 @@ hr_status hr_cpu_layernorm_bwd(void *ctx, const hr_kargs *a) {
     }
     return HR_OK;
 }
+
+#ifndef HR_HAVE_DNNL
+bool hr_cpu_norm_dnnl(void *ctx, const hr_kargs *a, hr_status *st) {
+    (void)ctx, (void)a, (void)st;
+    return false;
+}
+static size_t bn_workspace(hr_cpu *c, const hr_kargs *a) {
+    (void)c, (void)a;
+    return 0;
+}
+#else
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- BatchNorm through oneDNN -------------------------------------------------
+ * Training's forward and backward (the kernels above keep inference, an
+ * accumulating dx, and a backward without dx), chosen per shape by timing
+ * as cpu_dnnl_conv.c chooses the convolutions' way. oneDNN takes and gives the variance where
+ * headroom keeps 1/sqrt(var + eps): the forward turns it into invstd (and
+ * the unbiased running variance, as the kernel above does), the backward rebuilds
+ * it from invstd in the workspace. Its sums are in float, the kernels' above
+ * in double: the tests bound both against float64. Workspace: [alignment]
+ * [scratchpad][variance][mean][dgamma][dbeta], each C floats rounded up to
+ * 64 bytes. */
+typedef struct {
+    int64_t N, C, HW;
+    float eps;
+    int32_t bwd, nthr;
+} bn_key;
+
+typedef struct bn_entry {
+    bn_key k;
+    dnnl_primitive_desc_t pd; /* NULL: oneDNN cannot run the shape */
+    dnnl_primitive_t prim;
+    size_t scratch;
+    int pick;     /* -1 not timed yet, 0 the kernels above, 1 oneDNN */
+    double ms[2]; /* the median times of each */
+    struct bn_entry *next;
+} bn_entry;
+
+/* Every shape of the process (plain calloc: the library's own cache, as
+ * cpu_dnnl_conv.c's), and the lock that guards it. */
+static bn_entry *bns;
+static pthread_mutex_t bn_mu = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local bool bn_timing; /* while this thread times the kernels above: no dispatch */
+
+/* A node oneDNN may take: training, F32, dx wanted and not accumulated; with
+ * HR_DNNL=1 at least 64K values (below, its fixed costs outweigh). */
+static bool bn_eligible(const hr_cpu *c, const hr_kargs *a) {
+    const hr_batchnorm_args *b = &a->bn;
+    if (c->dnnl_mode == 0 || a->dt != HR_F32 || b->N <= 0 || b->C <= 0 || b->HW <= 0) return false;
+    if (a->op == HR_OP_BATCHNORM ? !b->train : !b->dx || b->acc_dx) return false;
+    if (c->dnnl_mode == 1 && b->N * b->C * b->HW < (1 << 16)) return false;
+    return hr_dnnl_loaded();
+}
+
+/* The shape's entry, described on first sight; NULL when the table cannot
+ * grow. Called with bn_mu held. */
+static bn_entry *bn_entry_of(const hr_kargs *a) {
+    const hr_batchnorm_args *b = &a->bn;
+    bn_key k;
+    memset(&k, 0, sizeof k);
+    k.N = b->N, k.C = b->C, k.HW = b->HW, k.eps = b->eps, k.bwd = a->op == HR_OP_BATCHNORM_BWD;
+#ifdef _OPENMP
+    k.nthr = omp_get_max_threads();
+#endif
+    for (bn_entry *e = bns; e; e = e->next)
+        if (!memcmp(&e->k, &k, sizeof k)) return e;
+    bn_entry *e = calloc(1, sizeof *e);
+    if (!e) return NULL;
+    e->k = k;
+    e->pick = -1;
+    dnnl_memory_desc_t m;
+    dnnl_batch_normalization_desc_t fd, bd;
+    unsigned flags = dnnl_use_scale | dnnl_use_shift;
+    dnnl_primitive_desc_t hint = NULL;
+    bool ok = hr_dnnl_md(&m, 4, (int64_t[]){k.N, k.C, k.HW, 1}, dnnl_nchw) &&
+              hr_dnnl.dnnl_batch_normalization_forward_desc_init(&fd, dnnl_forward_training, &m, k.eps, flags) ==
+                  dnnl_success &&
+              hr_dnnl_make_pd(k.bwd ? &hint : &e->pd, &fd, NULL);
+    if (ok && k.bwd)
+        ok = hr_dnnl.dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &m, &m, k.eps, flags) == dnnl_success &&
+             hr_dnnl_make_pd(&e->pd, &bd, hint);
+    if (hint) hr_dnnl.dnnl_primitive_desc_destroy(hint);
+    if (!ok && e->pd) hr_dnnl.dnnl_primitive_desc_destroy(e->pd);
+    if (!ok) e->pd = NULL;
+    e->scratch = e->pd ? hr_dnnl_up64(hr_dnnl_scratch_of(e->pd)) : 0;
+    e->next = bns;
+    bns = e;
+    return e;
+}
+
+static size_t bn_total(const bn_entry *e) { return e->pd ? 64 + e->scratch + 4 * hr_dnnl_up64(sizeof(float) * (size_t)e->k.C) : 0; }
+
+static size_t bn_workspace(hr_cpu *c, const hr_kargs *a) {
+    if (!bn_eligible(c, a)) return 0;
+    pthread_mutex_lock(&bn_mu);
+    bn_entry *e = bn_entry_of(a);
+    size_t n = e ? bn_total(e) : 0;
+    pthread_mutex_unlock(&bn_mu);
+    return n;
+}
+
+/* The node through oneDNN; ws: at least bn_total bytes. */
+static hr_status bn_dnnl(hr_cpu *c, const bn_entry *e, const hr_batchnorm_args *b, char *ws) {
+    hr_status st0 = hr_dnnl_stream(c);
+    if (st0) return st0;
+    int64_t C = e->k.C, M = e->k.N * e->k.HW;
+    size_t row = hr_dnnl_up64(sizeof(float) * (size_t)C);
+    char *base = (char *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    float *var = (float *)(base + e->scratch), *mean = (float *)((char *)var + row);
+    float *dg = (float *)((char *)mean + row), *db = (float *)((char *)dg + row);
+    dnnl_status_t s;
+    hr_dnnl_quiet_workers();
+    sigset_t old;
+    hr_dnnl_hold_signals(&old);
+    if (!e->k.bwd) {
+        float *mo = b->mean ? b->mean : mean;
+        s = hr_dnnl_run(c, e->prim, e->pd, 6,
+                     (int[]){DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_SCALE, DNNL_ARG_SHIFT, DNNL_ARG_MEAN,
+                             DNNL_ARG_VARIANCE},
+                     (void *[]){(void *)b->x, b->y, (void *)b->gamma, (void *)b->beta, mo, var}, base);
+        if (s == dnnl_success) s = hr_dnnl.dnnl_stream_wait(c->dnnl_stream);
+        hr_dnnl_release_signals(&old);
+        if (s != dnnl_success) return hr_error_set(HR_ERR_INTERNAL, "oneDNN: a batch norm failed (status %d)", (int)s);
+        for (int64_t ch = 0; ch < C; ch++) { /* as above: invstd and the running statistics */
+            double v = var[ch];
+            if (b->invstd) b->invstd[ch] = (float)(1.0 / sqrt(v + (double)b->eps));
+            if (b->running_mean) {
+                double unbiased = M > 1 ? v * (double)M / (double)(M - 1) : v;
+                b->running_mean[ch] = (1.0f - b->momentum) * b->running_mean[ch] + b->momentum * mo[ch];
+                b->running_var[ch] = (1.0f - b->momentum) * b->running_var[ch] + b->momentum * (float)unbiased;
+            }
+        }
+        return HR_OK;
+    }
+    for (int64_t ch = 0; ch < C; ch++) { /* the variance whose 1/sqrt(var + eps) is invstd */
+        double is = b->saved_invstd[ch];
+        var[ch] = (float)(1.0 / (is * is) - (double)b->eps);
+    }
+    bool dg_direct = b->dgamma && !b->acc_dgamma, db_direct = b->dbeta && !b->acc_dbeta;
+    /* oneDNN 2.6 wants the shift among a backward's inputs too, though
+     * nothing reads it: gamma's bytes stand in */
+    s = hr_dnnl_run(c, e->prim, e->pd, 9,
+                 (int[]){DNNL_ARG_SRC, DNNL_ARG_MEAN, DNNL_ARG_VARIANCE, DNNL_ARG_DIFF_DST, DNNL_ARG_SCALE,
+                         DNNL_ARG_SHIFT, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_SCALE, DNNL_ARG_DIFF_SHIFT},
+                 (void *[]){(void *)b->x, (void *)b->saved_mean, var, (void *)b->dy, (void *)b->gamma,
+                            (void *)b->gamma, b->dx, dg_direct ? b->dgamma : dg, db_direct ? b->dbeta : db},
+                 base);
+    if (s == dnnl_success) s = hr_dnnl.dnnl_stream_wait(c->dnnl_stream);
+    hr_dnnl_release_signals(&old);
+    if (s != dnnl_success)
+        return hr_error_set(HR_ERR_INTERNAL, "oneDNN: a batch norm's backward failed (status %d)", (int)s);
+    for (int64_t ch = 0; ch < C; ch++) {
+        if (b->dgamma && !dg_direct) b->dgamma[ch] += dg[ch];
+        if (b->dbeta && !db_direct) b->dbeta[ch] += db[ch];
+    }
+    return HR_OK;
+}
+
+static hr_status bn_ours(hr_cpu *c, const hr_kargs *a) {
+    bn_timing = true; /* the kernel then takes its own path */
+    hr_status st = a->op == HR_OP_BATCHNORM ? hr_cpu_batchnorm(c, a) : hr_cpu_batchnorm_bwd(c, a);
+    bn_timing = false;
+    return st;
+}
+
+/* Times both ways (one warm-up, then the median of HR_DNNL_TIMED_REPS, interleaved)
+ * on buffers of their own, running statistics included. Called with bn_mu held. */
+static void bn_choose(hr_cpu *c, bn_entry *e, const hr_kargs *a) {
+    const bn_key *k = &e->k;
+    size_t n = (size_t)(k->N * k->C * k->HW), nc = (size_t)k->C;
+    float *x = malloc(4 * n), *y = malloc(4 * n), *pc = calloc(8 * nc, 4);
+    char *ws = malloc(bn_total(e));
+    e->pick = 0;
+    if (x && y && pc && ws) {
+        for (size_t i = 0; i < n; i++) x[i] = (float)((i * 7919) % 255) / 128.0f - 1.0f;
+        for (size_t i = 0; i < n; i++) y[i] = (float)((i * 104729) % 251) / 125.0f - 1.0f;
+        for (size_t i = 0; i < nc; i++) pc[i] = 1.0f, pc[nc + i] = 0.5f, pc[6 * nc + i] = 1.0f;
+        hr_kargs t = *a;
+        hr_batchnorm_args *b = &t.bn;
+        b->x = x, b->gamma = pc, b->beta = pc + nc, b->mean = pc + 2 * nc, b->invstd = pc + 3 * nc;
+        b->saved_mean = pc + 4 * nc, b->saved_invstd = pc + 6 * nc;
+        b->running_mean = pc + 4 * nc, b->running_var = pc + 5 * nc;
+        if (k->bwd)
+            b->dy = y, b->dx = y, b->dgamma = pc + 2 * nc, b->dbeta = pc + 3 * nc; /* dx over dy: the planner's way */
+        else
+            b->y = y;
+        t.ws = ws, t.ws_bytes = bn_total(e);
+        double ms[2][HR_DNNL_TIMED_REPS];
+        bool ok[2] = {true, e->pd && (e->prim || hr_dnnl.dnnl_primitive_create(&e->prim, e->pd) == dnnl_success)};
+        for (int r = 0; r <= HR_DNNL_TIMED_REPS; r++)
+            for (int way = 0; way < 2; way++) {
+                if (!ok[way]) continue;
+                double t0 = hr_dnnl_now_ms();
+                ok[way] = (way ? bn_dnnl(c, e, b, ws) : bn_ours(c, &t)) == HR_OK;
+                if (r) ms[way][r - 1] = hr_dnnl_now_ms() - t0;
+            }
+        for (int way = 0; way < 2; way++) {
+            e->ms[way] = -1;
+            if (!ok[way]) continue;
+            qsort(ms[way], HR_DNNL_TIMED_REPS, sizeof(double), hr_dnnl_cmp_d);
+            e->ms[way] = ms[way][HR_DNNL_TIMED_REPS / 2];
+        }
+        if (ok[1] && e->ms[1] < e->ms[0]) e->pick = 1;
+    }
+    hr_error_clear();
+    free(x), free(y), free(pc), free(ws);
+    if (c->dnnl_verbose)
+        fprintf(stderr, "batchnorm %lldx%lldx%lld %s: cpu %.3f ms, oneDNN %.3f ms, %s\n", (long long)k->N,
+                (long long)k->C, (long long)k->HW, k->bwd ? "backward" : "forward", e->ms[0], e->ms[1],
+                e->pick ? "oneDNN" : "cpu");
+}
+
+bool hr_cpu_norm_dnnl(void *ctx, const hr_kargs *a, hr_status *st) {
+    hr_cpu *c = ctx;
+    if (bn_timing || !bn_eligible(c, a)) return false;
+    pthread_mutex_lock(&bn_mu);
+    bn_entry *e = bn_entry_of(a);
+    /* a workspace planned without oneDNN: the kernels above */
+    if (!e || !e->pd || !a->ws || a->ws_bytes < bn_total(e)) {
+        pthread_mutex_unlock(&bn_mu);
+        return false;
+    }
+    if (c->dnnl_mode == 1 && e->pick < 0) bn_choose(c, e, a);
+    bool use = (c->dnnl_mode != 1 || e->pick == 1) &&
+               (e->prim || hr_dnnl.dnnl_primitive_create(&e->prim, e->pd) == dnnl_success);
+    pthread_mutex_unlock(&bn_mu); /* from here the entry is only read */
+    if (!use) return false;
+    *st = bn_dnnl(c, e, &a->bn, a->ws);
+    return true;
+}
+#endif
