@@ -169,6 +169,7 @@ hr_status hr_cpu_avgpool(void *ctx, const hr_kargs *a) {
     const float *x = a->pool.x;
     float *y = a->pool.y;
     float inv = 1.0f / (float)(d.kh * d.kw);
+#pragma omp parallel for schedule(static) if (d.NC > 64)
     for (int64_t c = 0; c < d.NC; c++) {
         const float *xc = x + c * d.H * d.W;
         for (int64_t oh = 0; oh < d.OH; oh++)
@@ -187,9 +188,10 @@ hr_status hr_cpu_avgpool_bwd(void *ctx, const hr_kargs *a) {
     const float *dy = a->pool.dy;
     float *dx = a->pool.dx;
     float inv = 1.0f / (float)(d.kh * d.kw);
-    if (!a->pool.acc) memset(dx, 0, sizeof(float) * (size_t)(d.NC * d.H * d.W));
+#pragma omp parallel for schedule(static) if (d.NC > 64)
     for (int64_t c = 0; c < d.NC; c++) {
         float *dc = dx + c * d.H * d.W;
+        if (!a->pool.acc) memset(dc, 0, sizeof(float) * (size_t)(d.H * d.W));
         for (int64_t oh = 0; oh < d.OH; oh++)
             for (int64_t ow = 0; ow < d.OW; ow++) {
                 float v = dy[c * d.OH * d.OW + oh * d.OW + ow] * inv;
