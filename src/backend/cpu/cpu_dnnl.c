@@ -45,8 +45,8 @@ static void load(void) {
     if (!ok) {
         snprintf(hr_dnnl.why, sizeof hr_dnnl.why, "the loaded libdnnl.so.2 lacks the oneDNN 2 convolution API");
     } else if (hr_dnnl.dnnl_version()->major != DNNL_VERSION_MAJOR) {
-        snprintf(hr_dnnl.why, sizeof hr_dnnl.why, "oneDNN %d is not the major version built against (%d)", hr_dnnl.dnnl_version()->major,
-                 DNNL_VERSION_MAJOR);
+        snprintf(hr_dnnl.why, sizeof hr_dnnl.why, "oneDNN %d is not the major version built against (%d)",
+                 hr_dnnl.dnnl_version()->major, DNNL_VERSION_MAJOR);
         ok = false;
     } else if (hr_dnnl.dnnl_engine_create(&hr_dnnl.eng, dnnl_cpu, 0) != dnnl_success) {
         snprintf(hr_dnnl.why, sizeof hr_dnnl.why, "oneDNN could not make a CPU engine");
@@ -173,8 +173,8 @@ dnnl_status_t hr_dnnl_run(hr_cpu *c, dnnl_primitive_t p, const_dnnl_primitive_de
 }
 
 hr_status hr_dnnl_stream(hr_cpu *c) {
-    if (!c->dnnl_stream && hr_dnnl.dnnl_stream_create((dnnl_stream_t *)&c->dnnl_stream, hr_dnnl.eng, dnnl_stream_default_flags) !=
-                               dnnl_success) {
+    if (!c->dnnl_stream && hr_dnnl.dnnl_stream_create((dnnl_stream_t *)&c->dnnl_stream, hr_dnnl.eng,
+                                                      dnnl_stream_default_flags) != dnnl_success) {
         c->dnnl_stream = NULL;
         return hr_error_set(HR_ERR_INTERNAL, "oneDNN: could not make a stream");
     }

@@ -62,11 +62,11 @@ typedef struct {
 
 typedef struct conv_entry {
     conv_key k;
-    bool broken;                /* oneDNN runs no part of the shape: im2col only */
-    conv_way w[WAYS][PARTS];    /* [WAY_IM2COL] unused; a backward node's [.][PART_FWD].pd is only the hint */
-    int64_t nb[WAYS];           /* the samples one call of a way takes (a divisor of N); 0: the way cannot run */
-    int pick[PARTS];            /* the way chosen; -1: not timed yet */
-    double ms[PARTS][WAYS];     /* the median times */
+    bool broken;             /* oneDNN runs no part of the shape: im2col only */
+    conv_way w[WAYS][PARTS]; /* [WAY_IM2COL] unused; a backward node's [.][PART_FWD].pd is only the hint */
+    int64_t nb[WAYS];        /* the samples one call of a way takes (a divisor of N); 0: the way cannot run */
+    int pick[PARTS];         /* the way chosen; -1: not timed yet */
+    double ms[PARTS][WAYS];  /* the median times */
     struct conv_entry *next;
 } conv_entry;
 
@@ -104,11 +104,6 @@ static bool has_part(const conv_key *k, int p) {
     return k->bwd && (k->has & (p == PART_DATA ? HAS_DX : HAS_DW | HAS_DB));
 }
 
-
-
-
-
-
 /* The part's arguments, and a reorder for each whose layout the primitive
  * does not take as it is. */
 static bool finish_way(conv_way *cw) {
@@ -119,8 +114,9 @@ static bool finish_way(conv_way *cw) {
         if (!pm) return false;
         if (hr_dnnl.dnnl_memory_desc_equal(pm, &a->user)) continue;
         dnnl_primitive_attr_t attr = hr_dnnl_user_scratch();
-        bool ok = attr && hr_dnnl.dnnl_reorder_primitive_desc_create(&a->rpd, a->out ? pm : &a->user, hr_dnnl.eng,
-                                                                a->out ? &a->user : pm, hr_dnnl.eng, attr) == dnnl_success;
+        bool ok = attr &&
+                  hr_dnnl.dnnl_reorder_primitive_desc_create(&a->rpd, a->out ? pm : &a->user, hr_dnnl.eng,
+                                                             a->out ? &a->user : pm, hr_dnnl.eng, attr) == dnnl_success;
         if (attr) hr_dnnl.dnnl_primitive_attr_destroy(attr);
         if (!ok) {
             a->rpd = NULL;
@@ -161,7 +157,8 @@ static bool describe(conv_entry *e, int way, int64_t nb) {
     bool plain = way == WAY_PLAIN;
     dnnl_memory_desc_t xu, yu, wu, bu, xm, ym, wm;
     if (k->C % G || k->K % G) return false;
-    bool ok = hr_dnnl_md(&xu, 4, xd, dnnl_nchw) && hr_dnnl_md(&yu, 4, yd, dnnl_nchw) && hr_dnnl_md(&bu, 1, bd, dnnl_x) &&
+    bool ok = hr_dnnl_md(&xu, 4, xd, dnnl_nchw) && hr_dnnl_md(&yu, 4, yd, dnnl_nchw) &&
+              hr_dnnl_md(&bu, 1, bd, dnnl_x) &&
               (G > 1 ? hr_dnnl_md(&wu, 5, wd, dnnl_goihw) : hr_dnnl_md(&wu, 4, wd + 1, dnnl_oihw)) &&
               hr_dnnl_md(&xm, 4, xd, plain ? dnnl_nchw : dnnl_format_tag_any) &&
               hr_dnnl_md(&ym, 4, yd, plain ? dnnl_nchw : dnnl_format_tag_any) &&
@@ -177,8 +174,9 @@ static bool describe(conv_entry *e, int way, int64_t nb) {
     conv_way *cw = e->w[way];
     dnnl_convolution_desc_t fd, dd, wdsc;
     bool bias = k->has & HAS_B, dbias = k->has & HAS_DB;
-    if (hr_dnnl.dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &xm, &wm,
-                                                     bias ? &bu : NULL, &ym, st, dil, pl, pr) != dnnl_success ||
+    if (hr_dnnl.dnnl_dilated_convolution_forward_desc_init(&fd, dnnl_forward_training, dnnl_convolution_direct, &xm,
+                                                           &wm, bias ? &bu : NULL, &ym, st, dil, pl,
+                                                           pr) != dnnl_success ||
         !hr_dnnl_make_pd(&cw[PART_FWD].pd, &fd, NULL))
         return false;
     if (!k->bwd) {
@@ -187,8 +185,8 @@ static bool describe(conv_entry *e, int way, int64_t nb) {
         return finish_way(&cw[PART_FWD]);
     }
     if (k->has & HAS_DX) {
-        if (hr_dnnl.dnnl_dilated_convolution_backward_data_desc_init(&dd, dnnl_convolution_direct, &xm, &wm, &ym, st, dil, pl,
-                                                               pr) != dnnl_success ||
+        if (hr_dnnl.dnnl_dilated_convolution_backward_data_desc_init(&dd, dnnl_convolution_direct, &xm, &wm, &ym, st,
+                                                                     dil, pl, pr) != dnnl_success ||
             !hr_dnnl_make_pd(&cw[PART_DATA].pd, &dd, cw[PART_FWD].pd))
             return false;
         set_args(&cw[PART_DATA], 3, (int[]){DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC},
@@ -196,9 +194,8 @@ static bool describe(conv_entry *e, int way, int64_t nb) {
         if (!finish_way(&cw[PART_DATA])) return false;
     }
     if (k->has & (HAS_DW | HAS_DB)) {
-        if (hr_dnnl.dnnl_dilated_convolution_backward_weights_desc_init(&wdsc, dnnl_convolution_direct, &xm, &wm,
-                                                                  dbias ? &bu : NULL, &ym, st, dil, pl,
-                                                                  pr) != dnnl_success ||
+        if (hr_dnnl.dnnl_dilated_convolution_backward_weights_desc_init(
+                &wdsc, dnnl_convolution_direct, &xm, &wm, dbias ? &bu : NULL, &ym, st, dil, pl, pr) != dnnl_success ||
             !hr_dnnl_make_pd(&cw[PART_WEIGHTS].pd, &wdsc, cw[PART_FWD].pd))
             return false;
         set_args(&cw[PART_WEIGHTS], dbias ? 4 : 3,
@@ -354,7 +351,6 @@ static bool way_ready(conv_way *cw) {
     return cw->prim != NULL;
 }
 
-
 /* The part on the kernel's pointers (ptr: one per argument, in cw->a's
  * order); base: the aligned workspace. */
 static hr_status exec(hr_cpu *c, conv_way *cw, void *const *ptr, char *base) {
@@ -438,8 +434,6 @@ static hr_status run_way(hr_cpu *c, const conv_entry *e, int way, int part, cons
 }
 
 /* ---- the choice ------------------------------------------------------------------ */
-
-
 
 static void say(const conv_entry *e) {
     static const char *pn[] = {"forward", "backward data", "backward weights"};

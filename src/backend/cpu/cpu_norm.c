@@ -247,14 +247,14 @@ static size_t bn_workspace(hr_cpu *c, const hr_kargs *a) {
 
 /* ---- BatchNorm through oneDNN -------------------------------------------------
  * Training's forward and backward (the kernels above keep inference, an
- * accumulating dx, and a backward without dx), chosen per shape by timing
- * as cpu_dnnl_conv.c chooses the convolutions' way. oneDNN takes and gives the variance where
- * headroom keeps 1/sqrt(var + eps): the forward turns it into invstd (and
- * the unbiased running variance, as the kernel above does), the backward rebuilds
- * it from invstd in the workspace. Its sums are in float, the kernels' above
- * in double: the tests bound both against float64. Workspace: [alignment]
- * [scratchpad][variance][mean][dgamma][dbeta], each C floats rounded up to
- * 64 bytes. */
+ * accumulating dx, and a backward without dx), chosen per shape by timing as
+ * cpu_dnnl_conv.c chooses the convolutions' way. oneDNN takes and gives the
+ * variance where headroom keeps 1/sqrt(var + eps): the forward turns it into
+ * invstd (and the unbiased running variance, as the kernel above does), the
+ * backward rebuilds it from invstd in the workspace. Its sums are in float,
+ * the kernels' above in double: the tests bound both against float64.
+ * Workspace: [alignment][scratchpad][variance][mean][dgamma][dbeta], each C
+ * floats rounded up to 64 bytes. */
 typedef struct {
     int64_t N, C, HW;
     float eps;
@@ -312,7 +312,8 @@ static bn_entry *bn_entry_of(const hr_kargs *a) {
                   dnnl_success &&
               hr_dnnl_make_pd(k.bwd ? &hint : &e->pd, &fd, NULL);
     if (ok && k.bwd)
-        ok = hr_dnnl.dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &m, &m, k.eps, flags) == dnnl_success &&
+        ok = hr_dnnl.dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &m, &m, k.eps, flags) ==
+                 dnnl_success &&
              hr_dnnl_make_pd(&e->pd, &bd, hint);
     if (hint) hr_dnnl.dnnl_primitive_desc_destroy(hint);
     if (!ok && e->pd) hr_dnnl.dnnl_primitive_desc_destroy(e->pd);
@@ -323,7 +324,9 @@ static bn_entry *bn_entry_of(const hr_kargs *a) {
     return e;
 }
 
-static size_t bn_total(const bn_entry *e) { return e->pd ? 64 + e->scratch + 4 * hr_dnnl_up64(sizeof(float) * (size_t)e->k.C) : 0; }
+static size_t bn_total(const bn_entry *e) {
+    return e->pd ? 64 + e->scratch + 4 * hr_dnnl_up64(sizeof(float) * (size_t)e->k.C) : 0;
+}
 
 static size_t bn_workspace(hr_cpu *c, const hr_kargs *a) {
     if (!bn_eligible(c, a)) return 0;
@@ -349,10 +352,10 @@ static hr_status bn_dnnl(hr_cpu *c, const bn_entry *e, const hr_batchnorm_args *
     hr_dnnl_hold_signals(&old);
     if (!e->k.bwd) {
         float *mo = b->mean ? b->mean : mean;
-        s = hr_dnnl_run(c, e->prim, e->pd, 6,
-                     (int[]){DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_SCALE, DNNL_ARG_SHIFT, DNNL_ARG_MEAN,
-                             DNNL_ARG_VARIANCE},
-                     (void *[]){(void *)b->x, b->y, (void *)b->gamma, (void *)b->beta, mo, var}, base);
+        s = hr_dnnl_run(
+            c, e->prim, e->pd, 6,
+            (int[]){DNNL_ARG_SRC, DNNL_ARG_DST, DNNL_ARG_SCALE, DNNL_ARG_SHIFT, DNNL_ARG_MEAN, DNNL_ARG_VARIANCE},
+            (void *[]){(void *)b->x, b->y, (void *)b->gamma, (void *)b->beta, mo, var}, base);
         if (s == dnnl_success) s = hr_dnnl.dnnl_stream_wait(c->dnnl_stream);
         hr_dnnl_release_signals(&old);
         if (s != dnnl_success) return hr_error_set(HR_ERR_INTERNAL, "oneDNN: a batch norm failed (status %d)", (int)s);
@@ -375,11 +378,11 @@ static hr_status bn_dnnl(hr_cpu *c, const bn_entry *e, const hr_batchnorm_args *
     /* oneDNN 2.6 wants the shift among a backward's inputs too, though
      * nothing reads it: gamma's bytes stand in */
     s = hr_dnnl_run(c, e->prim, e->pd, 9,
-                 (int[]){DNNL_ARG_SRC, DNNL_ARG_MEAN, DNNL_ARG_VARIANCE, DNNL_ARG_DIFF_DST, DNNL_ARG_SCALE,
-                         DNNL_ARG_SHIFT, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_SCALE, DNNL_ARG_DIFF_SHIFT},
-                 (void *[]){(void *)b->x, (void *)b->saved_mean, var, (void *)b->dy, (void *)b->gamma,
-                            (void *)b->gamma, b->dx, dg_direct ? b->dgamma : dg, db_direct ? b->dbeta : db},
-                 base);
+                    (int[]){DNNL_ARG_SRC, DNNL_ARG_MEAN, DNNL_ARG_VARIANCE, DNNL_ARG_DIFF_DST, DNNL_ARG_SCALE,
+                            DNNL_ARG_SHIFT, DNNL_ARG_DIFF_SRC, DNNL_ARG_DIFF_SCALE, DNNL_ARG_DIFF_SHIFT},
+                    (void *[]){(void *)b->x, (void *)b->saved_mean, var, (void *)b->dy, (void *)b->gamma,
+                               (void *)b->gamma, b->dx, dg_direct ? b->dgamma : dg, db_direct ? b->dbeta : db},
+                    base);
     if (s == dnnl_success) s = hr_dnnl.dnnl_stream_wait(c->dnnl_stream);
     hr_dnnl_release_signals(&old);
     if (s != dnnl_success)
