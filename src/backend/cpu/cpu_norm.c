@@ -175,10 +175,10 @@ static void layernorm_param_grads(const hr_layernorm_args *ln) {
     }
 }
 
-static size_t bn_workspace(hr_cpu *c, const hr_kargs *a);
+static size_t bn_workspace(const hr_cpu *c, const hr_kargs *a);
 
 size_t hr_cpu_norm_workspace(const hr_cpu *c, const hr_kargs *a) {
-    if (a->op == HR_OP_BATCHNORM || a->op == HR_OP_BATCHNORM_BWD) return bn_workspace((hr_cpu *)c, a);
+    if (a->op == HR_OP_BATCHNORM || a->op == HR_OP_BATCHNORM_BWD) return bn_workspace(c, a);
     const hr_layernorm_args *ln = &a->ln;
     if (a->op != HR_OP_LAYERNORM_BWD || ln->dy_dt == HR_F32 || ln->cols <= 0) return 0;
     return sizeof(float) * (size_t)ln->cols * (size_t)(c->nthreads > 0 ? c->nthreads : 1);
@@ -235,7 +235,7 @@ bool hr_cpu_norm_dnnl(void *ctx, const hr_kargs *a, hr_status *st) {
     (void)ctx, (void)a, (void)st;
     return false;
 }
-static size_t bn_workspace(hr_cpu *c, const hr_kargs *a) {
+static size_t bn_workspace(const hr_cpu *c, const hr_kargs *a) {
     (void)c, (void)a;
     return 0;
 }
@@ -328,7 +328,7 @@ static size_t bn_total(const bn_entry *e) {
     return e->pd ? 64 + e->scratch + 4 * hr_dnnl_up64(sizeof(float) * (size_t)e->k.C) : 0;
 }
 
-static size_t bn_workspace(hr_cpu *c, const hr_kargs *a) {
+static size_t bn_workspace(const hr_cpu *c, const hr_kargs *a) {
     if (!bn_eligible(c, a)) return 0;
     pthread_mutex_lock(&bn_mu);
     bn_entry *e = bn_entry_of(a);

@@ -56,13 +56,6 @@ static size_t tune_ws(const hr_cuda *c) {
     return pick_mode(c) == HR_ALGO_FASTEST ? ws_cap(c) : HR_CUDA_CONV_TUNE_WS;
 }
 
-/* The modes of pick_mode() map to engine filters (FP32 in the fastest mode
- * takes the legacy algorithms instead, below):
- * precise: no FFT or Winograd, the candidates timed (autotune) or cuDNN's
- * first; deterministic: also no non-deterministic engine, cuDNN's first
- * (timing could pick another engine in another run); heuristic: cuDNN's
- * first, whatever it is. TF32 engines only when allowed; half data takes
- * tensor-core engines, none that reduces in lower precision. */
 /* The key under which the fastest mode keeps which API won for p's
  * convolution `which`. */
 static void api_key(const hr_cuda *c, const hr_cuda_conv *p, int which, char *key, size_t n) {
@@ -85,6 +78,13 @@ static bool undecided(const hr_cuda_conv *p, int which) {
     return p->dual[which] && p->api[which] == 0 && (p->gop[which][0] || p->gop[which][1]);
 }
 
+/* The modes of pick_mode() map to engine filters:
+ * precise: no FFT or Winograd, the candidates timed (autotune) or cuDNN's
+ * first; deterministic: also no non-deterministic engine, cuDNN's first
+ * (timing could pick another engine in another run); heuristic: cuDNN's
+ * first, whatever it is; fastest: every engine, timed, and (both_apis) the
+ * legacy algorithms timed against them. TF32 engines only when allowed; half
+ * data takes tensor-core engines, none that reduces in lower precision. */
 hr_cudnn_op *hr_conv_algo_graph_op(hr_cuda *c, hr_cuda_conv *p, int which, bool add) {
     hr_cuda_dnn *d = c->dnn;
     if (!d->G) return NULL;
@@ -346,7 +346,7 @@ static hr_status time_legacy(hr_cuda *c, hr_cuda_conv *p, int which, const void 
     hr_status st = events(d);
     if (st) return st;
     int n = p->ncand[which];
-    if (n == 0) { /* nothing to compare (autotune off): the chosen one, for the fastest mode's comparison */
+    if (n == 0) { /* no candidates kept: the chosen one alone, so that the fastest mode can compare it */
         p->cand[which][0].algo = p->algo[which], p->cand[which][0].math = p->math[which];
         p->cand[which][0].ws = p->ws[which];
         n = 1;
