@@ -211,6 +211,13 @@ typedef struct {
      * free without a budget; "min": the smallest arena the planner finds.
      * The string is copied at compile. */
     const char *recompute;
+    /* Training: > 1 runs the layers from the input up to the first one that
+     * mixes samples (a batch norm, the loss) on this many slices of the
+     * batch, one after another, recomputing each slice's activations for its
+     * backward pass: their full-batch activations never exist. The
+     * gradients are the same sums in slices (equal up to rounding, as with
+     * accumulation). Fewer slices where the batch is small; 0 or 1: none. */
+    int chunks;
 } hr_config_t;
 
 hr_config_t hr_config_default(void); /* batch 64, train, Adam(1e-3, 0.9, 0.999, 1e-8), CPU, seed 0 */
@@ -263,6 +270,12 @@ typedef struct {
     int recompute_nodes;        /* forward nodes run again in the backward pass */
     size_t arena_no_recompute;  /* the arena the step would need keeping everything */
     double recompute_extra_ms;  /* predicted time the recomputation adds to a step */
+    /* cfg.chunks: the slices the first layers ran in (0: none), their samples
+     * (the last slice the rest) and those layers; arena_no_recompute is then
+     * the arena with neither slices nor recomputation */
+    int chunks;
+    int64_t chunk_samples;
+    int chunk_layers;
 } hr_report_t;
 
 const hr_report_t *hr_session_report(const hr_session_t *s);

@@ -41,6 +41,7 @@ typedef struct {
     bool decay_matrices_only; /* --decay-matrices-only: GPT-2's AdamW groups */
     hr_precision precision;
     int64_t accumulate;    /* micro-batches an optimizer step (1: none) */
+    int64_t chunks;        /* slices the first per-sample layers run in (0: none) */
     double loss_scale;     /* fp16: GradScaler's initial scale (0: 2^16) */
     const char *recompute; /* layers whose activations are recomputed: none, all, auto, min or names */
     unsigned precisions;   /* fit: the precisions it may choose (bit 1 << HR_PREC_*); 0: --precision's one */

@@ -17,7 +17,7 @@ static void usage(FILE *f) {
             "  plan MODEL --batch N [--optim adam|adamw|sgd] [--mode train|infer] [--json]\n"
             "             [--budget 8GiB] [--device cpu|cuda] [--gpu h100|h200] [--eval-batch N]\n"
             "             [--precision fp32|bf16|fp16] [--accumulate K] [--recompute LAYERS|all|auto|min]\n"
-            "             [--html FILE] (the step's memory drawn as one self-contained web page)\n"
+            "             [--chunks K] [--html FILE] (the step's memory drawn as one self-contained web page)\n"
             "      every byte of one training step, by category, and the device total the\n"
             "      process will hold (arena in 2 MiB pages + runtime overhead), before anything\n"
             "      runs; with --budget (what nvidia-smi may show) or --gpu (where there is no\n"
@@ -30,7 +30,7 @@ static void usage(FILE *f) {
             "              [--device auto|cpu|cuda] [--max-steps N] [--samples N] [--memory-stats]\n"
             "              [--budget 8GiB] (the device memory the process may hold) [--eval-batch N]\n"
             "              [--precision fp32|bf16|fp16] [--loss-scale S] [--accumulate K]\n"
-            "              [--recompute LAYERS|all|auto|min] [--fit [--precision fp32,bf16]]\n"
+            "              [--recompute LAYERS|all|auto|min] [--chunks K] [--fit [--precision fp32,bf16]]\n"
             "              [--trace FILE [--trace-steps N]] [--profile]\n"
             "  fit MODEL --batch N [--budget 8GiB] [--precision fp32,bf16,fp16] [--device cpu|cuda]\n"
             "            [--no-measure] [--json]\n"
@@ -50,6 +50,10 @@ static void usage(FILE *f) {
             "      and fit's choice for that length (at most PositionEmbedding's positions)\n"
             "  --accumulate K: each step sums the gradients of K micro-batches of batch/K\n"
             "      samples (the same update as the whole batch, in the memory of batch/K)\n"
+            "  --chunks K: the layers from the input to the first that mixes samples (a\n"
+            "      BatchNorm, Dropout, the loss) run on K slices of the batch, one at a time,\n"
+            "      each slice recomputed for its backward pass: their full-batch activations\n"
+            "      never exist (gradients equal up to rounding, as with --accumulate)\n"
             "  --max-steps N: stop after step N (counted from the run's start); without\n"
             "      --epochs it alone sets the length, with it the first limit stops the run\n"
             "  --decay-matrices-only: weight decay for parameters of two or more dimensions\n"
@@ -180,6 +184,10 @@ int hr_cli_parse(int argc, char **argv, hr_cli_opts *o, const char *cmd) {
             o->no_measure = true;
         } else if (!strcmp(a, "--fit")) {
             o->fit = true;
+        } else if (!strcmp(a, "--chunks")) {
+            NEED();
+            if (!parse_i64(v, &o->chunks) || o->chunks < 1 || o->chunks > (1 << 30))
+                BAD("an integer from 1 to 2^30 (slices of the batch)");
         } else if (!strcmp(a, "--accumulate")) {
             NEED();
             if (!parse_i64(v, &o->accumulate) || o->accumulate < 1 || o->accumulate > (1 << 30))
@@ -366,6 +374,7 @@ hr_config_t hr_cli_config(const hr_cli_opts *o) {
     c.eval_batch = o->mode != HR_MODE_TRAIN ? 0 : o->eval_batch; /* -1: follows the (micro-)batch */
     c.precision = o->precision;
     c.accumulate = (int)o->accumulate;
+    c.chunks = (int)o->chunks;
     c.loss_scale = (float)o->loss_scale;
     c.recompute = o->recompute;
     return c;

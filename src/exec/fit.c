@@ -223,6 +223,9 @@ hr_status hr_recompute_report(hr_session_t *s, const hr_model_t *m) {
     const hr_program *p = &s->prog;
     r->recompute = p->recompute;
     r->recompute_nodes = hr_recompute_count(p);
+    r->chunks = p->chunks;
+    r->chunk_samples = p->chunk_samples;
+    r->chunk_layers = p->chunk_layers;
     if (!r->recompute_nodes) return HR_OK;
     int K = p->cfg.accumulate > 1 ? p->cfg.accumulate : 1;
     hr_cost_model *cm = hr_cost_model_here(s->be->arena_kind == HR_MEM_DEVICE);
@@ -234,6 +237,7 @@ hr_status hr_recompute_report(hr_session_t *s, const hr_model_t *m) {
     r->recompute_extra_ms = 1e3 * x * K;
     hr_config_t c = p->cfg;
     c.recompute = NULL;
+    c.chunks = 0;
     hr_program base;
     hr_status st = hr_program_build(m, &c, hr_exec_workspace, s->be, &base);
     if (st) return st;

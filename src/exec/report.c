@@ -150,7 +150,18 @@ void hr_report_print(const hr_session_t *s, FILE *f) {
                         (long long)c->batch);
                 break;
             }
-    if (r->recompute) {
+    if (r->chunks) {
+        size_t saved = r->arena_no_recompute > r->arena_bytes ? r->arena_no_recompute - r->arena_bytes : 0;
+        int64_t last = hr_micro_batch(c) - r->chunk_samples * (r->chunks - 1);
+        char tail[64] = "";
+        if (last != r->chunk_samples) snprintf(tail, sizeof tail, " (the last %lld)", (long long)last);
+        fprintf(f, "  slices: the first %d layers run on %d slices of %lld samples%s, one at a time, each recomputed "
+                   "for its backward pass\n    recomputed layers: %s (%d forward nodes run again); the arena is %s "
+                   "smaller (%s without slices or recomputation); predicted extra time %.3f ms a step\n",
+                r->chunk_layers, r->chunks, (long long)r->chunk_samples, tail, r->recompute, r->recompute_nodes,
+                hr_format_bytes(saved, a, sizeof a), hr_format_bytes(r->arena_no_recompute, b, sizeof b),
+                r->recompute_extra_ms);
+    } else if (r->recompute) {
         size_t saved = r->arena_no_recompute > r->arena_bytes ? r->arena_no_recompute - r->arena_bytes : 0;
         fprintf(f, "  recomputed layers: %s\n    %d forward nodes run again in the backward pass; the arena is %s "
                    "smaller (%s keeping everything); predicted extra time %.3f ms a step\n",
@@ -197,6 +208,8 @@ void hr_report_json(const hr_session_t *s, FILE *f) {
     json_str(f, r->recompute ? r->recompute : "");
     fprintf(f, ", \"recompute_nodes\": %d, \"arena_no_recompute\": %zu, \"recompute_extra_ms\": %.6f",
             r->recompute_nodes, r->recompute ? r->arena_no_recompute : r->arena_bytes, r->recompute_extra_ms);
+    fprintf(f, ", \"chunks\": %d, \"chunk_samples\": %lld, \"chunk_layers\": %d", r->chunks, (long long)r->chunk_samples,
+            r->chunk_layers);
     fprintf(f, ", \"top\": [");
     for (int i = 0; i < r->n_top; i++) {
         fprintf(f, "%s{\"name\": ", i ? ", " : "");

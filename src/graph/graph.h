@@ -7,6 +7,9 @@
 #include "graph/op_list.h"
 
 #define HR_NODE_MAX_IO HR_OP_MAX_IN
+/* Where a slice of a tensor may start (the kernels' vector loads, cuDNN's
+ * and cuBLAS's pointers: 16 bytes); whole tensors start on HR_ALIGN. */
+#define HR_ALIAS_ALIGN 16
 
 /* What a tensor is to the step; the planner's categories follow from it. */
 typedef enum {
@@ -52,10 +55,15 @@ typedef struct {
     bool requires_grad; /* a parameter that is not frozen */
     int grad;           /* its gradient tensor, -1 */
     int source;         /* for grads and optimizer state: the tensor they belong to */
+    /* A slice of another tensor's bytes (a batch chunk: plan/chunk.c), set
+     * by a rewrite: `alias` the tensor, `alias_offset` where this one starts
+     * in it. -1 for none; views made by ops (Reshape) and in-place reuse are
+     * the planner's own and not recorded here. */
+    int alias;
+    size_t alias_offset; /* a multiple of HR_ALIAS_ALIGN */
     /* filled by the planner */
     hr_category cat;
     int first, last;    /* lifetime: schedule indices */
-    int alias;          /* shares the storage of this tensor (in place, views), -1 */
     size_t bytes;       /* aligned size */
     size_t offset;      /* in its arena */
 } hr_tensor;

@@ -10,19 +10,44 @@ static bool persistent(const hr_tensor *t) {
     return t->kind == HR_T_PARAM || t->kind == HR_T_BUFFER || t->kind == HR_T_OPTSTATE;
 }
 
-static int find(int *root, int i) {
-    while (root[i] != i) i = root[i] = root[root[i]];
-    return i;
+/* Groups of tensors that share storage: a union-find whose links also hold
+ * where a member starts in its parent's bytes (sub[i], from root[i]); find
+ * leaves sub[i] relative to the group's root, which starts lowest. */
+static int find(int *root, size_t *sub, int i) {
+    int r = i;
+    size_t o = 0;
+    while (root[r] != r) o += sub[r], r = root[r];
+    for (int x = i; root[x] != x;) { /* path compression, offsets carried along */
+        int nx = root[x];
+        size_t ox = sub[x];
+        root[x] = r;
+        sub[x] = o;
+        o -= ox;
+        x = nx;
+    }
+    return r;
 }
 
-/* Joins b's group into a's; the group's lifetime is the union. */
-static void join(hr_graph *g, int *root, int a, int b) {
-    a = find(root, a);
-    b = find(root, b);
-    if (a == b) return;
-    root[b] = a;
-    if (g->t[b].first < g->t[a].first) g->t[a].first = g->t[b].first;
-    if (g->t[b].last > g->t[a].last) g->t[a].last = g->t[b].last;
+/* Joins b's group and a's, b's bytes starting d bytes into a's; the group's
+ * root is the one starting lowest (on a tie the larger, then a's), its
+ * lifetime the union. */
+static void join(hr_graph *g, int *root, size_t *sub, int a, int b, size_t d) {
+    int ra = find(root, sub, a), rb = find(root, sub, b);
+    if (ra == rb) return;
+    size_t at = sub[a] + d, ob = sub[b]; /* a root's sub is 0 */
+    size_t za = (size_t)hr_shape_numel(&g->t[ra].shape) * hr_dtype_size(g->t[ra].dtype);
+    size_t zb = (size_t)hr_shape_numel(&g->t[rb].shape) * hr_dtype_size(g->t[rb].dtype);
+    if (at < ob || (at == ob && zb > za)) { /* b's root starts first (or as early, and is larger): a's goes under it */
+        int t = ra;
+        ra = rb, rb = t;
+        at = ob - at;
+    } else {
+        at -= ob;
+    }
+    root[rb] = ra;
+    sub[rb] = at;
+    if (g->t[rb].first < g->t[ra].first) g->t[ra].first = g->t[rb].first;
+    if (g->t[rb].last > g->t[ra].last) g->t[ra].last = g->t[rb].last;
 }
 
 static hr_category category_of(const hr_program *p, const hr_tensor *t) {
@@ -79,28 +104,32 @@ static void lifetimes(hr_program *p) {
     if (p->staged >= 0) g->t[p->staged].first = 0, g->t[p->staged].last = T - 1; /* written while a step runs */
 }
 
-/* Views (Reshape) always share; an op that may run in place takes its input's
- * bytes when the input's group dies at that node. */
-static void aliases(hr_program *p, int *root) {
+/* Slices that a rewrite made (a batch chunk's input and output) sit in their
+ * tensor's bytes; views (Reshape) always share; an op that may run in place
+ * takes its input's bytes when the input's group dies at that node (the
+ * whole group: not a slice of it). */
+static void aliases(hr_program *p, int *root, size_t *sub) {
     hr_graph *g = &p->g;
-    for (int i = 0; i < g->nt; i++) root[i] = i;
+    for (int i = 0; i < g->nt; i++) root[i] = i, sub[i] = 0;
+    for (int i = 0; i < g->nt; i++)
+        if (g->t[i].alias >= 0) join(g, root, sub, g->t[i].alias, i, g->t[i].alias_offset);
     for (int s = 0; s < g->nn; s++) {
         hr_node *n = &g->n[s];
         const hr_op_desc *d = hr_op_descs[n->op];
         int in = n->nin ? n->in[d->inplace_last ? n->nin - 1 : 0] : -1, out = n->nout ? n->out[0] : -1;
         if (in < 0 || out < 0 || n->accum[0]) continue;
         if (d->view) {
-            join(g, root, in, out);
+            join(g, root, sub, in, out, 0);
             continue;
         }
         if (!d->inplace) continue;
-        int r = find(root, in);
+        int r = find(root, sub, in);
         hr_tensor *ti = &g->t[r], *to = &g->t[out];
         bool dies_here = ti->last == s;
-        bool same = ti->dtype == to->dtype && hr_shape_numel(&ti->shape) == hr_shape_numel(&to->shape);
-        bool movable = !persistent(ti) && ti->kind != HR_T_INPUT && ti->kind != HR_T_LABEL && find(root, out) == out;
-        for (int i = 0; i < n->nin; i++) dies_here &= n->in[i] == in || find(root, n->in[i]) != r;
-        if (dies_here && same && movable) join(g, root, in, out);
+        bool same = ti->dtype == to->dtype && hr_shape_numel(&ti->shape) == hr_shape_numel(&to->shape) && !sub[in];
+        bool movable = !persistent(ti) && ti->kind != HR_T_INPUT && ti->kind != HR_T_LABEL && find(root, sub, out) == out;
+        for (int i = 0; i < n->nin; i++) dies_here &= n->in[i] == in || find(root, sub, n->in[i]) != r;
+        if (dies_here && same && movable) join(g, root, sub, in, out, 0);
     }
 }
 
@@ -406,24 +435,29 @@ hr_status hr_plan_make(hr_program *p, hr_plan *pl) {
     size_t nt = (size_t)(g->nt ? g->nt : 1);
     pl->root = hr_malloc(sizeof(int) * nt);
     block *b = hr_malloc(sizeof *b * nt), *trial = hr_malloc(sizeof *b * nt);
-    size_t *held = hr_malloc(sizeof *held * nt); /* per group: its largest member's bytes */
+    size_t *held = hr_malloc(sizeof *held * nt); /* per group: the bytes its members span */
+    size_t *sub = hr_malloc(sizeof *sub * nt);   /* per tensor: where it starts in its group */
     int *scratch = hr_malloc(sizeof(int) * ((size_t)g->nn + 1));
-    hr_status st = pl->root && b && trial && held && scratch ? HR_OK : HR_ERR_OOM;
+    hr_status st = pl->root && b && trial && held && sub && scratch ? HR_OK : HR_ERR_OOM;
     if (st != HR_OK) goto done;
     lifetimes(p);
-    aliases(p, pl->root);
+    aliases(p, pl->root, sub);
+    for (int i = 0; i < g->nt; i++) find(pl->root, sub, i); /* every member linked to its root */
     for (int i = 0; i < g->nt; i++) {
         hr_tensor *t = &g->t[i];
         t->bytes = t->last < 0 ? 0 : hr_align_up((size_t)hr_shape_numel(&t->shape) * hr_dtype_size(t->dtype), HR_ALIGN);
         t->cat = category_of(p, t);
         held[i] = 0;
     }
+    for (int i = 0; i < g->nt; i++) /* a slice is what its tensor is (the batch's, an activation's) */
+        if (g->t[i].alias >= 0) g->t[i].cat = g->t[g->t[i].alias].cat;
     for (int i = 0; i < g->nt; i++)
         if (g->t[i].last < 0) pl->root[i] = -1;
     for (int i = 0; i < g->nt; i++)
         if (pl->root[i] >= 0) {
-            int r = find(pl->root, i);
-            if (g->t[i].bytes > held[r]) held[r] = g->t[i].bytes;
+            int r = pl->root[i];
+            size_t end = hr_align_up(sub[i] + g->t[i].bytes, HR_ALIGN); /* slices start on 16 bytes */
+            if (end > held[r]) held[r] = end;
         }
     /* Persistent blocks first, side by side at the bottom of the arena. */
     size_t top = 0;
@@ -466,16 +500,14 @@ hr_status hr_plan_make(hr_program *p, hr_plan *pl) {
     top = best == SIZE_MAX ? persist : best;
     for (int i = 0; i < nb; i++) g->t[b[i].id].offset = b[i].offset;
     for (int i = 0; i < g->nt; i++)
-        if (pl->root[i] >= 0) {
-            pl->root[i] = find(pl->root, i);
-            g->t[i].offset = g->t[pl->root[i]].offset;
-        }
+        if (pl->root[i] >= 0) g->t[i].offset = g->t[pl->root[i]].offset + sub[i];
     pl->arena_bytes = top;
     st = build_report(p, pl, b, nb);
 done:
     hr_free(b);
     hr_free(trial);
     hr_free(held);
+    hr_free(sub);
     hr_free(scratch);
     if (st == HR_OK) return HR_OK;
     hr_plan_free(pl);
@@ -586,7 +618,7 @@ bool hr_plan_verify(const hr_program *p, const hr_plan *pl, char *why, size_t n)
             snprintf(why, n, "%s ends at %zu, past the arena (%zu)", a->name, a->offset + asz, pl->arena_bytes);
             return false;
         }
-        if (a->offset % HR_ALIGN) {
+        if (a->offset % (a->alias >= 0 ? HR_ALIAS_ALIGN : HR_ALIGN)) {
             snprintf(why, n, "%s is not aligned (%zu)", a->name, a->offset);
             return false;
         }

@@ -4,6 +4,7 @@
 #include "plan/program.h"
 
 #include "plan/autocast.h"
+#include "plan/chunk.h"
 #include "plan/recompute.h"
 
 #include <string.h>
@@ -29,19 +30,23 @@ oom:
     return hr_error_set(HR_ERR_OOM, "out of host memory copying the step program");
 }
 
-/* Recomputes the layers that cfg.recompute names (after the whole program
- * is built: the clones take the workspace of the nodes they copy). */
-static hr_status recompute(hr_program *p, const char *list) {
+/* Recomputes the layers that cfg.recompute names, and those that run in
+ * slices (`sliced`, may be NULL), after the whole program is built: the
+ * clones take the workspace of the nodes they copy. */
+static hr_status recompute(hr_program *p, const char *list, const bool *sliced) {
     p->cfg.recompute = NULL;
-    if (!list || !*list || !strcmp(list, "none")) return HR_OK;
-    if (p->cfg.mode != HR_MODE_TRAIN)
+    bool named = list && *list && strcmp(list, "none");
+    if (!named && !sliced) return HR_OK;
+    if (named && p->cfg.mode != HR_MODE_TRAIN)
         return hr_error_set(HR_ERR_INVALID_ARG, "--recompute is for training: inference keeps no activations");
-    if (!strcmp(list, "auto") || !strcmp(list, "min"))
+    if (named && (!strcmp(list, "auto") || !strcmp(list, "min")))
         return hr_error_set(HR_ERR_INVALID_ARG, "recompute '%s' is chosen by hr_compile, not by the program builder", list);
     bool *sel = hr_calloc((size_t)p->g.nl + 1, 1);
     size_t n = hr_recompute_list_len(p);
     char *names = hr_malloc(n);
-    hr_status st = !sel || !names ? HR_ERR_OOM : hr_recompute_parse(p, list, sel);
+    hr_status st = !sel || !names ? HR_ERR_OOM : named ? hr_recompute_parse(p, list, sel) : HR_OK;
+    if (!st && sliced)
+        for (int l = 0; l < p->g.nl; l++) sel[l] |= sliced[l] && hr_recompute_layer_ok(p, l);
     if (!st) st = hr_recompute_apply(p, sel);
     if (!st && hr_recompute_count(p)) {
         p->recompute = names;
@@ -134,6 +139,29 @@ done:
     return st;
 }
 
+/* The gradient of a slice of a tensor (plan/chunk.c) is the same slice of
+ * that tensor's gradient, which later nodes have written. A slice that
+ * needs its own gradient written by the slice's nodes (its input's: a run
+ * starts at the model's input, which takes none) is not made. */
+static hr_status slice_grad(hr_autodiff *ad, int y) {
+    hr_graph *g = ad->g;
+    int a = g->t[y].alias;
+    if (a < 0 || ad->grad[y] >= 0 || ad->grad[a] < 0) return HR_OK;
+    int ga = ad->grad[a];
+    char nm[300];
+    snprintf(nm, sizeof nm, "%s.grad", g->t[y].name);
+    hr_tensor t = g->t[y];
+    int gt = hr_graph_add_tensor(g, nm, g->t[ga].dtype, t.shape, t.batched, HR_T_ACT_GRAD, t.layer);
+    if (gt < 0) return HR_ERR_OOM;
+    g->t[gt].source = y;
+    g->t[gt].alias = ga;
+    g->t[gt].alias_offset = t.alias_offset / hr_dtype_size(t.dtype) * hr_dtype_size(g->t[ga].dtype);
+    g->t[y].grad = gt;
+    ad->grad[y] = gt;
+    ad->written[gt] = true;
+    return HR_OK;
+}
+
 static hr_status build_backward(hr_program *p) {
     hr_graph *g = &p->g;
     /* each tensor gets at most one gradient and each node at most one saved extra */
@@ -152,13 +180,18 @@ static hr_status build_backward(hr_program *p) {
         const hr_node *n = &g->n[s];
         unsigned through = hr_op_descs[n->op]->grad_inputs;
         bool any = false;
-        for (int i = 0; i < n->nin; i++)
-            if (n->in[i] >= 0 && (!through || (through >> i & 1))) any |= ad.needs_grad[n->in[i]];
+        for (int i = 0; i < n->nin; i++) {
+            int x = n->in[i];
+            if (x >= 0 && g->t[x].alias >= 0) ad.needs_grad[x] = ad.needs_grad[g->t[x].alias];
+            if (x >= 0 && (!through || (through >> i & 1))) any |= ad.needs_grad[x];
+        }
         if (any) ad.needs_grad[n->out[0]] = true;
+        if (any && g->t[n->out[0]].alias >= 0) ad.needs_grad[g->t[n->out[0]].alias] = true;
     }
     for (int s = p->n_fwd - 1; s >= 0; s--) {
         hr_node n = g->n[s]; /* copy: emitting may move g->n */
         if (!ad.needs_grad[n.out[0]] || !hr_op_descs[n.op]->backward) continue;
+        if ((st = slice_grad(&ad, n.out[0])) != HR_OK) goto done;
         ad.cur = s;
         if ((st = hr_op_descs[n.op]->backward(&ad, &n)) != HR_OK) goto done;
     }
@@ -261,6 +294,11 @@ static hr_status check_config(const hr_model_t *m, const hr_config_t *cfg) {
     if (cfg->accumulate < 0 || cfg->accumulate > cfg->batch)
         return hr_error_set(HR_ERR_INVALID_ARG, "--accumulate %d must be between 1 and the batch (%lld)", cfg->accumulate,
                             (long long)cfg->batch);
+    if (cfg->chunks < 0 || cfg->chunks > cfg->batch)
+        return hr_error_set(HR_ERR_INVALID_ARG, "--chunks %d must be between 1 and the batch (%lld)", cfg->chunks,
+                            (long long)cfg->batch);
+    if (cfg->chunks > 1 && cfg->mode != HR_MODE_TRAIN)
+        return hr_error_set(HR_ERR_INVALID_ARG, "--chunks is for training: inference keeps no activations to slice");
     if (cfg->accumulate > 1 && cfg->mode != HR_MODE_TRAIN)
         return hr_error_set(HR_ERR_INVALID_ARG, "gradient accumulation is for training; leave --accumulate out");
     if (cfg->accumulate > 1 && cfg->batch % cfg->accumulate)
@@ -299,6 +337,7 @@ static hr_status check_config(const hr_model_t *m, const hr_config_t *cfg) {
 hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_workspace_fn wsfn, void *ws_ctx,
                            hr_program *p) {
     memset(p, 0, sizeof *p);
+    bool *sliced = NULL; /* per layer: runs in slices of the batch */
     hr_status st = check_config(m, cfg);
     if (st) return st;
     p->cfg = *cfg;
@@ -328,6 +367,19 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
     if ((st = hr_autocast_fold(&p->g, 0, p->output)) != HR_OK) goto fail;
     /* a language model's head and loss as one node, unless the logits are read after the step */
     if (train && !cfg->keep_output && (st = hr_linear_ce_fuse(&p->g, p->g.nn - 1)) != HR_OK) goto fail;
+    if (train && cfg->chunks > 1) {
+        if (!(sliced = hr_calloc((size_t)p->g.nl + 1, 1))) {
+            st = HR_ERR_OOM;
+            goto fail;
+        }
+        if ((st = hr_chunk_apply(p, 0, p->input, p->output, cfg->chunks, &p->chunks, &p->chunk_samples, sliced)) != HR_OK)
+            goto fail;
+        for (int l = 0; l < p->g.nl; l++) p->chunk_layers += sliced[l];
+        if (!p->chunks) {
+            hr_free(sliced);
+            sliced = NULL;
+        }
+    }
     p->n_fwd = p->g.nn;
     if (train) {
         if ((st = build_backward(p)) != HR_OK) goto fail;
@@ -342,6 +394,10 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
         if ((st = build_eval(p, m, eb)) != HR_OK) goto fail;
         if ((st = hr_autocast(&p->g, p->n_step, cfg->precision, "eval.")) != HR_OK) goto fail;
         if ((st = hr_autocast_fold(&p->g, p->n_step, p->eval_output)) != HR_OK) goto fail;
+        int k;
+        int64_t c;
+        if (p->chunks && (st = hr_chunk_apply(p, p->n_step, p->eval_input, p->eval_output, cfg->chunks, &k, &c, NULL)))
+            goto fail;
     }
     /* Workspace: one tensor per node that asks for scratch. */
     for (int s = 0; s < p->g.nn; s++) {
@@ -363,7 +419,9 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
         }
         p->g.n[s].ws = t;
     }
-    if ((st = recompute(p, cfg->recompute)) != HR_OK) goto fail;
+    if ((st = recompute(p, cfg->recompute, sliced)) != HR_OK) goto fail;
+    hr_free(sliced);
+    sliced = NULL;
     if (train && cfg->device == HR_DEVICE_CUDA) {
         int64_t n = (int64_t)((sizeof(hr_step_vars) + 3) / 4);
         p->step_vars = hr_graph_add_tensor(&p->g, "step scalars", HR_F32, hr_shape_make(1, (int64_t[]){n}), false,
@@ -384,6 +442,7 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
     }
     return HR_OK;
 fail:
+    hr_free(sliced);
     if (st == HR_ERR_OOM) hr_error_prefix("compile");
     hr_program_free(p);
     return st;

@@ -35,6 +35,11 @@ typedef struct {
     int staged;
     /* The recomputed layers ("1,2,5"; cfg.recompute points here), NULL for none. */
     char *recompute;
+    /* cfg.chunks: the slices the first layers run in (0: none), each of
+     * chunk_samples samples (the last one the rest), and those layers. */
+    int chunks;
+    int64_t chunk_samples;
+    int chunk_layers;
 } hr_program;
 
 /* Scratch bytes node n of g needs on the device that will run it (0: none);
