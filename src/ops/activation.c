@@ -134,7 +134,8 @@ static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
 
 #define ACT(id, lay, bwd) \
     const hr_op_desc hr_opdesc_##id = {                                                                  \
-        .layers = lay, .backward = bwd, .unpack = unpack, .inplace = true, .train_outputs = true, .work = work}; \
+        .per_sample = HR_SAMPLES_EACH, .layers = lay, .backward = bwd, .unpack = unpack, .inplace = true,         \
+        .train_outputs = true, .work = work};                                                             \
     const hr_op_desc hr_opdesc_##id##_bwd = {.unpack = unpack_bwd, .inplace = true, .inplace_last = true, .work = work};
 ACT(relu, relu_layers, relu_backward)
 ACT(leaky_relu, leaky_layers, leaky_backward)

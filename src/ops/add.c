@@ -62,5 +62,6 @@ static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
 }
 
 const hr_op_desc hr_opdesc_add = {
+    .per_sample = HR_SAMPLES_EACH,
     .layers = layers, .backward = backward, .unpack = unpack, .inplace = true, .autocast = HR_AC_PROMOTE_READS,
     .work = work};

@@ -132,6 +132,7 @@ static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
 
 /* Gradients reach x, gamma and beta, never the running statistics. */
 const hr_op_desc hr_opdesc_batchnorm = {
+    .per_sample = HR_SAMPLES_INFER,
     .layers = layers, .backward = backward, .unpack = unpack, .init = init, .grad_inputs = 0x7, .train_outputs = true,
     .batch_stats = true, .work = work};
 /* dx over dy: per channel, the kernels finish the sums over dy before they

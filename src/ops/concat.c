@@ -95,5 +95,6 @@ static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
 }
 
 const hr_op_desc hr_opdesc_concat = {
+    .per_sample = HR_SAMPLES_EACH,
     .layers = layers, .backward = backward, .unpack = unpack, .autocast = HR_AC_PROMOTE, .work = work};
 const hr_op_desc hr_opdesc_concat_bwd = {.unpack = unpack, .work = work};

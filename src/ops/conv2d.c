@@ -161,6 +161,7 @@ static const hr_layer_sig layers[] = {
 };
 
 const hr_op_desc hr_opdesc_conv2d = {
+    .per_sample = HR_SAMPLES_EACH,
     .layers = layers, .backward = backward, .unpack = unpack, .init = init, .autocast = HR_AC_HALF, .work = work};
 /* dx over x: the kernels read a sample's x (for dW) before they write its dx */
 const hr_op_desc hr_opdesc_conv2d_bwd = {.unpack = unpack, .inplace = true, .work = work};

@@ -70,6 +70,7 @@ static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
 
 /* Gradients reach x only (the mask is not differentiable). */
 const hr_op_desc hr_opdesc_dropout = {
+    .per_sample = HR_SAMPLES_INFER,
     .layers = layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1, .inplace = true, .train_outputs = true,
     .work = work};
 const hr_op_desc hr_opdesc_dropout_bwd = {.unpack = unpack, .inplace = true, .inplace_last = true, .work = work};

@@ -126,6 +126,7 @@ static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
 
 /* Not in place: the kernels read a row's dy (or x) again after writing parts of it. */
 const hr_op_desc hr_opdesc_layernorm = {
+    .per_sample = HR_SAMPLES_EACH,
     .layers = layers, .backward = backward, .unpack = unpack, .init = init, .train_outputs = true,
     .autocast = HR_AC_FP32, .half_out = true, .work = work};
 const hr_op_desc hr_opdesc_layernorm_bwd = {.unpack = unpack, .autocast = HR_AC_FP32, .work = work};

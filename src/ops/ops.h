@@ -159,6 +159,8 @@ typedef enum {
     HR_AC_PROMOTE_READS,
 } hr_autocast_rule;
 
+enum { HR_SAMPLES_EACH = 1, HR_SAMPLES_INFER = 2 };
+
 typedef struct {
     /* Model-file layers that build this op (PyTorch's names), ending at a
      * NULL name; NULL for ops that no layer writes (backward, update). */
@@ -177,6 +179,11 @@ typedef struct {
      * last one instead (a backward node's dy). */
     bool inplace, inplace_last;
     bool view;             /* output 0 is always input 0's bytes (Reshape) */
+    /* Computes each sample from that sample alone, so that plan/chunk.c may
+     * run it on slices of the batch: HR_SAMPLES_EACH always, HR_SAMPLES_INFER
+     * in inference only (training draws batch statistics or a mask that
+     * follows the element's place in the batch); 0 never. */
+    unsigned char per_sample;
     /* Outputs past the first exist only in training (batch statistics, a
      * mask); the node's a.train says which mode it runs in. */
     bool train_outputs;

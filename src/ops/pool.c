@@ -134,7 +134,7 @@ static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
     w->bytes = hr_work_io_bytes(g, n);
 }
 
-const hr_op_desc hr_opdesc_maxpool = {.layers = max_layers, .backward = max_backward, .unpack = unpack, .work = work};
+const hr_op_desc hr_opdesc_maxpool = {.per_sample = HR_SAMPLES_EACH, .layers = max_layers, .backward = max_backward, .unpack = unpack, .work = work};
 const hr_op_desc hr_opdesc_maxpool_bwd = {.unpack = unpack, .work = work};
-const hr_op_desc hr_opdesc_avgpool = {.layers = avg_layers, .backward = avg_backward, .unpack = unpack, .work = work};
+const hr_op_desc hr_opdesc_avgpool = {.per_sample = HR_SAMPLES_EACH, .layers = avg_layers, .backward = avg_backward, .unpack = unpack, .work = work};
 const hr_op_desc hr_opdesc_avgpool_bwd = {.unpack = unpack, .work = work};

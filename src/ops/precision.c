@@ -46,5 +46,5 @@ static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
     w->bytes = hr_work_io_bytes(g, n) + (n->op == HR_OP_CAST ? 0 : hr_work_tensor_bytes(g, n->in[0]));
 }
 
-const hr_op_desc hr_opdesc_cast = {.backward = cast_backward, .unpack = cast_unpack, .work = work};
+const hr_op_desc hr_opdesc_cast = {.per_sample = HR_SAMPLES_EACH, .backward = cast_backward, .unpack = cast_unpack, .work = work};
 const hr_op_desc hr_opdesc_unscale = {.unpack = unscale_unpack, .autocast = HR_AC_FP32, .work = work};

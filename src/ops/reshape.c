@@ -88,6 +88,7 @@ static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
 }
 
 const hr_op_desc hr_opdesc_reshape = {
+    .per_sample = HR_SAMPLES_EACH,
     .layers = layers, .backward = backward, .unpack = unpack, .view = true, .work = work};
 /* A Copy may take its input's bytes where the input dies (the last of
  * Add's two gradient copies, a Reshape's backward): then nothing runs. */

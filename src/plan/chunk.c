@@ -12,19 +12,11 @@
 
 #include <string.h>
 
-/* Nodes that compute each sample from that sample alone (a batch norm and
- * a dropout only in inference: running statistics, no mask). */
+/* A node that computes each sample from that sample alone (its op's
+ * descriptor says so, for training or for inference only). */
 static bool per_sample(const hr_node *n) {
-    switch (n->op) {
-    case HR_OP_BATCHNORM: case HR_OP_DROPOUT:
-        return !n->a.train;
-    case HR_OP_LINEAR: case HR_OP_CONV2D: case HR_OP_RELU: case HR_OP_LEAKY_RELU: case HR_OP_GELU:
-    case HR_OP_SILU: case HR_OP_SIGMOID: case HR_OP_TANH: case HR_OP_MAXPOOL: case HR_OP_AVGPOOL:
-    case HR_OP_LAYERNORM: case HR_OP_RESHAPE: case HR_OP_ADD: case HR_OP_CONCAT: case HR_OP_CAST:
-        return true;
-    default:
-        return false;
-    }
+    unsigned k = hr_op_descs[n->op]->per_sample;
+    return k == HR_SAMPLES_EACH || (k == HR_SAMPLES_INFER && !n->a.train);
 }
 
 static bool batched_t(const hr_graph *g, int t) { return t >= 0 && g->t[t].batched; }

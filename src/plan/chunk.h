@@ -1,7 +1,7 @@
 /* chunk.h — the model's first layers a slice of the batch at a time.
  *
  * The layers from the input up to the first one that mixes samples (a
- * batch norm, the loss) compute each sample on its own; their activations
+ * norm over the batch, the loss) compute each sample on its own; their activations
  * at full resolution are often the step's largest tensors (a first
  * convolution's output, its gradient). With cfg.chunks = K those layers run
  * K times in the forward pass, each time on one slice of the batch, writing
@@ -18,10 +18,8 @@
 /* The nodes [from, end) of g that can run in slices of the batch that
  * `input` holds (end == from: none; -1: out of memory), and the one tensor
  * of theirs that later nodes (or the host: `keep`, -1 for none) read
- * (*out). Ops of one sample: products, convolutions, activations, pools,
- * views, adds, joins, casts, layer norms, and in inference batch norms and
- * dropouts; not in training a batch norm or a dropout (its mask follows the
- * element's place in the batch), nor attention or a loss. */
+ * (*out): nodes whose op computes each sample alone (hr_op_desc.per_sample),
+ * in inference those whose training mixes samples or draws masks too. */
 int hr_chunk_segment(const hr_graph *g, int from, int input, int keep, int *out);
 
 /* Runs the nodes of hr_chunk_segment in `chunks` slices (fewer when the
