@@ -54,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "backend/nvml.h"
@@ -95,6 +96,7 @@ typedef struct {
     int32_t *y;
     int64_t per, classes;
     bool tokens; /* a next-token model: per is the time steps */
+    size_t mapped; /* x is an mmap of this many bytes (0: malloc) */
 } batch_t;
 
 static uint64_t rng = 0x9E3779B97F4A7C15ULL;
@@ -105,7 +107,12 @@ static uint64_t next_u64(void) {
     return rng;
 }
 
-static int make_batch(const hr_model_t *m, int64_t batch, batch_t *b) {
+/* A batch of random values (the first 16 Mi repeated). `light`: the
+ * largest-batch search's confirming step, whose batch may be larger than
+ * the host's memory (mlp on an H200 with slices: 35 M samples, 140 GB):
+ * past the first 16 Mi values the input is zeros, pages the kernel has not
+ * written (mmap: reading them takes no memory). */
+static int make_batch(const hr_model_t *m, int64_t batch, batch_t *b, bool light) {
     int in = hr_model_input(m), out = hr_model_output(m);
     b->per = 1;
     for (int d = 0; d < hr_tensor_ndim(m, in); d++) b->per *= hr_tensor_dim(m, in, d);
@@ -115,20 +122,29 @@ static int make_batch(const hr_model_t *m, int64_t batch, batch_t *b) {
     b->classes = hr_tensor_dim(m, out, od - 1);
     b->tokens = tokens;
     size_t n = (size_t)(b->per * batch);
-    b->x = malloc(sizeof(float) * n);
+    b->mapped = light ? sizeof(float) * n : 0;
+    if (light) {
+        void *p = mmap(NULL, b->mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        b->x = p == MAP_FAILED ? NULL : p;
+        if (!b->x) b->mapped = 0;
+    } else {
+        b->x = malloc(sizeof(float) * n);
+    }
     b->y = malloc(sizeof(int32_t) * (size_t)(batch * labels));
     if (!b->x || !b->y) return -1;
     size_t block = n < ((size_t)16 << 20) ? n : ((size_t)16 << 20);
     for (size_t i = 0; i < block; i++)
         b->x[i] = tokens ? (float)(next_u64() % (uint64_t)b->classes)
                          : (float)(next_u64() >> 40) * (2.0f / 16777216.0f) - 1.0f;
-    for (size_t i = block; i < n; i += block) memcpy(b->x + i, b->x, sizeof(float) * (n - i < block ? n - i : block));
+    if (!light)
+        for (size_t i = block; i < n; i += block) memcpy(b->x + i, b->x, sizeof(float) * (n - i < block ? n - i : block));
     for (int64_t i = 0; i < batch * labels; i++) b->y[i] = (int32_t)(next_u64() % (uint64_t)b->classes);
     return 0;
 }
 
 static void free_batch(batch_t *b) {
-    free(b->x);
+    if (b->mapped) munmap(b->x, b->mapped);
+    else free(b->x);
     free(b->y);
 }
 
@@ -159,13 +175,14 @@ static bool parse_precision(const char *v, hr_precision *p) {
 }
 
 /* Options anywhere on the line: --precision P (or HR_BENCH_PRECISION),
- * --optim O, --accumulate K, --recompute LIST|all|auto|min, --budget BYTES
- * (what auto fits). */
+ * --optim O, --accumulate K, --recompute LIST|all|auto|min, --chunks K (the
+ * first layers in slices), --budget BYTES (what auto fits). */
 static struct {
     const char *recompute;
     hr_precision precision;
     hr_optim_kind optim;
     int accumulate;
+    int chunks;
     size_t budget;
     bool tf32;
 } opt = {.optim = HR_OPTIM_ADAM};
@@ -176,6 +193,7 @@ static void configure(hr_config_t *c) {
     if (opt.optim == HR_OPTIM_SGD) c->optim.lr = 0.01f;
     if (opt.optim == HR_OPTIM_ADAMW) c->optim.weight_decay = 0.01f;
     c->accumulate = opt.accumulate;
+    c->chunks = opt.chunks;
     c->recompute = opt.recompute;
     c->device_budget = opt.budget;
     c->allow_tf32 = opt.tf32;
@@ -211,7 +229,7 @@ static int bench(const char *model, int64_t batch, int steps, int warm, bool cud
     if (hr_session_alloc(s) != HR_OK) return fail("alloc", model, batch);
     hr_mem_stats(s, &m1);
     batch_t b;
-    if (make_batch(m, batch, &b)) return fail("host memory", model, batch);
+    if (make_batch(m, batch, &b, false)) return fail("host memory", model, batch);
     double *t = malloc(sizeof(double) * (size_t)(steps > 0 ? steps : 1));
     float loss = 0;
     for (int i = 0; i < warm + steps; i++) {
@@ -254,7 +272,7 @@ static int bench(const char *model, int64_t batch, int steps, int warm, bool cud
     printf(", \"arena_bytes\": %zu, \"lower_bound\": %zu, \"pinned_bytes\": %zu, \"overhead_bytes\": %zu", r->arena_bytes,
            r->lower_bound, r->pinned_bytes, overhead_of(s));
     printf(", \"precision\": \"%s\", \"job_total\": %zu", hr_precision_name(c.precision), r->device_total);
-    printf(", \"accumulate\": %d, \"recompute\": ", c.accumulate > 1 ? c.accumulate : 1);
+    printf(", \"accumulate\": %d, \"chunks\": %d, \"recompute\": ", c.accumulate > 1 ? c.accumulate : 1, r->chunks);
     json_escape(stdout, r->recompute ? r->recompute : "");
     printf(", \"arena_no_recompute\": %zu, \"recompute_nodes\": %d, \"predicted_ms\": %.4f, \"predicted_measured_nodes\": %d, "
            "\"predicted_estimated_nodes\": %d",
@@ -333,7 +351,7 @@ static void try_batch(hr_model_t *m, const hr_config_t *base, int64_t batch, siz
         snprintf(a->why, sizeof a->why,
                  "does not fit what is free now: arena %zu (%zu in 2 MiB pages) + margin %zu > free %zu; re-planned",
                  a->arena, need, margin, ms.device_free);
-    } else if (hr_session_alloc(s) == HR_OK && (stage = "host memory", make_batch(m, batch, &b) == 0) &&
+    } else if (hr_session_alloc(s) == HR_OK && (stage = "host memory", make_batch(m, batch, &b, true) == 0) &&
                (stage = "step", hr_train_step(s, b.x, b.y, &a->loss) == HR_OK)) {
         a->ok = isfinite(a->loss);
         if (!a->ok) snprintf(a->why, sizeof a->why, "step: loss %g", (double)a->loss);
@@ -387,7 +405,7 @@ static int largest(const char *model, int64_t batch, bool cuda) {
     }
     printf("{\"impl\": \"headroom\", \"mode\": \"largest\", \"model\": ");
     json_escape(stdout, model);
-    printf(", \"precision\": \"%s\", \"recompute\": ", hr_precision_name(c.precision));
+    printf(", \"precision\": \"%s\", \"chunks\": %d, \"recompute\": ", hr_precision_name(c.precision), c.chunks);
     json_escape(stdout, c.recompute ? c.recompute : "");
     printf(", \"seed_batch\": %lld, \"device\": \"%s\", \"device_total\": %zu, \"free_at_search\": %zu, "
            "\"overhead_bytes\": %zu, \"search_s\": %.3f, \"free_after_search\": %zu, \"allocs_during_search\": %lld",
@@ -434,6 +452,7 @@ int main(int argc, char **argv) {
             i++;
         } else if (v && !strcmp(argv[i], "--recompute")) opt.recompute = v, i++;
         else if (v && !strcmp(argv[i], "--accumulate")) opt.accumulate = atoi(v), i++;
+        else if (v && !strcmp(argv[i], "--chunks")) opt.chunks = atoi(v), i++;
         else if (v && !strcmp(argv[i], "--budget")) {
             if (!hr_parse_bytes(v, &opt.budget)) {
                 fprintf(stderr, "bench_step: --budget '%s' is not a size\n", v);
@@ -450,7 +469,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: bench_step MODEL BATCH [steps=20] [warmup=3] [cpu|cuda]\n"
                         "       bench_step --largest MODEL BATCH [cuda|cpu]\n"
                         "       options anywhere: --precision fp32|bf16|fp16 --optim adam|adamw|sgd --accumulate K\n"
-                        "                         --recompute none|all|auto|min|LAYERS --budget BYTES --tf32\n");
+                        "                         --recompute none|all|auto|min|LAYERS --chunks K --budget BYTES --tf32\n");
         return 2;
     }
     int steps = argc > 3 ? atoi(argv[3]) : 20, warm = argc > 4 ? atoi(argv[4]) : 3;

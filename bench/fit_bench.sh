@@ -43,7 +43,7 @@
 # Knobs (environment): PARTS ("info curve torch_step largest"), LARGEST (the
 #   largest-batch variants, in this order: torch_fp32 hr_min hr_bf16_min
 #   hr_fp32 torch_bf16 halving_fp32 torch_fp32_ckpt torch_bf16_ckpt hr_bf16
-#   halving_bf16), CONFIGS (model:batch:halving start), STEPS (20), WARM (5),
+#   halving_bf16; also hr_chunks and hr_bf16_chunks, with CHUNKS slices), CONFIGS (model:batch:halving start), STEPS (20), WARM (5),
 #   TOTAL_S (470), LARGEST_S (30: time limit of each PyTorch search), PROBE_S
 #   (20: a PyTorch probe that gives no answer in this time counts as a
 #   failure), TOL (0.02: the exact search's bisection stops within this
@@ -77,6 +77,10 @@ LARGEST=${LARGEST:-"torch_fp32 hr_min hr_bf16_min hr_fp32 torch_bf16 halving_fp3
 # 134 GB; simple_cnn 2^23 and deep_cnn 2^21: 103 GB). A start of 64x the seed
 # batch, as first planned, fits outright for mlp and simple_cnn (their
 # fp32 limits are about 3M and 370k on an H100) and would show nothing.
+# hr_chunks, hr_bf16_chunks: the first layers in CHUNKS slices of the batch
+# (--chunks; each slice recomputed), which at these batches leaves the input
+# and the run's output as the only full-batch tensors.
+CHUNKS=${CHUNKS:-256}
 CONFIGS=${CONFIGS:-"mlp:32768:33554432 simple_cnn:4096:8388608 deep_cnn:2048:2097152"}
 STEPS=${STEPS:-20}
 WARM=${WARM:-5}
@@ -293,6 +297,8 @@ if has largest; then
                 hr_min) measure "$HR_LARGEST_S" 30 "${H[@]}" -- "${HL[@]}" --recompute min ;;
                 hr_bf16) measure "$HR_LARGEST_S" 30 "${H[@]}" -- "${HL[@]}" --precision bf16 ;;
                 hr_bf16_min) measure "$HR_LARGEST_S" 30 "${H[@]}" -- "${HL[@]}" --precision bf16 --recompute min ;;
+                hr_chunks) measure "$HR_LARGEST_S" 30 "${H[@]}" -- "${HL[@]}" --chunks "$CHUNKS" ;;
+                hr_bf16_chunks) measure "$HR_LARGEST_S" 30 "${H[@]}" -- "${HL[@]}" --precision bf16 --chunks "$CHUNKS" ;;
                 torch_fp32) torch_largest "$v" "$m" "$b" ;;
                 torch_bf16) torch_largest "$v" "$m" "$b" --amp bf16 ;;
                 torch_fp32_ckpt) torch_largest "$v" "$m" "$b" --checkpoint ;;

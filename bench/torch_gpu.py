@@ -659,7 +659,8 @@ def report_fit(rows):
         cols = [("hr_fp32", "hr fp32"), ("hr_min", "hr recompute"), ("hr_bf16", "hr bf16"),
                 ("hr_bf16_min", "hr bf16+recompute"), ("torch_fp32", "torch fp32"), ("torch_bf16", "torch bf16"),
                 ("torch_fp32_ckpt", "torch fp32 ckpt"), ("torch_bf16_ckpt", "torch bf16 ckpt"),
-                ("halving_fp32", "halving fp32"), ("halving_bf16", "halving bf16")]
+                ("halving_fp32", "halving fp32"), ("halving_bf16", "halving bf16"), ("hr_chunks", "hr slices"),
+                ("hr_bf16_chunks", "hr bf16+slices")]
 
         def largest(r):
             if r is None or "skipped" in r:
@@ -683,13 +684,15 @@ def report_fit(rows):
               "halving: Accelerate's find_executable_batch_size; ≥: search stopped by its time limit)")
         print()
         print("| model | " + " | ".join(c[1] for c in cols) + " | hr recompute / torch fp32 "
-              "| hr bf16+recompute / torch fp32 |")
-        print("|---|" + "---:|" * (len(cols) + 2))
+              "| hr bf16+recompute / torch fp32 | hr slices / torch fp32 | hr bf16+slices / torch fp32 |")
+        print("|---|" + "---:|" * (len(cols) + 4))
         for m in models:
             got = {c: get("fit_largest", m, variant=c) for c, _ in cols}
             t32 = largest(got["torch_fp32"])
-            print("| %s | %s | %s | %s |" % (m, " | ".join(shown(got[c]) for c, _ in cols),
-                                             ratio(largest(got["hr_min"]), t32), ratio(largest(got["hr_bf16_min"]), t32)))
+            print("| %s | %s | %s | %s | %s | %s |" % (
+                m, " | ".join(shown(got[c]) for c, _ in cols), ratio(largest(got["hr_min"]), t32),
+                ratio(largest(got["hr_bf16_min"]), t32), ratio(largest(got["hr_chunks"]), t32),
+                ratio(largest(got["hr_bf16_chunks"]), t32)))
         starts = {r["model"]: r.get("start") for r in big if r.get("mode") == "halving"}
         if starts:
             print("\nhalving started at " + ", ".join("%s %s" % (m, s) for m, s in starts.items()))

@@ -294,9 +294,8 @@ static hr_status check_config(const hr_model_t *m, const hr_config_t *cfg) {
     if (cfg->accumulate < 0 || cfg->accumulate > cfg->batch)
         return hr_error_set(HR_ERR_INVALID_ARG, "--accumulate %d must be between 1 and the batch (%lld)", cfg->accumulate,
                             (long long)cfg->batch);
-    if (cfg->chunks < 0 || cfg->chunks > cfg->batch)
-        return hr_error_set(HR_ERR_INVALID_ARG, "--chunks %d must be between 1 and the batch (%lld)", cfg->chunks,
-                            (long long)cfg->batch);
+    if (cfg->chunks < 0)
+        return hr_error_set(HR_ERR_INVALID_ARG, "--chunks %d: slices of the batch are 1 or more (0: none)", cfg->chunks);
     if (cfg->chunks > 1 && cfg->mode != HR_MODE_TRAIN)
         return hr_error_set(HR_ERR_INVALID_ARG, "--chunks is for training: inference keeps no activations to slice");
     if (cfg->accumulate > 1 && cfg->mode != HR_MODE_TRAIN)
