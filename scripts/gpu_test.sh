@@ -10,7 +10,7 @@ BUILD=${BUILD:-build}
 GPU_TESTS=$(ls tests/gpu/test_*.c | sed "s|^tests/|$BUILD/tests/|; s|\.c\$||")
 
 if [ "${1:-}" = "--build" ]; then
-    exec make -j"$(nproc)" BUILD="$BUILD" all $GPU_TESTS
+    exec make -j"$(nproc)" BUILD="$BUILD" all $GPU_TESTS "$BUILD/tests/test_chunk"
 fi
 
 export NCCL_NVLS_ENABLE=0
@@ -51,6 +51,8 @@ for t in $GPU_TESTS; do
 done
 # the same tests down the other paths: split-K on every Linear with k >= 32,
 # cuDNN's legacy API instead of its graph API, inputs sent whole
+# CPU tests that take the GPU too
+run_one test_chunk.cuda HR_TEST_DEVICE=cuda "$BUILD/tests/test_chunk"
 run_one test_cuda_ops.splitk HR_CUDA_SPLITK=32 "$BUILD/tests/gpu/test_cuda_ops"
 run_one test_cuda_golden.legacy HR_CUDNN_API=legacy "$BUILD/tests/gpu/test_cuda_golden"
 run_one test_cuda_ops.whole HR_CUDA_PIECE_MIN=0 "$BUILD/tests/gpu/test_cuda_ops"

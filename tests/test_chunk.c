@@ -5,7 +5,9 @@
  * Add and Concat, uneven slices, bf16 and accumulation; the plans pass the
  * independent checker and shrink as they must (deep_cnn at batch 256: the
  * step's arena under a quarter); the evaluation pass in slices gives the
- * same outputs; a run is the same bits twice; bad requests are refused. */
+ * same outputs; a run is the same bits twice; bad requests are refused.
+ * HR_TEST_DEVICE=cuda runs it all on the GPU (scripts/gpu_test.sh does),
+ * with tolerances for cuDNN's choice of algorithm per shape. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,9 @@
 #include "exec/internal.h"
 #include "headroom.h"
 #include "io/io.h"
+
+static hr_device dev = HR_DEVICE_CPU;
+static double fp32_tol = 1e-5; /* of a gradient's largest value; 1e-4 on a GPU */
 
 static uint64_t prng_s = 7;
 static uint64_t prng(void) {
@@ -81,7 +86,7 @@ static int same_step(const char *label, const hr_model_t *m, hr_config_t cfg, in
         hr_status sa = hr_train_step(a, d.x, d.y, &la), sb = hr_train_step(b, d.x, d.y, &lb);
         CHECK(sa == HR_OK && sb == HR_OK, "%s: step %d: %s", label, t, hr_last_error());
         if (t == 0) {
-            CHECK_CLOSE(lb, la, 0, 1e-6, "%s: the first step's loss in %d slices", label, made);
+            CHECK_CLOSE(lb, la, 0, fp32_tol / 10, "%s: the first step's loss in %d slices", label, made);
             int bad = 0;
             for (int i = 0; i < hr_state_count(a); i++) {
                 const char *nm = hr_state_name(a, i);
@@ -116,6 +121,7 @@ static hr_config_t base_cfg(int64_t n) {
     hr_config_t c = hr_config_default();
     c.batch = n;
     c.seed = 3;
+    c.device = dev;
     return c;
 }
 
@@ -138,7 +144,7 @@ static void test_models(void) {
         char label[160];
         snprintf(label, sizeof label, "%s batch %lld, %d slices", cases[i].file, (long long)cases[i].n,
                  cases[i].chunks);
-        int made = same_step(label, m, base_cfg(cases[i].n), cases[i].chunks, 1e-5);
+        int made = same_step(label, m, base_cfg(cases[i].n), cases[i].chunks, fp32_tol);
         CHECK(made == cases[i].want, "%s: %d slices made, %d expected", label, made, cases[i].want);
         hr_model_free(m);
     }
@@ -155,7 +161,7 @@ static void test_precision_accumulation(void) {
     CHECK(same_step("deep_cnn bf16, 4 slices", m, c, 4, 3e-2) == 4, "deep_cnn bf16: 4 slices");
     c = base_cfg(64);
     c.accumulate = 2;
-    CHECK(same_step("deep_cnn accumulate 2, 2 slices", m, c, 2, 1e-5) == 2, "deep_cnn accumulation: 2 slices");
+    CHECK(same_step("deep_cnn accumulate 2, 2 slices", m, c, 2, fp32_tol) == 2, "deep_cnn accumulation: 2 slices");
     hr_model_free(m);
 }
 
@@ -180,7 +186,7 @@ static void test_graph_prefix(void) {
     hr_model_t *m = hr_modelfile_parse(text, "prefix");
     CHECK(m, "prefix model: %s", hr_last_error());
     if (!m) return;
-    CHECK(same_step("residual prefix, 3 slices", m, base_cfg(40), 3, 1e-5) == 3, "residual prefix: 3 slices");
+    CHECK(same_step("residual prefix, 3 slices", m, base_cfg(40), 3, fp32_tol) == 3, "residual prefix: 3 slices");
     hr_model_free(m);
 }
 
@@ -230,7 +236,7 @@ static void test_memory_and_eval(void) {
             CHECK(!hr_eval_forward(f, d.x, of), "eval: %s", hr_last_error());
             double e, mx;
             diff(of, o0, 24 * 10, &e, &mx);
-            CHECK(e <= 1e-6 * mx, "evaluation in 3 slices differs from the whole batch's by %.3g (largest %.3g)", e, mx);
+            CHECK(e <= fp32_tol / 10 * mx, "evaluation in 3 slices differs from the whole batch's by %.3g (largest %.3g)", e, mx);
         }
         hr_session_free(f);
         free(d.x);
@@ -271,6 +277,16 @@ static void test_refusals(void) {
 }
 
 int main(void) {
+    const char *d = getenv("HR_TEST_DEVICE");
+    if (d && !strcmp(d, "cuda")) {
+        if (!hr_backend_cuda_available()) {
+            printf("SKIP: no CUDA device\n");
+            TEST_END();
+        }
+        dev = HR_DEVICE_CUDA;
+        fp32_tol = 1e-4;
+        setenv("HR_CUDNN_ALGO", "deterministic", 1); /* the same engine in two sessions: runs twice bit for bit */
+    }
     test_models();
     test_precision_accumulation();
     test_graph_prefix();

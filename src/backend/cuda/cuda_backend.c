@@ -195,8 +195,11 @@ static hr_status cuda_run(hr_backend *be, const hr_kargs *a) {
     hr_kernel_fn k = (unsigned)a->op < HR_OP_COUNT ? cuda_kernels[a->op] : NULL;
     if (!k) return hr_error_set(HR_ERR_INTERNAL, "cuda backend: no kernel for op %s", hr_op_name(a->op));
     if (c->pending) { /* the batch's upload: its reader may take it in pieces, every other node waits */
-        if (c->piece_dst && a->op == HR_OP_LINEAR && a->linear.x == c->piece_dst) return hr_cuda_linear_pieces(c, a);
-        if (c->piece_dst && a->op == HR_OP_CONV2D && a->conv.x == c->piece_dst) return hr_cuda_conv2d_pieces(c, a);
+        /* (the whole batch's reader: a slice of it, plan/chunk.c, starts at the same address) */
+        if (c->piece_dst && a->op == HR_OP_LINEAR && a->linear.x == c->piece_dst && a->linear.batch_input)
+            return hr_cuda_linear_pieces(c, a);
+        if (c->piece_dst && a->op == HR_OP_CONV2D && a->conv.x == c->piece_dst && a->conv.batch_input)
+            return hr_cuda_conv2d_pieces(c, a);
         hr_status st = hr_cuda_settle(c);
         if (st) return st;
     }
