@@ -248,6 +248,22 @@ static void test_memory_and_eval(void) {
     hr_model_free(m);
 }
 
+/* What slices are for: a larger batch in the same memory (deep_cnn in 1 GiB:
+ * its first block's activations and their gradients were most of a sample's
+ * bytes). */
+static void test_largest(void) {
+    hr_model_t *m = hr_modelfile_load("examples/deep_cnn.model");
+    if (!m) return;
+    hr_config_t c = base_cfg(64);
+    c.device = HR_DEVICE_CPU;
+    int64_t whole = hr_largest_batch(m, &c, (size_t)1 << 30, 0, (int64_t)1 << 30);
+    c.chunks = 64;
+    int64_t sliced = hr_largest_batch(m, &c, (size_t)1 << 30, 0, (int64_t)1 << 30);
+    CHECK(whole > 0 && sliced > 4 * whole, "deep_cnn in 1 GiB: largest batch %lld in 64 slices, %lld whole (over 4x "
+          "expected)", (long long)sliced, (long long)whole);
+    hr_model_free(m);
+}
+
 static void test_refusals(void) {
     hr_model_t *m = hr_modelfile_load("examples/simple_cnn.model");
     if (!m) return;
@@ -291,6 +307,7 @@ int main(void) {
     test_precision_accumulation();
     test_graph_prefix();
     test_memory_and_eval();
+    test_largest();
     test_refusals();
     TEST_END();
 }

@@ -103,6 +103,11 @@ static void test_batches(void) {
     EXPECT(0, "PiB", HR " plan examples/mlp.model --batch 1000000000000");
     EXPECT(3, "largest batch that fits", HR " plan examples/mlp.model --batch 1000000000000 --budget 8GiB");
     EXPECT(0, "\"arena_bytes\"", HR " plan examples/simple_cnn.model --batch 128 --json");
+    /* the first layers in slices: asked for, refused where they cannot be, offered where they help */
+    EXPECT(0, "slices: the first 11 layers run on 8 slices of 32 samples", HR " plan examples/deep_cnn.model --batch 256 --chunks 8");
+    EXPECT(2, "--chunks", HR " plan examples/mlp.model --chunks 0");
+    EXPECT(1, "--chunks is for training", HR " plan examples/mlp.model --mode infer --chunks 4");
+    EXPECT(0, "with --chunks 64", HR " plan examples/deep_cnn.model --batch 64 --budget 2GiB");
     EXPECT(0, "inference", HR " plan examples/simple_cnn.model --batch 128 --mode infer");
     write_file("tiny.model", tiny);
     EXPECT(2, "larger than the training set",

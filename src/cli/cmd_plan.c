@@ -9,6 +9,10 @@
 #include "exec/internal.h"
 #include "io/io.h"
 
+/* The slices plan's hint tries: enough that a slice's activations are a
+ * small part of the batch's tensors, few enough to plan in milliseconds. */
+#define HR_PLAN_SLICES 64
+
 int hr_cmd_plan(const hr_cli_opts *o) {
     const hr_gpu_info *gpu = NULL;
     if (o->gpu && !(gpu = hr_gpu_find(o->gpu))) {
@@ -56,13 +60,20 @@ int hr_cmd_plan(const hr_cli_opts *o) {
                                                       "overhead held)"
                                                     : " (the GPU's memory less the driver's 32 MiB)";
     int rc = HR_EXIT_OK;
-    int64_t largest = -1;
+    int64_t largest = -1, sliced = -1; /* the largest batch; with --chunks HR_PLAN_SLICES (-1: no larger) */
     if (ask) {
         hr_config_t c = cfg;
         c.device = want_cuda ? HR_DEVICE_CUDA : HR_DEVICE_CPU; /* pages counted for a GPU's budget */
         largest = on_gpu ? hr_largest_batch_on(m, &c, budget, overhead, (int64_t)1 << 40, hr_session_backend(s))
                          : hr_largest_batch(m, &c, budget, overhead, (int64_t)1 << 40);
         if (total > budget) rc = HR_EXIT_NOFIT;
+        /* the first layers in slices, where the model has such layers (training) */
+        if (largest >= 0 && cfg.mode == HR_MODE_TRAIN && cfg.chunks <= 1) {
+            c.chunks = HR_PLAN_SLICES;
+            sliced = on_gpu ? hr_largest_batch_on(m, &c, budget, overhead, (int64_t)1 << 40, hr_session_backend(s))
+                            : hr_largest_batch(m, &c, budget, overhead, (int64_t)1 << 40);
+            if (sliced <= largest) sliced = -1;
+        }
     }
     char a[32], b[32];
     if (o->json) {
@@ -71,8 +82,8 @@ int hr_cmd_plan(const hr_cli_opts *o) {
                estimate ? "true" : "false");
         if (gpu) printf(", \"gpu\": \"%s\", \"gpu_measured\": \"%s\"", gpu->name, gpu->measured);
         if (ask)
-            printf(", \"budget\": %zu, \"fits\": %s, \"largest_batch\": %lld", budget, rc ? "false" : "true",
-                   (long long)largest);
+            printf(", \"budget\": %zu, \"fits\": %s, \"largest_batch\": %lld, \"largest_batch_sliced\": %lld", budget,
+                   rc ? "false" : "true", (long long)largest, (long long)sliced);
         printf("}\n");
     } else {
         hr_report_print(s, stdout);
@@ -87,7 +98,10 @@ int hr_cmd_plan(const hr_cli_opts *o) {
             printf("budget %s%s: batch %lld %s (needs %s)\n", hr_format_bytes(budget, a, sizeof a), whose,
                    (long long)cfg.batch,
                    rc ? "does NOT fit" : "fits", hr_format_bytes(total, b, sizeof b));
-            if (largest > 0)
+            if (sliced > 0)
+                printf("largest batch that fits: %lld\n  with --chunks %d (the first layers in slices of the batch, each "
+                       "recomputed: slower steps): %lld\n", (long long)largest, HR_PLAN_SLICES, (long long)sliced);
+            else if (largest > 0)
                 printf("largest batch that fits: %lld\n", (long long)largest);
             else
                 printf("no batch fits: the parameters and optimizer state alone need more than the budget\n");
