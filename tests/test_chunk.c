@@ -190,6 +190,62 @@ static void test_graph_prefix(void) {
     hr_model_free(m);
 }
 
+/* Random per-sample prefixes (convolutions, activations, pools, Add and
+ * Concat of named layers), random batches and slice counts: the plans pass
+ * the checker and the gradients match the unsliced step's. */
+static void test_random_prefixes(void) {
+    for (int r = 0; r < 12; r++) {
+        char text[4096];
+        int n = 0, C = 1 + (int)(prng() % 3), H = 8 + 4 * (int)(prng() % 3);
+        int shapes[32][2]; /* per named layer: channels, side */
+        n += snprintf(text + n, sizeof text - (size_t)n, "input %d %d %d\n", C, H, H);
+        int layers = 3 + (int)(prng() % 6), named = 0;
+        for (int l = 0; l < layers; l++) {
+            int pick = (int)(prng() % 6);
+            char line[160];
+            if (pick == 0 || l == 0) {
+                int k = prng() % 2 ? 3 : 1, C2 = 2 + (int)(prng() % 5);
+                snprintf(line, sizeof line, "Conv2d(%d, %d, %d, padding=%d)", C, C2, k, k / 2);
+                C = C2;
+            } else if (pick == 1) {
+                snprintf(line, sizeof line, "%s", prng() % 2 ? "ReLU()" : "LeakyReLU(0.2)");
+            } else if (pick == 2) {
+                snprintf(line, sizeof line, "%s", prng() % 2 ? "Tanh()" : "Sigmoid()");
+            } else if (pick == 3 && H % 2 == 0 && H >= 4) {
+                snprintf(line, sizeof line, "%s", prng() % 2 ? "MaxPool2d(2)" : "AvgPool2d(2)");
+                H /= 2;
+            } else if (pick == 4 && named) { /* Add a named layer of the same shape, if any */
+                int j = (int)(prng() % (uint64_t)named);
+                if (shapes[j][0] != C || shapes[j][1] != H) continue;
+                snprintf(line, sizeof line, "Add(n%d)", j);
+            } else if (pick == 5 && named) { /* Concat the previous output's layer with a named one of its side */
+                int j = (int)(prng() % (uint64_t)named);
+                if (shapes[j][1] != H || named < 1) continue;
+                snprintf(line, sizeof line, "Concat(n%d, n%d)", named - 1, j);
+                if (shapes[named - 1][1] != H || shapes[named - 1][0] != C) continue;
+                C = shapes[named - 1][0] + shapes[j][0];
+            } else {
+                continue;
+            }
+            n += snprintf(text + n, sizeof text - (size_t)n, "n%d = %s\n", named, line);
+            shapes[named][0] = C, shapes[named][1] = H;
+            named++;
+        }
+        n += snprintf(text + n, sizeof text - (size_t)n, "Flatten()\nLinear(%d, 5)\nloss CrossEntropyLoss\n", C * H * H);
+        hr_model_t *m = hr_modelfile_parse(text, "random prefix");
+        CHECK(m, "random prefix %d: %s\n%s", r, hr_last_error(), text);
+        if (!m) continue;
+        int64_t b = 3 + (int64_t)(prng() % 38);
+        int k = 2 + (int)(prng() % 6);
+        char label[64];
+        snprintf(label, sizeof label, "random prefix %d (batch %lld, %d slices)", r, (long long)b, k);
+        int made = same_step(label, m, base_cfg(b), k, fp32_tol);
+        /* slices end on 16 bytes of 5 logits: multiples of 4 samples, so a batch past 4 is sliced */
+        CHECK(made != 1 && (made >= 2 || b <= 4), "%s: %d slices made\n%s", label, made, text);
+        hr_model_free(m);
+    }
+}
+
 /* The arena shrinks; a run is the same bits twice; the evaluation pass in
  * slices gives the outputs of the one without. */
 static void test_memory_and_eval(void) {
@@ -306,6 +362,7 @@ int main(void) {
     test_models();
     test_precision_accumulation();
     test_graph_prefix();
+    test_random_prefixes();
     test_memory_and_eval();
     test_largest();
     test_refusals();
