@@ -108,6 +108,7 @@ static void test_batches(void) {
     EXPECT(2, "--chunks", HR " plan examples/mlp.model --chunks 0");
     EXPECT(1, "--chunks is for training", HR " plan examples/mlp.model --mode infer --chunks 4");
     EXPECT(0, "with --chunks 64", HR " plan examples/deep_cnn.model --batch 64 --budget 2GiB");
+    EXPECT(0, "made no slices", HR " plan examples/simple_cnn.model --batch 1 --chunks 4");
     EXPECT(0, "inference", HR " plan examples/simple_cnn.model --batch 128 --mode infer");
     write_file("tiny.model", tiny);
     EXPECT(2, "larger than the training set",

@@ -226,7 +226,7 @@ hr_status hr_recompute_report(hr_session_t *s, const hr_model_t *m) {
     r->chunks = p->chunks;
     r->chunk_samples = p->chunk_samples;
     r->chunk_layers = p->chunk_layers;
-    if (!r->recompute_nodes) return HR_OK;
+    if (!r->recompute_nodes && !r->chunks) return HR_OK;
     int K = p->cfg.accumulate > 1 ? p->cfg.accumulate : 1;
     hr_cost_model *cm = hr_cost_model_here(s->be->arena_kind == HR_MEM_DEVICE);
     if (!cm) return hr_last_status();

@@ -150,17 +150,24 @@ void hr_report_print(const hr_session_t *s, FILE *f) {
                         (long long)c->batch);
                 break;
             }
+    if (c->chunks > 1 && !r->chunks && c->mode == HR_MODE_TRAIN)
+        fprintf(f, "  note: --chunks %d made no slices: the model's first layer mixes samples (batch statistics, a "
+                   "random mask, the loss) or the batch (%lld) is too small to cut on 16-byte bounds\n",
+                c->chunks, (long long)hr_micro_batch(c));
     if (r->chunks) {
         size_t saved = r->arena_no_recompute > r->arena_bytes ? r->arena_no_recompute - r->arena_bytes : 0;
         int64_t last = hr_micro_batch(c) - r->chunk_samples * (r->chunks - 1);
         char tail[64] = "";
         if (last != r->chunk_samples) snprintf(tail, sizeof tail, " (the last %lld)", (long long)last);
-        fprintf(f, "  slices: the first %d layers run on %d slices of %lld samples%s, one at a time, each recomputed "
-                   "for its backward pass\n    recomputed layers: %s (%d forward nodes run again); the arena is %s "
+        char lay[32] = "layer";
+        if (r->chunk_layers != 1) snprintf(lay, sizeof lay, "%d layers", r->chunk_layers);
+        fprintf(f, "  slices: the first %s run%s on %d slices of %lld samples%s, one at a time, each recomputed for "
+                   "its backward pass\n    recomputed layers: %s (%d forward nodes run again); the arena is %s "
                    "smaller (%s without slices or recomputation); predicted extra time %.3f ms a step\n",
-                r->chunk_layers, r->chunks, (long long)r->chunk_samples, tail, r->recompute, r->recompute_nodes,
-                hr_format_bytes(saved, a, sizeof a), hr_format_bytes(r->arena_no_recompute, b, sizeof b),
-                r->recompute_extra_ms);
+                lay, r->chunk_layers == 1 ? "s" : "", r->chunks, (long long)r->chunk_samples, tail,
+                r->recompute ? r->recompute : "none (the slices' backward passes read nothing they made)",
+                r->recompute_nodes, hr_format_bytes(saved, a, sizeof a),
+                hr_format_bytes(r->arena_no_recompute, b, sizeof b), r->recompute_extra_ms);
     } else if (r->recompute) {
         size_t saved = r->arena_no_recompute > r->arena_bytes ? r->arena_no_recompute - r->arena_bytes : 0;
         fprintf(f, "  recomputed layers: %s\n    %d forward nodes run again in the backward pass; the arena is %s "
