@@ -5,11 +5,14 @@
  * once, as the Cast rounded it, so the folded program must give the unfolded
  * one's (HR_FOLD_CASTS=0) losses, gradients and outputs bit for bit, in
  * training (three steps, with accumulation) and in inference. A norm whose
- * output an F32 op also reads keeps its cast. Built for the CPU here and, by
+ * output an F32 op also reads keeps its cast. And the batch's input, whose
+ * only reader is its cast to half on the seed models, is held and sent in
+ * the half type with the same bits (half_input). Built for the CPU here and, by
  * tests/gpu/test_cuda_fold.c, for CUDA. */
 #include "check.h"
 #include "exec/internal.h"
 #include "headroom.h"
+#include "io/io.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -160,7 +163,85 @@ done:
     hr_session_free(s32);
 }
 
+/* The batch in the half type: a model whose input's only reader is
+ * autocast's cast of it holds and sends the input rounded as that cast
+ * rounded it (the cast folded into the input): the unfolded program's
+ * losses, gradients, state and evaluation outputs bit for bit, with half
+ * the input's bytes; with accumulation and with slices of the batch too. */
+static void half_input(const char *file, hr_precision p, int acc, int chunks) {
+    const char *pn = hr_precision_name(p);
+    hr_model_t *m = hr_modelfile_load(file);
+    CHECK(m, "%s: %s", file, hr_last_error());
+    if (!m) return;
+    hr_session_t *ss[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        hr_config_t c = hr_config_default();
+        c.device = FOLD_DEVICE;
+        c.batch = 8, c.precision = p, c.accumulate = acc, c.chunks = chunks, c.keep_grads = true;
+        c.seed = 5, c.eval_batch = 8;
+        if (k) setenv("HR_FOLD_CASTS", "0", 1);
+        ss[k] = hr_compile(m, &c);
+        unsetenv("HR_FOLD_CASTS");
+        CHECK(ss[k] && hr_session_alloc(ss[k]) == HR_OK, "%s %s: %s", file, pn, hr_last_error());
+    }
+    hr_session_t *f = ss[0], *u = ss[1];
+    int64_t n = 1, classes = hr_model_classes(m);
+    int in = hr_model_input(m);
+    for (int d = 0; d < hr_tensor_ndim(m, in); d++) n *= hr_tensor_dim(m, in, d);
+    float *x = malloc(sizeof(float) * (size_t)(8 * n)), *of = malloc(sizeof(float) * (size_t)(8 * classes)),
+          *ou = malloc(sizeof(float) * (size_t)(8 * classes));
+    int32_t lab[8];
+    if (!f || !u || !x || !of || !ou) goto done;
+    const hr_program *pf = hr_session_program(f), *pu = hr_session_program(u);
+    CHECK(pf->g.t[pf->input].dtype == (p == HR_PREC_BF16 ? HR_BF16 : HR_F16) && pu->g.t[pu->input].dtype == HR_F32 &&
+              hr_session_report(f)->category_bytes[HR_CAT_INPUTS] < hr_session_report(u)->category_bytes[HR_CAT_INPUTS],
+          "%s %s: the input is %s folded (%s not), inputs %zu bytes against %zu", file, pn,
+          hr_dtype_name(pf->g.t[pf->input].dtype), hr_dtype_name(pu->g.t[pu->input].dtype),
+          hr_session_report(f)->category_bytes[HR_CAT_INPUTS], hr_session_report(u)->category_bytes[HR_CAT_INPUTS]);
+    for (int step = 0; step < 3; step++) {
+        for (int64_t i = 0; i < 8 * n; i++) x[i] = (float)((i * 7919 + step * 104729) % 40009) / 10000.0f - 2.0f;
+        for (int i = 0; i < 8; i++) lab[i] = (int32_t)((i * 3 + step) % classes);
+        float lf = -1, lu = -2;
+        CHECK(hr_train_step(f, x, lab, &lf) == HR_OK && hr_train_step(u, x, lab, &lu) == HR_OK, "%s step: %s", file,
+              hr_last_error());
+        CHECK(!memcmp(&lf, &lu, sizeof lf), "%s %s K=%d slices %d step %d: loss %.9g with the half input, %.9g without",
+              file, pn, acc, chunks, step, lf, lu);
+    }
+    int bad = 0;
+    for (int i = 0; i < hr_state_count(u); i++) {
+        int64_t k = 1;
+        for (int d = 0; d < hr_state_ndim(u, i); d++) k *= hr_state_dim(u, i, d);
+        const char *nm = hr_state_name(u, i);
+        float *a = malloc(sizeof(float) * (size_t)k), *b = malloc(sizeof(float) * (size_t)k);
+        bool same = a && b && hr_state_read(f, hr_state_find(f, nm), a) == HR_OK && hr_state_read(u, i, b) == HR_OK &&
+                    !memcmp(a, b, sizeof(float) * (size_t)k);
+        if (same && hr_state_is_param(u, i))
+            same = hr_grad_read(f, nm, a) == HR_OK && hr_grad_read(u, nm, b) == HR_OK &&
+                   !memcmp(a, b, sizeof(float) * (size_t)k);
+        bad += !same;
+        free(a);
+        free(b);
+    }
+    CHECK(!bad, "%s %s K=%d slices %d: %d state tensors (or gradients) differ with the half input", file, pn, acc, chunks,
+          bad);
+    CHECK(hr_eval_forward(f, x, of) == HR_OK && hr_eval_forward(u, x, ou) == HR_OK &&
+              !memcmp(of, ou, sizeof(float) * (size_t)(8 * classes)),
+          "%s %s: the evaluation pass's outputs differ with the half input (%s)", file, pn, hr_last_error());
+done:
+    free(x);
+    free(of);
+    free(ou);
+    hr_session_free(f);
+    hr_session_free(u);
+    hr_model_free(m);
+}
+
 int main(void) {
+    half_input("examples/mlp.model", HR_PREC_BF16, 1, 0);
+    half_input("examples/mlp.model", HR_PREC_FP16, 2, 0);
+    half_input("examples/simple_cnn.model", HR_PREC_BF16, 1, 2);
+    half_input("examples/deep_cnn.model", HR_PREC_BF16, 2, 0);
+    half_input("examples/deep_cnn.model", HR_PREC_FP16, 1, 2);
     for (int w = 0; w < 2; w++) {
         int W = w ? 96 : 128;
         train(W, HR_PREC_BF16, 1);

@@ -92,7 +92,7 @@ hr_status hr_nan_find(hr_session_t *s, const float *x, const void *labels, hr_na
         scan(x + (size_t)k * (size_t)xs, HR_F32, xs, &none, &amax[p->input]); /* this micro-batch's largest */
         si.sample0 = k * hr_micro_batch(&p->cfg);
         if (p->label >= 0) st = be->upload(be, s->ptr[p->label], (const char *)labels + (size_t)k * ls, ls);
-        if (!st) st = be->upload(be, s->ptr[p->input], x + (size_t)k * (size_t)xs, (size_t)xs * sizeof(float));
+        if (!st) st = hr_send_input(s, be->upload, s->ptr[p->input], x + (size_t)k * (size_t)xs, xs, g->t[p->input].dtype);
         if (!st) st = be->sync(be);
         if (st) {
             st = hr_error_prefix("finding the first non-finite value: uploading the batch");

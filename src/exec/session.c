@@ -168,6 +168,7 @@ void hr_session_free(hr_session_t *s) {
     hr_free(s->args);
     hr_free(s->state);
     hr_free(s->first_writer);
+    hr_free(s->xh);
     hr_plan_free(&s->plan);
     hr_program_free(&s->prog);
     hr_free(s->model_name);
@@ -411,8 +412,31 @@ hr_status hr_upload_batch(hr_session_t *s, const float *x, const void *labels, b
     hr_status st = check_tokens(s, x);
     if (st != HR_OK) return st;
     if (!staged && s->be->upload_input) up = s->be->upload_input;
-    return up(s->be, staged ? buf + l.input : s->ptr[s->prog.input], x,
-              (size_t)hr_shape_numel(&in->shape) * sizeof(float));
+    return hr_send_input(s, up, staged ? buf + l.input : s->ptr[s->prog.input], x, hr_shape_numel(&in->shape), in->dtype);
+}
+
+#define HR_XH_BLOCK ((int64_t)1 << 21) /* values a block: 4 MiB of a half type */
+
+hr_status hr_send_input(hr_session_t *s, hr_upload_fn up, void *dst, const float *x, int64_t n, hr_dtype t) {
+    if (!hr_dtype_is_half(t)) return up(s->be, dst, x, (size_t)n * sizeof(float));
+    if (!s->xh && !(s->xh = hr_malloc(sizeof(uint16_t) * (size_t)HR_XH_BLOCK)))
+        return hr_error_set(HR_ERR_OOM, "out of host memory for a block of the half input (%lld bytes)",
+                            (long long)(HR_XH_BLOCK * 2));
+    for (int64_t off = 0; off < n; off += HR_XH_BLOCK) {
+        int64_t k = n - off < HR_XH_BLOCK ? n - off : HR_XH_BLOCK;
+        uint16_t *h = s->xh;
+        const float *v = x + off;
+        if (t == HR_BF16) {
+#pragma omp parallel for if (k > 65536)
+            for (int64_t i = 0; i < k; i++) h[i] = hr_f32_to_bf16(v[i]);
+        } else {
+#pragma omp parallel for if (k > 65536)
+            for (int64_t i = 0; i < k; i++) h[i] = hr_f32_to_f16(v[i]);
+        }
+        hr_status st = up(s->be, (char *)dst + (size_t)off * 2, h, (size_t)k * 2);
+        if (st) return st;
+    }
+    return HR_OK;
 }
 
 /* A step that failed after its upload: the backend finishes with x before
@@ -586,7 +610,7 @@ hr_status hr_eval_forward(hr_session_t *s, const float *x, float *out) {
         return hr_error_set(HR_ERR_INVALID_ARG, "eval_forward: %d steps are queued; take their losses with "
                             "hr_train_wait first", s->queued);
     const hr_tensor *in = &p->g.t[p->eval_input];
-    hr_status st = s->be->upload(s->be, s->ptr[p->eval_input], x, (size_t)hr_shape_numel(&in->shape) * sizeof(float));
+    hr_status st = hr_send_input(s, s->be->upload, s->ptr[p->eval_input], x, hr_shape_numel(&in->shape), in->dtype);
     if (!st) st = hr_run_range(s, p->n_step, p->g.nn, NULL);
     if (st) return hr_finish_batch(s, st);
     return read_f32(s, p->eval_output, out);

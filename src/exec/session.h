@@ -41,6 +41,7 @@ struct hr_session {
     int queued, qhead, skip_left;
     float qloss[HR_STEP_QUEUE];
     bool qsync[HR_STEP_QUEUE];
+    uint16_t *xh;      /* a half input's block on its way (hr_send_input), NULL until used */
 };
 
 /* session.c: nodes [from, to) of the step (base: its scalars; NULL: step
@@ -49,6 +50,12 @@ struct hr_session {
  * failed step that uploaded, the backend finishes with x (st returned). */
 hr_status hr_run_range(hr_session_t *s, int from, int to, const hr_step_info *base);
 hr_status hr_upload_batch(hr_session_t *s, const float *x, const void *labels, bool staged);
+/* n values of a batch's input x to dst, in the input tensor's type t: F32
+ * as they are, a half type rounded as autocast's cast rounds them (the cast
+ * folded into the input: plan/autocast.c), a block at a time through
+ * s->xh (each upload has taken its bytes when it returns). */
+typedef hr_status (*hr_upload_fn)(hr_backend *, void *, const void *, size_t);
+hr_status hr_send_input(hr_session_t *s, hr_upload_fn up, void *dst, const float *x, int64_t n, hr_dtype t);
 hr_status hr_finish_batch(hr_session_t *s, hr_status st);
 /* hr_train_step once its arguments are checked (hr_train_submit's steps
  * that run at once come here too). */

@@ -117,11 +117,33 @@ done:
     return st == HR_ERR_OOM ? hr_error_set(st, "mixed precision: out of host memory rewriting the program") : st;
 }
 
+/* The batch's input in the half type: its cast, when it is the input's only
+ * reader, goes, and the host sends the values rounded as the cast rounds
+ * them (exec/session.c: hr_send_input): half the bytes held and sent. */
+static bool fold_input(hr_graph *g, int c, int keep) {
+    hr_node *cn = &g->n[c];
+    int x = cn->in[0], y = cn->out[0];
+    if (g->t[x].kind != HR_T_INPUT || g->t[x].dtype != HR_F32 || !hr_dtype_is_half(g->t[y].dtype) || x == keep ||
+        y == keep || hr_graph_read_elsewhere(g, x, c))
+        return false;
+    g->t[x].dtype = g->t[y].dtype;
+    for (int k = c + 1; k < g->nn; k++)
+        for (int i = 0; i < g->n[k].nin; i++)
+            if (g->n[k].in[i] == y) g->n[k].in[i] = x;
+    return true;
+}
+
 hr_status hr_autocast_fold(hr_graph *g, int from, int keep) {
     if (hr_options_read().no_fold) return HR_OK;
     for (int c = from; c < g->nn; c++) {
         hr_node *cn = &g->n[c];
         if (cn->op != HR_OP_CAST) continue;
+        if (fold_input(g, c, keep)) {
+            memmove(&g->n[c], &g->n[c + 1], sizeof(hr_node) * (size_t)(g->nn - c - 1));
+            g->nn--;
+            c--;
+            continue;
+        }
         int x = cn->in[0], y = cn->out[0];
         if (g->t[x].dtype != HR_F32 || !hr_dtype_is_half(g->t[y].dtype) || x == keep || g->t[x].kind != HR_T_ACT)
             continue;

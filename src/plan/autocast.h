@@ -12,8 +12,10 @@
 hr_status hr_autocast(hr_graph *g, int from, hr_precision prec, const char *prefix);
 /* After hr_autocast on [from, g->nn): a Cast to half whose F32 input only it
  * reads, made by an op with half_out (a norm over features), goes; the op writes the
- * half tensor itself. `keep` (the pass's output) is never folded. HR_FOLD_CASTS=0
- * leaves the casts (for comparisons). */
+ * half tensor itself. The batch's input, when a Cast to half is its only
+ * reader, becomes that half tensor (the host rounds it as the Cast did).
+ * `keep` (the pass's output) is never folded. HR_FOLD_CASTS=0 leaves the
+ * casts (for comparisons). */
 hr_status hr_autocast_fold(hr_graph *g, int from, int keep);
 
 #endif

@@ -67,7 +67,7 @@ static inline hr_staged hr_staged_layout(const hr_program *p) {
     const hr_graph *g = &p->g;
     hr_staged l;
     l.label_bytes = p->label >= 0 ? (size_t)hr_shape_numel(&g->t[p->label].shape) * hr_dtype_size(g->t[p->label].dtype) : 0;
-    l.input_bytes = (size_t)hr_shape_numel(&g->t[p->input].shape) * sizeof(float);
+    l.input_bytes = (size_t)hr_shape_numel(&g->t[p->input].shape) * hr_dtype_size(g->t[p->input].dtype);
     l.labels = 0;
     l.vars = hr_align_up(l.label_bytes, HR_ALIGN);
     l.input = l.vars + hr_align_up(sizeof(hr_step_vars), HR_ALIGN);
