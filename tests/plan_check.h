@@ -279,7 +279,7 @@ static inline void oracle(const hr_model_t *m, const hr_config_t *cfg, const cha
         if (g->n[k].op == HR_OP_EMBEDDING && g->n[k].in[0] == p->input) vocab = g->n[k].a.in_f;
     for (int64_t i = 0; i < nx; i++)
         x[i] = vocab ? (float)(prng() % (uint64_t)vocab) : (float)((int64_t)(prng() % 2001) - 1000) / 500.0f;
-    memcpy(own[p->input], x, sizeof(float) * (size_t)nx);
+    for (int64_t i = 0; i < nx; i++) hr_store_f(own[p->input], xin->dtype, i, x[i]); /* a half input: rounded */
     void *labels = NULL;
     bool train = cfg->mode == HR_MODE_TRAIN;
     if (train) {

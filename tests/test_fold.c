@@ -174,6 +174,9 @@ static void half_input(const char *file, hr_precision p, int acc, int chunks) {
     CHECK(m, "%s: %s", file, hr_last_error());
     if (!m) return;
     hr_session_t *ss[2] = {NULL, NULL};
+    /* on a GPU: cuDNN's first deterministic engine in both sessions (a timed
+     * choice may differ between them, and with it the bits) */
+    if (FOLD_DEVICE == HR_DEVICE_CUDA) setenv("HR_CUDNN_ALGO", "deterministic", 1);
     for (int k = 0; k < 2; k++) {
         hr_config_t c = hr_config_default();
         c.device = FOLD_DEVICE;
@@ -184,6 +187,7 @@ static void half_input(const char *file, hr_precision p, int acc, int chunks) {
         unsetenv("HR_FOLD_CASTS");
         CHECK(ss[k] && hr_session_alloc(ss[k]) == HR_OK, "%s %s: %s", file, pn, hr_last_error());
     }
+    unsetenv("HR_CUDNN_ALGO");
     hr_session_t *f = ss[0], *u = ss[1];
     int64_t n = 1, classes = hr_model_classes(m);
     int in = hr_model_input(m);

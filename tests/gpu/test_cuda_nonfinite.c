@@ -102,8 +102,8 @@ static void run_specials(const char *name, const hr_model_t *m, hr_precision pre
     hr_backend *ba = hr_session_backend(a), *bb = hr_session_backend(b);
     CHECK(g->nn == gb->nn, "%s: %d nodes on the CPU, %d on the GPU", name, g->nn, gb->nn);
     if (g->nn != gb->nn) goto out;
-    float *x = pa[p->input];
-    for (int64_t i = 0; i < hr_shape_numel(&g->t[p->input].shape); i++) x[i] = (float)((i * 37) % 23) / 11.0f - 1.0f;
+    for (int64_t i = 0; i < hr_shape_numel(&g->t[p->input].shape); i++) /* in the input's type (half: the cast folded) */
+        hr_store_f(pa[p->input], g->t[p->input].dtype, i, (float)((i * 37) % 23) / 11.0f - 1.0f);
     int32_t *lab = pa[p->label];
     for (int64_t i = 0; i < hr_shape_numel(&g->t[p->label].shape); i++) lab[i] = (int32_t)(i % 5);
     hr_step_info si = hr_step_info_make(0, &c, p->sqnorm);
