@@ -109,6 +109,9 @@ static void test_batches(void) {
     EXPECT(1, "--chunks is for training", HR " plan examples/mlp.model --mode infer --chunks 4");
     EXPECT(0, "with --chunks 64", HR " plan examples/deep_cnn.model --batch 64 --budget 2GiB");
     EXPECT(0, "made no slices", HR " plan examples/simple_cnn.model --batch 1 --chunks 4");
+    EXPECT(0, "run on 4 slices of 8 samples",
+           HR " train examples/deep_cnn.model --data synthetic --samples 128 --batch 32 --chunks 4 --epochs 1 --device cpu");
+    EXPECT(0, "memory drawn in", HR " plan examples/deep_cnn.model --batch 64 --chunks 4 --html %s/sliced.html", tmp);
     EXPECT(0, "inference", HR " plan examples/simple_cnn.model --batch 128 --mode infer");
     write_file("tiny.model", tiny);
     EXPECT(2, "larger than the training set",
