@@ -328,6 +328,10 @@ static void test_refusals(void) {
     hr_session_t *s = hr_compile(m, &c);
     CHECK(!s && strstr(hr_last_error(), "--chunks"), "chunks -2: %s", s ? "compiled" : hr_last_error());
     hr_session_free(s);
+    c.chunks = 100000; /* an absurd count is refused at once, not planned for seconds */
+    s = hr_compile(m, &c);
+    CHECK(!s && strstr(hr_last_error(), "at most 4096 slices"), "chunks 100000: %s", s ? "compiled" : hr_last_error());
+    hr_session_free(s);
     c.chunks = 9; /* more slices than samples: as many as the batch allows (a largest-batch search asks this) */
     s = hr_compile(m, &c);
     CHECK(s && hr_session_report(s)->chunks == 4, "chunks 9 of 8: %s", s ? "compiled" : hr_last_error());

@@ -67,9 +67,12 @@ int hr_cmd_plan(const hr_cli_opts *o) {
         largest = on_gpu ? hr_largest_batch_on(m, &c, budget, overhead, (int64_t)1 << 40, hr_session_backend(s))
                          : hr_largest_batch(m, &c, budget, overhead, (int64_t)1 << 40);
         if (total > budget) rc = HR_EXIT_NOFIT;
-        /* the first layers in slices, where the model has such layers (training) */
+        /* the first layers in slices, where the model has such layers (training); the
+         * slices recompute their layers themselves, so no recomputation is searched
+         * beside them (a bisection of searches: seconds on a ResNet, for nothing) */
         if (largest >= 0 && cfg.mode == HR_MODE_TRAIN && cfg.chunks <= 1) {
             c.chunks = HR_PLAN_SLICES;
+            c.recompute = NULL;
             sliced = on_gpu ? hr_largest_batch_on(m, &c, budget, overhead, (int64_t)1 << 40, hr_session_backend(s))
                             : hr_largest_batch(m, &c, budget, overhead, (int64_t)1 << 40);
             if (sliced <= largest) sliced = -1;

@@ -424,16 +424,9 @@ hr_status hr_send_input(hr_session_t *s, hr_upload_fn up, void *dst, const float
                             (long long)(HR_XH_BLOCK * 2));
     for (int64_t off = 0; off < n; off += HR_XH_BLOCK) {
         int64_t k = n - off < HR_XH_BLOCK ? n - off : HR_XH_BLOCK;
-        uint16_t *h = s->xh;
-        const float *v = x + off;
-        if (t == HR_BF16) {
 #pragma omp parallel for if (k > 65536)
-            for (int64_t i = 0; i < k; i++) h[i] = hr_f32_to_bf16(v[i]);
-        } else {
-#pragma omp parallel for if (k > 65536)
-            for (int64_t i = 0; i < k; i++) h[i] = hr_f32_to_f16(v[i]);
-        }
-        hr_status st = up(s->be, (char *)dst + (size_t)off * 2, h, (size_t)k * 2);
+        for (int64_t i = 0; i < k; i++) hr_store_f(s->xh, t, i, x[off + i]);
+        hr_status st = up(s->be, (char *)dst + (size_t)off * 2, s->xh, (size_t)k * 2);
         if (st) return st;
     }
     return HR_OK;

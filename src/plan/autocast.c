@@ -133,26 +133,25 @@ static bool fold_input(hr_graph *g, int c, int keep) {
     return true;
 }
 
+/* A norm's cast: the producer, an op with half_out, writes the half copy y
+ * itself when its F32 output x is read by nothing else. */
+static bool fold_norm(hr_graph *g, int from, int c, int keep) {
+    int x = g->n[c].in[0], y = g->n[c].out[0];
+    if (g->t[x].dtype != HR_F32 || !hr_dtype_is_half(g->t[y].dtype) || x == keep || g->t[x].kind != HR_T_ACT)
+        return false;
+    int p = c - 1;
+    while (p >= from && g->n[p].out[0] != x) p--;
+    if (p < from || !hr_op_descs[g->n[p].op]->half_out || hr_graph_read_elsewhere(g, x, c)) return false;
+    g->n[p].out[0] = y; /* the producer writes the copy; x is read by nothing now */
+    g->t[y].source = -1;
+    return true;
+}
+
 hr_status hr_autocast_fold(hr_graph *g, int from, int keep) {
     if (hr_options_read().no_fold) return HR_OK;
     for (int c = from; c < g->nn; c++) {
-        hr_node *cn = &g->n[c];
-        if (cn->op != HR_OP_CAST) continue;
-        if (fold_input(g, c, keep)) {
-            memmove(&g->n[c], &g->n[c + 1], sizeof(hr_node) * (size_t)(g->nn - c - 1));
-            g->nn--;
-            c--;
-            continue;
-        }
-        int x = cn->in[0], y = cn->out[0];
-        if (g->t[x].dtype != HR_F32 || !hr_dtype_is_half(g->t[y].dtype) || x == keep || g->t[x].kind != HR_T_ACT)
-            continue;
-        int p = c - 1;
-        while (p >= from && g->n[p].out[0] != x) p--;
-        if (p < from || !hr_op_descs[g->n[p].op]->half_out || hr_graph_read_elsewhere(g, x, c)) continue;
-        g->n[p].out[0] = y; /* the producer writes the copy; x is read by nothing now */
-        g->t[y].source = -1;
-        memmove(&g->n[c], &g->n[c + 1], sizeof(hr_node) * (size_t)(g->nn - c - 1));
+        if (g->n[c].op != HR_OP_CAST || !(fold_input(g, c, keep) || fold_norm(g, from, c, keep))) continue;
+        memmove(&g->n[c], &g->n[c + 1], sizeof(hr_node) * (size_t)(g->nn - c - 1)); /* the cast goes */
         g->nn--;
         c--;
     }

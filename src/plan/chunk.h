@@ -22,6 +22,11 @@
  * in inference those whose training mixes samples or draws masks too. */
 int hr_chunk_segment(const hr_graph *g, int from, int input, int keep, int *out);
 
+/* The most slices a step may ask for: each adds its layers' nodes (forward,
+ * recomputation, backward) to the program, which is planned in time and
+ * host memory that grow with them (50,000 slices: 10 s and gigabytes). */
+#define HR_MAX_CHUNKS 4096
+
 /* Runs the nodes of hr_chunk_segment in `chunks` slices (fewer when the
  * batch is small: each slice starts on an HR_ALIAS_ALIGN boundary of the
  * input and the output; one slice is no rewrite). Call on a forward pass before

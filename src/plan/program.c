@@ -296,6 +296,10 @@ static hr_status check_config(const hr_model_t *m, const hr_config_t *cfg) {
                             (long long)cfg->batch);
     if (cfg->chunks < 0)
         return hr_error_set(HR_ERR_INVALID_ARG, "--chunks %d: slices of the batch are 1 or more (0: none)", cfg->chunks);
+    if (cfg->chunks > HR_MAX_CHUNKS)
+        return hr_error_set(HR_ERR_INVALID_ARG, "--chunks %d: at most %d slices (each adds its layers' nodes to the "
+                            "step); a few hundred already leave a slice's activations a small part of the memory",
+                            cfg->chunks, HR_MAX_CHUNKS);
     if (cfg->chunks > 1 && cfg->mode != HR_MODE_TRAIN)
         return hr_error_set(HR_ERR_INVALID_ARG, "--chunks is for training: inference keeps no activations to slice");
     if (cfg->accumulate > 1 && cfg->mode != HR_MODE_TRAIN)
