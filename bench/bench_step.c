@@ -44,6 +44,11 @@
  *       --accumulate K, --recompute none|all|auto|min|LAYERS, --budget BYTES
  *       --tf32                       TF32 products and convolutions
  *                                    (hr_config_t.allow_tf32)
+ *   HR_BENCH_CALIBRATE=1: after the timed steps, the cost model measures
+ *       this session as `fit` does (hr_cost_measure, into the cache) and the
+ *       JSON adds its prediction (calibrated_ms) and the median of as many
+ *       steps timed after it (median_after_calibration_ms). HR_BENCH_NVML=0:
+ *       no NVML witness thread.
  *   A next-token model (output (time, vocabulary)) gets random ids in
  *   [0, vocabulary) and its JSON also has tokens_per_s (batch x time / median).
  *   On CUDA the step time's JSON has NVML's witness too: this process's device
@@ -225,7 +230,8 @@ static int bench(const char *model, int64_t batch, int steps, int warm, bool cud
     hr_mem_stats_t m0, m1, m2, m3;
     hr_mem_stats(s, &m0); /* context and handles made, nothing allocated */
     const char *bus = cuda ? hr_session_backend(s)->device_id : NULL;
-    hr_nvml_sampler *witness = bus ? hr_nvml_sampler_start(NULL, bus, -1, 5) : NULL;
+    const char *nv_env = getenv("HR_BENCH_NVML"); /* 0: no witness (its polling's cost on the step) */
+    hr_nvml_sampler *witness = bus && !(nv_env && !strcmp(nv_env, "0")) ? hr_nvml_sampler_start(NULL, bus, -1, 5) : NULL;
     if (hr_session_alloc(s) != HR_OK) return fail("alloc", model, batch);
     hr_mem_stats(s, &m1);
     batch_t b;
@@ -249,6 +255,27 @@ static int bench(const char *model, int64_t batch, int steps, int warm, bool cud
         }
         queued = (now() - q0) / steps;
     }
+    /* HR_BENCH_CALIBRATE=1: the cost model's own measurement of this
+     * session (hr_cost_measure, as `fit` does it), its prediction, and the
+     * steps timed again after it (a check of the model against the bench) */
+    double calibrated = -1, after = -1;
+    const char *cal_env = getenv("HR_BENCH_CALIBRATE");
+    if (cal_env && !strcmp(cal_env, "1") && steps > 0) {
+        hr_cost_model *cm = hr_cost_model_here(cuda);
+        if (cm && hr_cost_measure(s, cm, 20) == HR_OK) calibrated = 1e3 * hr_cost_step(cm, hr_session_program(s));
+        hr_cost_model_free(cm);
+        double *t2 = malloc(sizeof(double) * (size_t)steps);
+        for (int i = 0; t2 && i < steps; i++) {
+            double t0 = now();
+            if (hr_train_step(s, b.x, b.y, &loss) != HR_OK) return fail("step", model, batch);
+            t2[i] = now() - t0;
+        }
+        if (t2) {
+            qsort(t2, (size_t)steps, sizeof *t2, cmp);
+            after = 1e3 * (steps % 2 ? t2[steps / 2] : 0.5 * (t2[steps / 2 - 1] + t2[steps / 2]));
+        }
+        free(t2);
+    }
     char graph_why[512];
     int graph = hr_session_graph(s, graph_why, sizeof graph_why);
     hr_mem_stats(s, &m3);
@@ -266,6 +293,7 @@ static int bench(const char *model, int64_t batch, int steps, int warm, bool cud
            (long long)batch, cuda ? "cuda" : "cpu", steps, warm, 1e3 * med, 1e3 * mean, 1e3 * t[0], 1e3 * t[steps - 1],
            (double)batch / med, loss);
     if (b.tokens) printf(", \"tokens_per_s\": %.1f", (double)(batch * b.per) / med);
+    if (calibrated >= 0) printf(", \"calibrated_ms\": %.4f, \"median_after_calibration_ms\": %.4f", calibrated, after);
     printf(", \"queued_ms\": %.4f, \"graph\": %d, \"graph_why\": ", 1e3 * queued, graph);
     json_escape(stdout, graph_why);
     printf(", \"optim\": \"%s\"", c.optim.kind == HR_OPTIM_SGD ? "sgd" : c.optim.kind == HR_OPTIM_ADAMW ? "adamw" : "adam");

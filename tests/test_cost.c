@@ -204,6 +204,20 @@ static void test_cache(void) {
     CHECK(!hr_cost_node_measured(b, &p2.g, &p2.g.n[lin]), "batch 16 is not measured");
     double est_raw = hr_cost_estimate(b, &p2.g, &p2.g.n[lin]), est_cor = hr_cost_node(b, &p2.g, &p2.g.n[lin]);
     CHECK(est_raw > 0 && est_cor > 0 && est_raw != est_cor, "corrected %g vs raw %g", est_cor, est_raw);
+    /* what a measured step took beyond its nodes (a pass's own time: the
+     * batch's upload, launch gaps) counts once a pass, K times with
+     * accumulation; the step of another shape just before, so that a key
+     * left on the stack by it can't stand in for this one's */
+    CHECK(hr_cost_record_pass(b, &p, 3e-3) == HR_OK, "record a pass: %s", hr_last_error());
+    hr_config_t c3 = cfg_batch(16);
+    c3.accumulate = 2; /* micro-batches of 8: p's nodes and pass */
+    hr_program p3;
+    CHECK(hr_program_build(m, &c3, NULL, NULL, &p3) == HR_OK, "build accumulate 2: %s", hr_last_error());
+    hr_cost_step(b, &p2);
+    CHECK_CLOSE(hr_cost_step(b, &p), 0.5e-4 + sum + 3e-3 + upd, 0, 1e-9, "a step with its recorded pass");
+    hr_cost_step(b, &p2);
+    CHECK_CLOSE(hr_cost_step(b, &p3), 2 * (0.5e-4 + sum + 3e-3) + upd, 0, 1e-9, "two micro-batches' passes");
+    hr_program_free(&p3);
     hr_program_free(&p2);
     hr_cost_model_free(other);
     hr_cost_model_free(b);

@@ -74,6 +74,11 @@ struct hr_backend {
      * v->stopped, which v->clear resets first) (hr_step_vars); the update's
      * kernels read skip. */
     hr_status (*step_check)(hr_backend *be, const float *loss, hr_step_vars *v, bool stop);
+    /* Optional (with step_check): accumulation's loss on the device, queued
+     * after micro-batch k's (0 .. K-1) backward pass: v->loss_sum =
+     * (k ? v->loss_sum : 0) + loss in double, and after the last, v->loss_mean
+     * = (float)(loss_sum / K): the step's loss, as the host would sum it. */
+    hr_status (*loss_add)(hr_backend *be, const float *loss, hr_step_vars *v, int k, int K);
     /* Optional (both or neither): loss_queue queues a copy of the step's
      * loss (one F32) into host slot `slot` (0 .. HR_STEP_QUEUE-1) behind the
      * work queued so far, without waiting; loss_wait waits for slot's copy

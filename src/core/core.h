@@ -76,7 +76,7 @@ char *hr_strdup(const char *s);
  * backend/cuda/conv_cache.c): bump it when kernels change speed, so that what
  * was measured with the old ones is not used. */
 #ifndef HR_VERSION
-#define HR_VERSION "0.5.0"
+#define HR_VERSION "0.5.1"
 #endif
 
 /* A text file written whole or not at all: hr_file_begin opens a temporary
@@ -152,6 +152,9 @@ typedef struct {
     int stage_threads;      /* HR_STAGE_THREADS: threads staging a batch (default 16) */
     bool cuda_verbose;      /* HR_CUDA_VERBOSE: the engines considered and timed */
     bool cuda_graph;        /* HR_CUDA_GRAPH (default on; 0 off): a training step captured once and replayed */
+    bool device_accumulate; /* HR_DEVICE_ACCUMULATE (default on; 0 off): accumulation's micro-batches queued
+                               one after another, their losses summed on the device (off: the host reads
+                               each one's loss before the next) */
     bool cuda_poison;       /* HR_CUDA_POISON: the arena starts as NaN (tests) */
     int64_t max_call_elems; /* HR_CUDA_MAX_CALL_ELEMS: elements a library call takes (tests lower it); 0: INT_MAX */
     int dnnl;               /* HR_DNNL: CPU convolutions 0 im2col only, 1 (default) the fastest way per shape

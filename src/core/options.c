@@ -59,6 +59,7 @@ hr_options hr_options_read(void) {
     o.stage_threads = th > 0 && th <= 1024 ? (int)th : 16;
     o.cuda_verbose = flag("HR_CUDA_VERBOSE", false);
     o.cuda_graph = flag("HR_CUDA_GRAPH", true);
+    o.device_accumulate = flag("HR_DEVICE_ACCUMULATE", true);
     o.cuda_poison = flag("HR_CUDA_POISON", false);
     long long mc = number("HR_CUDA_MAX_CALL_ELEMS", 0);
     o.max_call_elems = mc > 0 ? mc : 0;

@@ -445,7 +445,7 @@ hr_status hr_finish_batch(hr_session_t *s, hr_status st) {
 /* With accumulation, micro-batches after the first add into the parameters'
  * gradients: the nodes that write them first set their accum flags for
  * those passes (first_writer lists them, node * HR_NODE_MAX_IO + slot). */
-static void grads_accumulate(hr_session_t *s, bool on) {
+void hr_grads_accumulate(hr_session_t *s, bool on) {
     for (int i = 0; i < s->n_first_writer; i++) {
         int w = s->first_writer[i];
         s->prog.g.n[w / HR_NODE_MAX_IO].accum[w % HR_NODE_MAX_IO] = on;
@@ -495,7 +495,7 @@ hr_status hr_train_step_now(hr_session_t *s, const float *x, const void *labels,
     hr_status st = hr_upload_vars(s, s->t + 1, true);
     for (int k = 0; k < K && !st; k++) {
         si.sample0 = k * micro;
-        grads_accumulate(s, k > 0);
+        hr_grads_accumulate(s, k > 0);
         st = hr_upload_batch(s, x + (size_t)k * xs, (const char *)labels + (size_t)k * ls, false);
         /* the whole step in one run when nothing happens between the passes */
         int end = K == 1 && p->found_inf < 0 && !s->nan_stop ? p->n_step : p->n_bwd_end;
@@ -507,7 +507,7 @@ hr_status hr_train_step_now(hr_session_t *s, const float *x, const void *labels,
             total += l;
         }
     }
-    grads_accumulate(s, false);
+    hr_grads_accumulate(s, false);
     /* the NaN stop (nancheck.c): a non-finite loss returns before the update */
     float step_loss = (float)(total / K);
     if (!st && s->nan_stop) {

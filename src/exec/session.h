@@ -50,6 +50,9 @@ struct hr_session {
  * failed step that uploaded, the backend finishes with x (st returned). */
 hr_status hr_run_range(hr_session_t *s, int from, int to, const hr_step_info *base);
 hr_status hr_upload_batch(hr_session_t *s, const float *x, const void *labels, bool staged);
+/* Accumulation: the nodes that write the parameters' gradients first add
+ * into them (on) or overwrite them (off: the first micro-batch). */
+void hr_grads_accumulate(hr_session_t *s, bool on);
 /* n values of a batch's input x to dst, in the input tensor's type t: F32
  * as they are, a half type rounded as autocast's cast rounds them (the cast
  * folded into the input: plan/autocast.c), a block at a time through

@@ -1,11 +1,14 @@
 /* step.c — a training step that the device runs without the host in
- * between (one pass, no loss scaler): its scalars in the arena, the NaN stop
- * checked on the device, the whole step captured once as a graph and
- * replayed (CUDA graphs), and steps queued ahead (hr_train_submit) so that
- * the host stages the next batch while the device runs this one. */
+ * between (no loss scaler): its scalars in the arena, the NaN stop checked
+ * on the device, the whole step of one pass captured once as a graph and
+ * replayed (CUDA graphs), accumulation's micro-batches queued one after
+ * another with their losses summed on the device, and steps queued ahead
+ * (hr_train_submit) so that the host stages the next batch while the device
+ * runs this one. */
 #include "exec/session.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 
 /* The step's scalars for step t (hr_step_vars: the host's part), uploaded
@@ -40,7 +43,16 @@ static hr_status stage_in(hr_session_t *s) {
  * device: the update's kernels skip themselves), the update. */
 bool hr_device_stepped(const hr_session_t *s) {
     const hr_program *p = &s->prog;
-    return p->step_vars >= 0 && s->be->step_check && p->cfg.accumulate <= 1 && p->found_inf < 0;
+    return p->step_vars >= 0 && s->be->step_check && p->found_inf < 0 &&
+           (p->cfg.accumulate <= 1 || (s->be->loss_add && s->opt.device_accumulate));
+}
+
+/* The step's loss on the device: the loss node's output, or with
+ * accumulation the micro-batches' mean in the step's scalars. */
+static const float *device_loss(const hr_session_t *s) {
+    const hr_program *p = &s->prog;
+    if (p->cfg.accumulate <= 1) return s->ptr[p->loss];
+    return (const float *)((const char *)s->ptr[p->step_vars] + offsetof(hr_step_vars, loss_mean));
 }
 
 static hr_status step_nodes(hr_session_t *s, const hr_step_info *si) {
@@ -51,13 +63,44 @@ static hr_status step_nodes(hr_session_t *s, const hr_step_info *si) {
     return st;
 }
 
+/* Accumulation's step on the device, the first micro-batch already
+ * uploaded: the next micro-batch crosses the link (into the staged buffer)
+ * while this one runs, each adds its loss on the device, and the host never
+ * waits between them; then the NaN stop's check on the mean loss and the
+ * update. Node by node: each micro-batch has its own accumulate flags and
+ * first sample (Dropout's masks). */
+static hr_status micro_batches(hr_session_t *s, const float *x, const void *labels, bool staged, hr_step_info *si) {
+    const hr_program *p = &s->prog;
+    const hr_graph *g = &p->g;
+    int K = p->cfg.accumulate;
+    int64_t micro = hr_micro_batch(&p->cfg);
+    size_t xs = (size_t)hr_shape_numel(&g->t[p->input].shape), ls = 0;
+    if (p->label >= 0) ls = (size_t)hr_shape_numel(&g->t[p->label].shape) * hr_dtype_size(g->t[p->label].dtype);
+    hr_step_vars *dv = s->ptr[p->step_vars];
+    si->loss_scale = 1.0f / (float)K;
+    hr_status st = HR_OK;
+    for (int k = 0; k < K && !st; k++) {
+        if (k > 0) st = hr_upload_batch(s, x + (size_t)k * xs, (const char *)labels + (size_t)k * ls, staged);
+        if (!st && k > 0 && staged) st = stage_in(s);
+        si->sample0 = k * micro;
+        hr_grads_accumulate(s, k > 0);
+        if (!st) st = hr_run_range(s, 0, p->n_bwd_end, si);
+        if (!st) st = s->be->loss_add(s->be, s->ptr[p->loss], dv, k, K);
+    }
+    hr_grads_accumulate(s, false);
+    if (!st) st = s->be->step_check(s->be, device_loss(s), dv, s->nan_stop);
+    if (!st) st = hr_run_range(s, p->n_bwd_end, p->n_step, si);
+    return st;
+}
+
 /* Why this session's step is not one graph, or NULL when it can be. */
 static const char *graph_blocker(const hr_session_t *s) {
     const hr_program *p = &s->prog;
     if (!s->be->graph_begin) return "this backend has no graphs";
     if (!s->opt.cuda_graph) return "HR_CUDA_GRAPH=0";
     if (s->prof) return "a profile or trace times each node";
-    if (p->cfg.accumulate > 1) return "accumulation reads each micro-batch's loss between its passes";
+    if (p->cfg.accumulate > 1)
+        return "accumulation runs its micro-batches node by node (each has its own accumulate flags and samples)";
     if (p->found_inf >= 0) return "fp16's loss scaler reads found_inf on the host before the update";
     if (p->step_vars < 0 || !s->be->step_check) return "the step's scalars are not in the arena";
     return NULL;
@@ -108,6 +151,10 @@ static hr_status device_queue(hr_session_t *s, const float *x, const void *label
     hr_status st = upload_vars(s, t + 1, ahead == 0, staged);
     if (!st) st = hr_upload_batch(s, x, labels, staged);
     if (!st && staged) st = stage_in(s);
+    if (p->cfg.accumulate > 1) {
+        if (!st) st = micro_batches(s, x, labels, staged, &si);
+        return st ? hr_finish_batch(s, st) : HR_OK;
+    }
     /* the first step runs node by node: it chooses the algorithms (timing them) */
     if (!st && s->graph == 0 && s->eager_steps > 0) capture(s, &si);
     if (!st && s->graph > 0) {
@@ -138,7 +185,7 @@ static float step_done(hr_session_t *s, float l) {
 hr_status hr_device_step(hr_session_t *s, const float *x, const void *labels, float *loss) {
     hr_status st = device_queue(s, x, labels);
     float l = 0;
-    if (!st && (loss || s->nan_stop)) st = s->be->download(s->be, &l, s->ptr[s->prog.loss], sizeof(float));
+    if (!st && (loss || s->nan_stop)) st = s->be->download(s->be, &l, device_loss(s), sizeof(float));
     if (st) return hr_finish_batch(s, st);
     l = step_done(s, l);
     if (loss) *loss = l;
@@ -168,7 +215,7 @@ hr_status hr_train_submit(hr_session_t *s, const float *x, const void *labels) {
         return HR_OK;
     }
     hr_status st = device_queue(s, x, labels);
-    if (!st) st = s->be->loss_queue(s->be, s->ptr[s->prog.loss], slot);
+    if (!st) st = s->be->loss_queue(s->be, device_loss(s), slot);
     if (st) return hr_finish_batch(s, st);
     s->qsync[slot] = false;
     s->queued++;

@@ -199,6 +199,8 @@ typedef struct {
     uint64_t t;                     /* the step, 1-based (Dropout's stream) */
     uint32_t clear, pad_;           /* clear: no step queued ahead of this one will update: stopped starts at 0 */
     uint32_t skip, stopped;         /* the device's own */
+    double loss_sum;                /* accumulation: the micro-batches' losses so far (the device's) */
+    float loss_mean, pad2_;         /* accumulation: the step's loss, loss_sum / K after the last */
 } hr_step_vars;
 /* The bytes the host writes each step; the rest stays as the device left it. */
 #define HR_STEP_VARS_HOST 32

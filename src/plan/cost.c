@@ -272,7 +272,8 @@ double hr_cost_step(const hr_cost_model *cm, const hr_program *p) {
      * of pass was measured; else on the CPU the batch copied into the
      * arena, on a GPU the loss read back */
     char key[160];
-    const hr_cost_entry *e = find(cm, pass_key(p, key, sizeof key), fnv(key, strlen(key)));
+    pass_key(p, key, sizeof key); /* before its hash: a call's arguments have no order */
+    const hr_cost_entry *e = find(cm, key, fnv(key, strlen(key)));
     double batch = hr_work_tensor_bytes(g, p->input) + hr_work_tensor_bytes(g, p->label);
     if (e && e->sec >= 0) pass += e->sec;
     else pass += cm->kind == HR_DEVICE_CUDA ? cm->pk.sync : batch / cm->pk.upload;

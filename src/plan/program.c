@@ -434,7 +434,7 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
             goto fail;
         }
         hr_staged l = hr_staged_layout(p);
-        if (cfg->accumulate <= 1 && cfg->precision != HR_PREC_FP16 && l.input_bytes < HR_STAGED_INPUT_MAX) {
+        if (cfg->precision != HR_PREC_FP16 && l.input_bytes < HR_STAGED_INPUT_MAX) {
             p->staged = hr_graph_add_tensor(&p->g, "next batch", HR_U8, hr_shape_make(1, (int64_t[]){(int64_t)l.total}),
                                             false, HR_T_INPUT, -1);
             if (p->staged < 0) {

@@ -28,10 +28,11 @@ typedef struct {
      * the update and the random masks read there, so that one captured step replays
      * (CUDA graphs). Alive through the whole program. -1 elsewhere. */
     int step_vars;
-    /* Training on CUDA, one pass without fp16's scaler, an input below
-     * HR_STAGED_INPUT_MAX: the next batch (labels, the step's scalars, the
-     * input: hr_staged_layout) is uploaded here while the step before it
-     * runs, then copied in at its start. -1 elsewhere. */
+    /* Training on CUDA without fp16's scaler, an input (a micro-batch's)
+     * below HR_STAGED_INPUT_MAX: the next batch or micro-batch (labels, the
+     * step's scalars, the input: hr_staged_layout) is uploaded here while
+     * the step or micro-batch before it runs, then copied in at its start.
+     * -1 elsewhere. */
     int staged;
     /* The recomputed layers ("1,2,5"; cfg.recompute points here), NULL for none. */
     char *recompute;

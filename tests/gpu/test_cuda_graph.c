@@ -5,7 +5,9 @@
  * SGD's first momentum step, Dropout's masks, BatchNorm's running
  * statistics, clipping); a non-finite loss skips the update on the device
  * exactly as the host's NaN stop did; what cannot be captured (accumulation,
- * fp16's scaler, a profile) runs node by node and says why; steps queued
+ * fp16's scaler, a profile) runs node by node and says why; accumulation's
+ * micro-batches on the device give the bits of the host's loop between
+ * them (HR_DEVICE_ACCUMULATE=0), a NaN in one skipping the step; steps queued
  * two at a time (hr_train_submit) give the same bits, their batches staged
  * in a second buffer while the step before runs (or, from 32 MiB, in pieces),
  * and a NaN skips the step queued behind it; and the graph costs no device
@@ -18,6 +20,7 @@
 #include "check.h"
 #include "cuda_models.h"
 #include "exec/internal.h"
+#include "exec/session.h"
 #include "seed_models.h"
 
 static uint64_t rng_state = 0x9e3779b9;
@@ -197,6 +200,63 @@ out:
     hr_session_free(b);
 }
 
+/* Accumulation on the device (the micro-batches queued one after another,
+ * the next one's batch staged while this one runs, their losses summed on
+ * the device) against the host reading each micro-batch's loss before it
+ * sends the next (HR_DEVICE_ACCUMULATE=0): the same bits on every loss and
+ * state tensor, steps queued two at a time too; a NaN in one micro-batch of
+ * step nan_at skips that step's whole update in both. */
+static void accumulated(const char *name, const hr_model_t *m, hr_config_t c, int nan_at) {
+    setenv("HR_DEVICE_ACCUMULATE", "0", 1);
+    hr_session_t *a = open_cuda(m, c, true);
+    unsetenv("HR_DEVICE_ACCUMULATE");
+    hr_session_t *b = open_cuda(m, c, true), *q = nan_at < 0 ? open_cuda(m, c, true) : NULL;
+    if (!a || !b || (nan_at < 0 && !q)) goto out;
+    hr_session_set_nan_stop(a, true);
+    hr_session_set_nan_stop(b, true);
+    if (q) hr_session_set_nan_stop(q, true);
+    const hr_program *pb = hr_session_program(b);
+    CHECK(!hr_device_stepped(a) && hr_device_stepped(b), "%s: the device's accumulation is %s, the host's %s", name,
+          hr_device_stepped(b) ? "on" : "off", hr_device_stepped(a) ? "on" : "off");
+    CHECK(pb->staged >= 0, "%s: no staged micro-batch in the plan", name);
+    batches in = make_batches(a, 41);
+    int64_t micro = hr_shape_numel(&pb->g.t[pb->input].shape);
+    if (nan_at >= 0) in.x[nan_at][micro + 2] = NAN; /* the second micro-batch */
+    float la[STEPS], lb[STEPS], lq[STEPS];
+    int loss_diff = 0;
+    for (int k = 0; k < STEPS; k++) {
+        hr_status sa = hr_train_step(a, in.x[k], in.y[k], &la[k]), sb = hr_train_step(b, in.x[k], in.y[k], &lb[k]);
+        CHECK(!sa && !sb, "%s step %d: %s", name, k + 1, hr_last_error());
+        if (memcmp(&la[k], &lb[k], sizeof(float)))
+            loss_diff++, fprintf(stderr, "  %s step %d: loss %.9g (host) vs %.9g (device)\n", name, k + 1, la[k], lb[k]);
+        if (k == nan_at) CHECK(!isfinite(lb[k]), "%s: step %d's loss %g is finite", name, k + 1, lb[k]);
+    }
+    for (int k = 0; q && k <= STEPS; k++) {
+        if (k < STEPS) CHECK(hr_train_submit(q, in.x[k], in.y[k]) == HR_OK, "%s: submit: %s", name, hr_last_error());
+        if (k > 0) CHECK(hr_train_wait(q, &lq[k - 1]) == HR_OK, "%s: wait: %s", name, hr_last_error());
+    }
+    int queued_diff = 0;
+    for (int k = 0; q && k < STEPS; k++) queued_diff += memcmp(&la[k], &lq[k], sizeof(float)) != 0;
+    int64_t want = nan_at >= 0 ? STEPS - 1 : STEPS;
+    CHECK(hr_step_count(a) == want && hr_step_count(b) == want, "%s: %lld and %lld steps taken, %lld expected", name,
+          (long long)hr_step_count(a), (long long)hr_step_count(b), (long long)want);
+    int sd = state_diff(a, b, name), sq = q ? state_diff(a, q, name) : 0;
+    CHECK(loss_diff == 0 && sd == 0, "%s: %d losses and %d state tensors differ between the device's accumulation and "
+          "the host's", name, loss_diff, sd);
+    CHECK(queued_diff == 0 && sq == 0, "%s: queued two at a time, %d losses and %d state tensors differ", name,
+          queued_diff, sq);
+    char why[512];
+    hr_session_graph(b, why, sizeof why);
+    CHECK(strstr(why, "accumulation") != NULL, "%s: the reason it is not one graph: '%s'", name, why);
+    printf("  %-34s accumulate %d, %d steps: %d losses, %d of %d state tensors differ%s\n", name, c.accumulate, STEPS,
+           loss_diff + queued_diff, sd + sq, hr_state_count(a), q ? " (also queued)" : "");
+    free_batches(&in);
+out:
+    hr_session_free(a);
+    hr_session_free(b);
+    hr_session_free(q);
+}
+
 /* A session whose step cannot be one graph runs node by node, and says why. */
 static void not_captured(const char *name, const hr_model_t *m, hr_config_t c, const char *reason) {
     hr_session_t *s = open_cuda(m, c, true);
@@ -210,7 +270,7 @@ static void not_captured(const char *name, const hr_model_t *m, hr_config_t c, c
     printf("  %-34s node by node: %s\n", name, why);
     const hr_program *p = hr_session_program(s);
     size_t inb = (size_t)hr_shape_numel(&p->g.t[p->input].shape) * sizeof(float);
-    CHECK((p->staged >= 0) == (inb < HR_STAGED_INPUT_MAX && c.accumulate <= 1 && c.precision != HR_PREC_FP16),
+    CHECK((p->staged >= 0) == (inb < HR_STAGED_INPUT_MAX && c.precision != HR_PREC_FP16),
           "%s: staged batch %d for an input of %zu bytes", name, p->staged, inb);
     free_batches(&in);
     hr_session_free(s);
@@ -311,6 +371,28 @@ static void timing(void) {
     hr_model_free(m);
 }
 
+/* Informational: simple_cnn at batch 4096 in 4 micro-batches, the host
+ * between them against the device's accumulation. */
+static void accumulate_timing(void) {
+    hr_model_t *m = seed_simple_cnn();
+    hr_config_t c = hr_config_default();
+    c.batch = 4096, c.accumulate = 4;
+    setenv("HR_DEVICE_ACCUMULATE", "0", 1);
+    hr_session_t *a = open_cuda(m, c, true);
+    unsetenv("HR_DEVICE_ACCUMULATE");
+    hr_session_t *b = open_cuda(m, c, true);
+    if (a && b) {
+        batches in = make_batches(a, 4);
+        double ta = median_step(a, &in), tb = median_step(b, &in);
+        printf("  simple_cnn batch 4096 as 4 x 1024: the host between micro-batches %.3f ms, on the device %.3f ms "
+               "a step (median of 30)\n", ta, tb);
+        free_batches(&in);
+    }
+    hr_session_free(a);
+    hr_session_free(b);
+    hr_model_free(m);
+}
+
 static hr_config_t config(int64_t nb, hr_optim_kind k) {
     hr_config_t c = hr_config_default();
     c.batch = nb;
@@ -358,6 +440,24 @@ int main(void) {
     /* no BatchNorm (a skipped step still updates its statistics), and floats in (a NaN id is refused) */
     queued_bits("seed mlp NaN at step 5", ms[5], sgd, 4);
     queued_bits("seed mlp batch 11000 (in pieces)", ms[5], config(11000, HR_OPTIM_ADAM), -1);
+    printf("accumulation on the device against the host between micro-batches\n");
+    hr_config_t acc3 = adam;
+    acc3.batch = 24, acc3.accumulate = 3;
+    accumulated("mlp_dropout adam schedule clip", ms[0], acc3, -1);
+    accumulated("mlp_dropout NaN at step 4", ms[0], acc3, 3);
+    hr_config_t sgd2 = sgd;
+    sgd2.accumulate = 2;
+    accumulated("cnn_bn sgd momentum", ms[1], sgd2, -1);
+    accumulated("cnn_bn NaN at step 5", ms[1], sgd2, 4);
+    hr_config_t aw2 = adamw;
+    aw2.accumulate = 2;
+    accumulated("tiny_gpt adamw", ms[2], aw2, -1);
+    hr_config_t bf2 = bf;
+    bf2.batch = 8, bf2.accumulate = 4;
+    accumulated("wide_gpt bf16", ms[3], bf2, -1);
+    hr_config_t dc = config(64, HR_OPTIM_ADAM);
+    dc.accumulate = 4;
+    accumulated("deep_cnn adam", ms[4], dc, -1);
     printf("steps that stay node by node\n");
     /* an input from HR_STAGED_INPUT_MAX (32 MiB) goes up in pieces, node by node, not staged */
     hr_config_t big = config(11000, HR_OPTIM_ADAM); /* 11000 x 784 floats: 34.5 MB */
@@ -375,5 +475,6 @@ int main(void) {
     printf("memory and time\n");
     graph_memory();
     timing();
+    accumulate_timing();
     TEST_END();
 }

@@ -115,6 +115,7 @@ hr_backend *hr_backend_cpu_new(const hr_config_t *cfg) {
         /* .graph_end      = */ NULL,
         /* .graph_launch   = */ NULL,
         /* .step_check     = */ NULL,
+        /* .loss_add       = */ NULL,
         /* .loss_queue     = */ NULL,
         /* .loss_wait      = */ NULL,
         /* .upload_staged  = */ NULL,

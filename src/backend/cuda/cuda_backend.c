@@ -224,6 +224,10 @@ static hr_status cuda_step_check(hr_backend *be, const float *loss, hr_step_vars
     return hr_cuda_step_check(ctx_of(be), loss, v, stop);
 }
 
+static hr_status cuda_loss_add(hr_backend *be, const float *loss, hr_step_vars *v, int k, int K) {
+    return hr_cuda_loss_add(ctx_of(be), loss, v, k, K);
+}
+
 static hr_status cuda_loss_queue(hr_backend *be, const float *loss, int slot) {
     return hr_cuda_loss_queue(ctx_of(be), loss, slot);
 }
@@ -285,6 +289,7 @@ hr_backend *hr_backend_cuda_new(const hr_config_t *cfg) {
         /* .graph_end      = */ cuda_graph_end,
         /* .graph_launch   = */ cuda_graph_launch,
         /* .step_check     = */ cuda_step_check,
+        /* .loss_add       = */ cuda_loss_add,
         /* .loss_queue     = */ cuda_loss_queue,
         /* .loss_wait      = */ cuda_loss_wait,
         /* .upload_staged  = */ cuda_upload_staged,

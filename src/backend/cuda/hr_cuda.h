@@ -194,6 +194,7 @@ hr_status hr_cuda_graph_launch(hr_cuda *c);
 void hr_cuda_graph_free(hr_cuda *c);
 /* optim.cu: the NaN stop's check, between the backward pass and the update */
 hr_status hr_cuda_step_check(hr_cuda *c, const float *loss, hr_step_vars *v, bool stop);
+hr_status hr_cuda_loss_add(hr_cuda *c, const float *loss, hr_step_vars *v, int k, int K);
 
 /* ---- profile.c: timing events for device profiles ---- */
 hr_status hr_cuda_mark(hr_cuda *c, int slot);

@@ -48,6 +48,14 @@ __global__ void k_step_check(const float *loss, hr_step_vars *v, bool stop) {
     v->stopped = bad;
 }
 
+/* Accumulation's loss: micro-batch k of K adds its loss (in double, as the
+ * host summed it), the last gives the mean. */
+__global__ void k_loss_add(const float *loss, hr_step_vars *v, int k, int K) {
+    double sum = (k ? v->loss_sum : 0.0) + (double)loss[0];
+    v->loss_sum = sum;
+    if (k == K - 1) v->loss_mean = (float)(sum / K);
+}
+
 /* ---- multi-tensor updates ---------------------------------------------------
  * Tensor k gets hr_grid(n) blocks, as its own launch would, starting at block
  * start[k] (start[count] is the grid); a block finds its tensor by binary
@@ -214,6 +222,12 @@ hr_status hr_cuda_optim_group(hr_cuda *c, const hr_kargs *a, int count) {
 
 hr_status hr_cuda_step_check(hr_cuda *c, const float *loss, hr_step_vars *v, bool stop) {
     k_step_check<<<1, 1, 0, c->stream>>>(loss, v, stop);
+    HR_CU(cudaGetLastError());
+    return HR_OK;
+}
+
+hr_status hr_cuda_loss_add(hr_cuda *c, const float *loss, hr_step_vars *v, int k, int K) {
+    k_loss_add<<<1, 1, 0, c->stream>>>(loss, v, k, K);
     HR_CU(cudaGetLastError());
     return HR_OK;
 }
