@@ -309,8 +309,9 @@ hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, flo
  * queued step's loss, waiting for it. At most HR_STEP_QUEUE steps are queued;
  * hr_train_step, evaluating, reading state or output and saving need none
  * queued. Where the step needs the host between its passes (the CPU,
- * accumulation, fp16's scaler), submit runs it at once (queued behind a
- * non-finite loss: not at all).
+ * fp16's scaler, accumulation with HR_DEVICE_ACCUMULATE=0), submit runs it
+ * at once (queued behind a non-finite loss: not at all); accumulation on a
+ * GPU is queued like a step of one pass.
  * With the NaN stop, a step whose loss is not finite takes no update, and
  * neither do the steps queued behind it then: their losses come back NaN,
  * and hr_step_count counts none of them; steps submitted after that loss

@@ -68,7 +68,7 @@ static hr_status step_nodes(hr_session_t *s, const hr_step_info *si) {
  * while this one runs, each adds its loss on the device, and the host never
  * waits between them; then the NaN stop's check on the mean loss and the
  * update. Node by node: each micro-batch has its own accumulate flags and
- * first sample (Dropout's masks). */
+ * first sample (where its random masks start). */
 static hr_status micro_batches(hr_session_t *s, const float *x, const void *labels, bool staged, hr_step_info *si) {
     const hr_program *p = &s->prog;
     const hr_graph *g = &p->g;
