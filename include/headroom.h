@@ -106,13 +106,19 @@ int hr_layernorm(hr_model_t *m, const char *name, int x, int ndim, const int64_t
 int hr_embedding(hr_model_t *m, const char *name, int x, int64_t num_embeddings, int64_t dim);
 int hr_position_embedding(hr_model_t *m, const char *name, int x, int64_t max_positions, int64_t dim);
 int hr_causal_attention(hr_model_t *m, const char *name, int qkv, int64_t heads);
-/* nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout=0.0,
+/* The same with attention dropout (scaled_dot_product_attention's
+ * dropout_p, GPT-2's attn_pdrop): in training each probability dropped with
+ * probability attn_pdrop in [0, 1), the kept scaled by 1 / (1 - attn_pdrop). */
+int hr_causal_attention_pdrop(hr_model_t *m, const char *name, int qkv, int64_t heads, float attn_pdrop);
+/* nn.TransformerEncoderLayer(d_model, nhead, dim_feedforward, dropout,
  * activation, layer_norm_eps, batch_first=True, norm_first, bias) called with
  * a causal mask, its parameters under PyTorch's names (<name>.self_attn.
- * in_proj_weight, .out_proj, .linear1, .linear2, .norm1, .norm2); the
- * block's output, (T, d_model) */
+ * in_proj_weight, .out_proj, .linear1, .linear2, .norm1, .norm2); dropout > 0
+ * drops where PyTorch's module does: the attention probabilities, and
+ * Dropout layers dropout1 (after out_proj), dropout (after the activation)
+ * and dropout2 (after linear2). The block's output, (T, d_model) */
 int hr_transformer_encoder_layer(hr_model_t *m, const char *name, int x, int64_t d_model, int64_t nhead, int64_t dim_ff,
-                                 bool gelu, float eps, bool norm_first, bool bias);
+                                 float dropout, bool gelu, float eps, bool norm_first, bool bias);
 int hr_maxpool2d(hr_model_t *m, const char *name, int x, int kernel, int stride);
 int hr_avgpool2d(hr_model_t *m, const char *name, int x, int kernel, int stride);
 int hr_global_avgpool(hr_model_t *m, const char *name, int x); /* (C,H,W) -> (C,1,1), AdaptiveAvgPool2d(1) */

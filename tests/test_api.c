@@ -256,7 +256,7 @@ static int b_block_name(hr_model_t *m) {
     memset(name, 'a', 255);
     name[255] = 0;
     int x = hr_embedding(m, NULL, hr_input(m, "tokens", 1, (int64_t[]){8}), 10, 4);
-    return hr_transformer_encoder_layer(m, name, x, 4, 2, 8, true, 1e-5f, true, true);
+    return hr_transformer_encoder_layer(m, name, x, 4, 2, 8, 0.0f, true, 1e-5f, true, true);
 }
 static int b_concat(hr_model_t *m) {
     int x = input4(m);

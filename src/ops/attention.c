@@ -12,9 +12,20 @@
  * each split into H heads of C/H channels (nanoGPT's CausalSelfAttention
  * after c_attn); the scale is 1/sqrt(C/H). */
 int hr_causal_attention(hr_model_t *m, const char *name, int qkv, int64_t heads) {
+    return hr_causal_attention_pdrop(m, name, qkv, heads, 0.0f);
+}
+
+/* attn_pdrop > 0: in training each probability is dropped with that
+ * probability and the kept ones scaled by 1 / (1 - attn_pdrop), as
+ * scaled_dot_product_attention does with a drop probability; the decisions
+ * are drawn again in the backward pass from (seed, layer, step, sequence,
+ * head, i, j), never stored. */
+int hr_causal_attention_pdrop(hr_model_t *m, const char *name, int qkv, int64_t heads, float attn_pdrop) {
     if (!hr_model_check_tensor(m, qkv, "CausalSelfAttention")) return -1;
     int L = hr_model_begin_layer(m, name, "CausalSelfAttention");
     if (L < 0) return -1;
+    if (!(attn_pdrop >= 0.0f && attn_pdrop < 1.0f))
+        return hr_build_fail(m, L, HR_ERR_INVALID_ARG, "attn_pdrop must be in [0, 1), got %g", attn_pdrop);
     const hr_tensor *xt = &m->g.t[qkv];
     char sb[64];
     if (xt->shape.ndim != 2 || xt->shape.d[1] % 3)
@@ -28,6 +39,8 @@ int hr_causal_attention(hr_model_t *m, const char *name, int qkv, int64_t heads)
     hr_node n = hr_node_make(HR_OP_ATTENTION, L);
     n.a.in_f = C;
     n.a.out_f = heads;
+    n.a.p = attn_pdrop;
+    n.a.seed = (uint64_t)L;
     n.in[0] = qkv;
     n.nin = 1;
     n.out[0] = hr_model_add_act(m, L, "out", hr_shape_make(2, (int64_t[]){T, C}));
@@ -45,7 +58,10 @@ static int build(hr_model_t *m, const char *name, const hr_layer_call *c) {
         return hr_model_fail(m, HR_ERR_SHAPE, "CausalSelfAttention(%lld, ...) takes the 3 x %lld = %lld channels of "
                              "q, k and v, but its input has %lld", (long long)c->a[0].i, (long long)c->a[0].i,
                              (long long)(3 * c->a[0].i), (long long)hr_tensor_dim(m, c->x[0], 1));
-    return hr_causal_attention(m, name, c->x[0], c->a[1].i);
+    if (!(c->a[2].f >= 0 && c->a[2].f < 1))
+        return hr_model_fail(m, HR_ERR_PARSE, "CausalSelfAttention attn_pdrop must be in [0, 1), got %.*s", c->a[2].len,
+                             c->a[2].src);
+    return hr_causal_attention_pdrop(m, name, c->x[0], c->a[1].i, (float)c->a[2].f);
 }
 
 static hr_status backward(hr_autodiff *ad, const hr_node *f) {
@@ -74,6 +90,15 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     p->C = n->a.in_f;
     p->H = n->a.out_f;
     p->scale = (float)(1.0 / sqrt((double)(p->C / p->H)));
+    /* the drop decisions of step t+1 (t: steps taken), a stream per layer
+     * and step; a micro-batch's continue the whole batch's */
+    p->pdrop = n->a.train ? n->a.p : 0.0f;
+    p->pscale = 1.0f / (1.0f - p->pdrop);
+    p->seed = si ? si->seed : 0;
+    p->stream_base = n->a.seed << 32;
+    p->stream = p->stream_base ^ (uint64_t)((si ? si->t : 0) + 1);
+    p->first = si ? (uint64_t)si->sample0 : 0;
+    p->dv = si ? si->dvars : NULL;
     p->qkv = hr_ptr(ptr, n->in[0]);
     if (n->op == HR_OP_ATTENTION) {
         p->y = hr_ptr(ptr, n->out[0]);
@@ -96,13 +121,15 @@ static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
     const hr_attention_args *p = &a.attn;
     double pairs = (double)p->N * (double)p->H * (double)p->T * (double)(p->T + 1) / 2;
     double hs = (double)(p->C / p->H);
-    w->flops = pairs * hs * (n->op == HR_OP_ATTENTION ? 4 : 10);
+    w->flops = pairs * (hs * (n->op == HR_OP_ATTENTION ? 4 : 10) + (p->pdrop > 0 ? 13 : 0)); /* + a draw a pair */
     w->bytes = hr_work_io_bytes(g, n);
     w->matmul = true;
 }
 
 static const hr_layer_sig layers[] = {
-    {"CausalSelfAttention", {HR_REQ("embed_dim", HR_ARG_SIZE), HR_REQ("num_heads", HR_ARG_SIZE)}, HR_LAYER_ONE, build},
+    {"CausalSelfAttention",
+     {HR_REQ("embed_dim", HR_ARG_SIZE), HR_REQ("num_heads", HR_ARG_SIZE), HR_OPT("attn_pdrop", HR_ARG_FLOAT, "0.0")},
+     HR_LAYER_ONE, build},
     {0},
 };
 

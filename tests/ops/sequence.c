@@ -76,9 +76,19 @@ static void test_embedding(bool pos) {
 typedef struct {
     double *qkv, *w, *y;
     int64_t N, T, C, H;
+    double pdrop; /* > 0: probability (i, j) kept when the harness's draw (seed 7, layer 3, step 1) is >= pdrop */
 } att_ctx;
 
-/* y and lse of every (sequence, head, query), as softmax(q k^T / sqrt(hs) + causal mask) v */
+/* the keep factor of probability (i, j) of sequence n, head h: from the
+ * documented draw (op_list.h), 1 / (1 - pdrop) or 0 */
+static double att_keep(const att_ctx *c, int64_t n, int64_t h, int64_t i, int64_t j) {
+    if (c->pdrop <= 0) return 1;
+    uint64_t k = ((uint64_t)(n * c->H + h) * (uint64_t)c->T + (uint64_t)i) * (uint64_t)c->T + (uint64_t)j;
+    return hr_rng_uniform(7, (3ULL << 32) ^ 1, k) >= (float)c->pdrop ? 1.0 / (1.0 - (double)(float)c->pdrop) : 0.0;
+}
+
+/* y and lse of every (sequence, head, query), as softmax(q k^T / sqrt(hs) + causal mask) v,
+ * each probability times its keep factor */
 static void ref_attention(const att_ctx *c, double *y, double *lse) {
     int64_t N = c->N, T = c->T, C = c->C, H = c->H, hs = C / H;
     double scale = 1 / sqrt((double)hs), *s = dalloc(T);
@@ -98,7 +108,9 @@ static void ref_attention(const att_ctx *c, double *y, double *lse) {
                 double *yo = y + (n * T + i) * C + h * hs;
                 for (int64_t d = 0; d < hs; d++) {
                     yo[d] = 0;
-                    for (int64_t j = 0; j <= i; j++) yo[d] += exp(s[j] - mx) / sum * c->qkv[(n * T + j) * 3 * C + 2 * C + h * hs + d];
+                    for (int64_t j = 0; j <= i; j++)
+                        yo[d] += exp(s[j] - mx) / sum * att_keep(c, n, h, i, j) *
+                                 c->qkv[(n * T + j) * 3 * C + 2 * C + h * hs + d];
                 }
                 if (lse) lse[(n * H + h) * T + i] = mx + log(sum);
             }
@@ -110,11 +122,14 @@ static double att_loss(void *c_) {
     return wsum(c->w, c->y, c->N * c->T * c->C);
 }
 
-static void test_attention(int64_t N, int64_t T, int64_t C, int64_t H) {
-    char op[64];
-    snprintf(op, sizeof op, "CausalSelfAttention N%lld T%lld C%lld H%lld", (long long)N, (long long)T, (long long)C,
-             (long long)H);
-    att_ctx c = {.N = N, .T = T, .C = C, .H = H};
+/* pdrop > 0: attention dropout, the reference's keep factors drawn as
+ * documented; the inference forward then drops nothing, and a second
+ * micro-batch (sample0 = 1) draws the whole batch's second sequence's. */
+static void test_attention(int64_t N, int64_t T, int64_t C, int64_t H, double pdrop) {
+    char op[96];
+    snprintf(op, sizeof op, "CausalSelfAttention N%lld T%lld C%lld H%lld attn_pdrop %g", (long long)N, (long long)T,
+             (long long)C, (long long)H, pdrop);
+    att_ctx c = {.N = N, .T = T, .C = C, .H = H, .pdrop = pdrop};
     int64_t nq = N * T * 3 * C, ny = N * T * C, nl = N * H * T;
     c.qkv = dalloc(nq), c.w = dalloc(ny), c.y = dalloc(ny);
     fill(c.qkv, nq, -1.5, 1.5), fill(c.w, ny, -1, 1);
@@ -129,6 +144,7 @@ static void test_attention(int64_t N, int64_t T, int64_t C, int64_t H) {
     kt_set(&k, tq, c.qkv), kt_set(&k, tdy, c.w);
     hr_node f = hr_node_make(HR_OP_ATTENTION, -1);
     f.a.in_f = C, f.a.out_f = H, f.a.train = true;
+    f.a.p = (float)pdrop, f.a.seed = 3;
     f.in[0] = tq, f.nin = 1, f.out[0] = ty, f.out[1] = tl, f.nout = 2;
     kt_fillf(&k, ty, NAN), kt_fillf(&k, tl, NAN);
     kt_run(&k, &f);
@@ -141,9 +157,25 @@ static void test_attention(int64_t N, int64_t T, int64_t C, int64_t H) {
     b.out[0] = tdq, b.nout = 1;
     check_backward(&k, &b, (double *[]){g}, op, 2e-5, false);
 
-    f.a.train = false, f.nout = 1, f.out[1] = -1; /* inference: y alone */
+    if (pdrop > 0 && N > 1) { /* the second sequence alone as micro-batch 2: the whole batch's draws */
+        kt k2;
+        kt_init(&k2);
+        int q2 = KT(&k2, 1, T, 3 * C), y2 = KT(&k2, 1, T, C), l2 = KT(&k2, 1, H, T);
+        kt_set(&k2, q2, c.qkv + T * 3 * C);
+        hr_node f2 = f;
+        f2.in[0] = q2, f2.out[0] = y2, f2.out[1] = l2;
+        kt_fillf(&k2, y2, NAN);
+        hr_step_info si = kt_si();
+        si.sample0 = 1;
+        kt_run_si(&k2, &f2, &si);
+        compare(op, "micro-batch 2's forward", kf(&k2, y2), y + T * C, T * C, 2e-6);
+        kt_free(&k2);
+    }
+    f.a.train = false, f.nout = 1, f.out[1] = -1; /* inference: y alone, nothing dropped */
     kt_fillf(&k, ty, NAN);
     kt_run(&k, &f);
+    c.pdrop = 0;
+    ref_attention(&c, y, NULL);
     compare(op, "inference forward", kf(&k, ty), y, ny, 2e-6);
     kt_free(&k);
     free(c.qkv), free(c.w), free(c.y), free(y), free(lse), free(g);
@@ -451,10 +483,12 @@ void test_sequence(void) {
     test_gpt_e2e(true);
     test_embedding(false);
     test_embedding(true);
-    test_attention(1, 1, 4, 1);   /* one position: the softmax of one score */
-    test_attention(2, 5, 8, 2);   /* heads of 4 */
-    test_attention(1, 9, 12, 3);  /* a longer sequence */
-    test_attention(2, 3, 70, 2);  /* heads of 35: a lane holds two channels on the GPU */
+    test_attention(1, 1, 4, 1, 0);   /* one position: the softmax of one score */
+    test_attention(2, 5, 8, 2, 0);   /* heads of 4 */
+    test_attention(1, 9, 12, 3, 0);  /* a longer sequence */
+    test_attention(2, 3, 70, 2, 0);  /* heads of 35: a lane holds two channels on the GPU */
+    test_attention(2, 7, 8, 2, 0.3); /* attention dropout */
+    test_attention(3, 9, 12, 3, 0.5);
     test_attention_half(HR_BF16);
     test_attention_half(HR_F16);
 }

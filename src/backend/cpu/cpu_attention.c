@@ -1,8 +1,9 @@
 /* cpu_attention.c — causal self-attention on the CPU, one (sequence, head) a
  * task: forward as an online softmax (a running maximum rescales the sums, so
  * no row of scores is kept), the backward from the saved output and
- * log-sum-exp, recomputing each probability. Each task owns its head's slices
- * of q, k, v and their gradients, so the bits never depend on the threads. */
+ * log-sum-exp, recomputing each probability (and, with attn_pdrop, drawing
+ * its keep decision again). Each task owns its head's slices of q, k, v and
+ * their gradients, so the bits never depend on the threads. */
 #include "backend/cpu/cpu.h"
 
 #include <math.h>
@@ -12,6 +13,14 @@ static double dot(const float *a, const float *b, int64_t n) {
     double s = 0;
     for (int64_t d = 0; d < n; d++) s += (double)a[d] * b[d];
     return s;
+}
+
+/* probability (i, j)'s factor: 1 / (1 - pdrop) kept, 0 dropped; 1 without drops */
+static double keep_factor(const hr_attention_args *p, int64_t n, int64_t h, int64_t i, int64_t j) {
+    if (p->pdrop <= 0) return 1.0;
+    uint64_t k = hr_attn_pair(p->first + (uint64_t)n, (uint64_t)h, (uint64_t)i, (uint64_t)j, (uint64_t)p->H,
+                              (uint64_t)p->T);
+    return hr_rng_uniform(p->seed, p->stream, k) >= p->pdrop ? (double)p->pscale : 0.0;
 }
 
 hr_status hr_cpu_attention(void *ctx, const hr_kargs *a) {
@@ -36,9 +45,9 @@ hr_status hr_cpu_attention(void *ctx, const hr_kargs *a) {
                     for (int64_t d = 0; d < hs; d++) acc[d] *= r;
                     mx = s;
                 }
-                double e = exp(s - mx);
+                double e = exp(s - mx), ek = e * keep_factor(p, n, h, i, j); /* the sum counts the dropped too */
                 l += e;
-                for (int64_t d = 0; d < hs; d++) acc[d] += e * v[d];
+                for (int64_t d = 0; d < hs; d++) acc[d] += ek * v[d];
             }
             float *y = p->y + (n * T + i) * C + h * hs;
             for (int64_t d = 0; d < hs; d++) y[d] = (float)(acc[d] / l);
@@ -48,8 +57,9 @@ hr_status hr_cpu_attention(void *ctx, const hr_kargs *a) {
     return HR_OK;
 }
 
-/* With P = softmax(S) recomputed from the log-sum-exp: dV = P^T dY,
- * dP = dY V^T, dS = P (dP - rowsum(dY o Y)), dQ = scale dS K, dK = scale dS^T Q. */
+/* With P = softmax(S) recomputed from the log-sum-exp and M the keep
+ * factors (all 1 without drops): dV = (P o M)^T dY, dP = (dY V^T) o M,
+ * dS = P o (dP - rowsum(dY o Y)), dQ = scale dS K, dK = scale dS^T Q. */
 hr_status hr_cpu_attention_bwd(void *ctx, const hr_kargs *a) {
     const hr_attention_args *p = &a->attn;
     int64_t N = p->N, T = p->T, C = p->C, H = p->H, hs = C / H, row = 3 * C;
@@ -71,12 +81,12 @@ hr_status hr_cpu_attention_bwd(void *ctx, const hr_kargs *a) {
             for (int64_t j = 0; j <= i; j++) {
                 const float *k = base + j * row + C + h * hs, *v = base + j * row + 2 * C + h * hs;
                 float *dk = gbase + j * row + C + h * hs, *dv = gbase + j * row + 2 * C + h * hs;
-                double pr = exp(scale * dot(q, k, hs) - lse);
-                double ds = pr * (dot(dy, v, hs) - D) * scale;
+                double pr = exp(scale * dot(q, k, hs) - lse), mk = keep_factor(p, n, h, i, j);
+                double ds = pr * (mk * dot(dy, v, hs) - D) * scale, pk = pr * mk;
                 for (int64_t d = 0; d < hs; d++) {
                     dq[d] += ds * k[d];
                     dk[d] += (float)(ds * q[d]);
-                    dv[d] += (float)(pr * dy[d]);
+                    dv[d] += (float)(pk * dy[d]);
                 }
             }
             float *gq = gbase + i * row + h * hs;
