@@ -233,8 +233,10 @@ static const bad_case bad[] = {
      "takes the 3 x 4 = 12 channels of q, k and v, but its input has 4"},
     {"input 8\nEmbedding(10, 6)\nCausalSelfAttention(2, 4)\nloss MSELoss", HR_ERR_INVALID_ARG, 3,
      "num_heads is 4; it must divide the 2 channels"},
-    {"input 8\nEmbedding(10, 4)\nTransformerEncoderLayer(4, 2, batch_first=True)\nloss MSELoss", HR_ERR_UNSUPPORTED, 3,
-     "write dropout=0.0"},
+    {"input 8\nEmbedding(10, 4)\nTransformerEncoderLayer(4, 2, dropout=1.0, batch_first=True)\nloss MSELoss",
+     HR_ERR_PARSE, 3, "TransformerEncoderLayer(dropout=1.0): give a number in [0, 1)"},
+    {"input 8\nEmbedding(10, 4)\nLinear(4, 12)\nCausalSelfAttention(4, 2, attn_pdrop=-0.1)\nloss MSELoss",
+     HR_ERR_PARSE, 4, "CausalSelfAttention attn_pdrop must be in [0, 1), got -0.1"},
     {"input 8\nEmbedding(10, 4)\nTransformerEncoderLayer(4, 2, dropout=0.0)\nloss MSELoss", HR_ERR_UNSUPPORTED, 3,
      "write batch_first=True"},
     {"input 8\nEmbedding(10, 4)\nTransformerEncoderLayer(4, 2, 8, 0.0, 'tanh', batch_first=True)\nloss MSELoss",
@@ -363,9 +365,46 @@ static void test_sequences(void) {
     check_output("examples/gpt2.model", 2, (int64_t[]){1024, 50257});
 }
 
+/* TransformerEncoderLayer(dropout=0.1) drops where PyTorch's module does
+ * (attention probabilities, after out_proj, the activation and linear2):
+ * the same parameters as dropout=0.0, another training loss from the same
+ * start, and in inference the same output bits. */
+static void test_encoder_dropout(void) {
+    char text[2][400];
+    for (int k = 0; k < 2; k++)
+        snprintf(text[k], sizeof text[k], "input 6\nEmbedding(10, 8)\nTransformerEncoderLayer(8, 2, 16, dropout=%s, "
+                 "activation='gelu', batch_first=True, norm_first=True)\nLinear(8, 10)\nloss CrossEntropyLoss\n",
+                 k ? "0.1" : "0.0");
+    float x[3 * 6], out[2][3 * 6 * 10], loss[2] = {0, 0};
+    int32_t y[3 * 6];
+    for (int i = 0; i < 3 * 6; i++) x[i] = (float)((i * 7) % 10), y[i] = (i * 3) % 10;
+    int nstate[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        hr_model_t *m = hr_modelfile_parse(text[k], "encoder.model");
+        CHECK(m != NULL, "TransformerEncoderLayer(dropout=%s): %s", k ? "0.1" : "0.0", hr_last_error());
+        if (!m) return;
+        hr_config_t cfg = hr_config_default();
+        cfg.batch = 3, cfg.seed = 5;
+        hr_session_t *s = hr_compile(m, &cfg);
+        CHECK(s && hr_session_alloc(s) == HR_OK && hr_train_step(s, x, y, &loss[k]) == HR_OK, "train: %s",
+              hr_last_error());
+        nstate[k] = s ? hr_state_count(s) : -1;
+        hr_session_free(s);
+        cfg.mode = HR_MODE_INFER;
+        s = hr_compile(m, &cfg);
+        CHECK(s && hr_session_alloc(s) == HR_OK && hr_forward(s, x, out[k]) == HR_OK, "infer: %s", hr_last_error());
+        hr_session_free(s);
+        hr_model_free(m);
+    }
+    CHECK(nstate[0] == nstate[1] && nstate[0] > 0, "dropout changed the state: %d vs %d tensors", nstate[0], nstate[1]);
+    CHECK(isfinite(loss[1]) && loss[0] != loss[1], "the training loss with dropout %g, without %g", loss[1], loss[0]);
+    CHECK(!memcmp(out[0], out[1], sizeof out[0]), "in inference dropout=0.1 changed the output");
+}
+
 int main(void) {
     test_examples();
     test_sequences();
+    test_encoder_dropout();
     test_syntax();
     test_bad();
     test_files();

@@ -183,14 +183,14 @@ static inline hr_model_t *grouped_cnn(void) {
 /* tokens -> Embedding, PositionEmbedding, LayerNorm, Linear over (T, C),
  * causal attention (heads of 20: a lane holds one or no channel), Add, a
  * Linear tied to the Embedding, CrossEntropyLoss at every position */
-static inline hr_model_t *tiny_gpt(void) {
-    hr_model_t *m = hr_model_new("tiny_gpt");
+static inline hr_model_t *tiny_gpt_p(float attn_pdrop) { /* attn_pdrop > 0: attention dropout */
+    hr_model_t *m = hr_model_new(attn_pdrop > 0 ? "tiny_gpt_pdrop" : "tiny_gpt");
     int x = hr_input(m, "tokens", 1, (int64_t[]){12});
     int e = hr_embedding(m, "wte", x, 50, 40);
     e = hr_position_embedding(m, "wpe", e, 16, 40);
     x = hr_layernorm(m, NULL, e, 1, (int64_t[]){40}, 1e-5f, true, true);
     x = hr_linear(m, NULL, x, 40, 120, true);
-    x = hr_causal_attention(m, NULL, x, 2);
+    x = hr_causal_attention_pdrop(m, NULL, x, 2, attn_pdrop);
     x = hr_linear(m, NULL, x, 40, 40, true);
     x = hr_add(m, NULL, e, x);
     x = hr_gelu(m, NULL, x, true);
@@ -198,6 +198,7 @@ static inline hr_model_t *tiny_gpt(void) {
     hr_loss_cross_entropy(m, x, 50);
     return m;
 }
+static inline hr_model_t *tiny_gpt(void) { return tiny_gpt_p(0.0f); }
 
 /* tiny_gpt 128 wide: LayerNorm's register form (rows of 128 n floats), with
  * and without its affine, its dx added to the residual's gradient; the head

@@ -64,14 +64,27 @@ static double get(const void *src, int64_t i, hr_dtype t) {
 /* ---- the float64 reference ------------------------------------------------------ */
 typedef struct {
     int64_t N, T, C, H;
+    float pdrop;                 /* attention dropout: > 0, keep factors from the documented draw */
     double *qkv, *dy;            /* the inputs' values (rounded to the type) */
     double *y, *lse, *dqkv;      /* exact results */
     double *ay, *adqkv;          /* A of each output (see the top) */
     double *zy, *zdqkv;          /* Z of each output */
 } ref;
 
+/* the drop decisions' parameters of every case: seed 11, layer 5's stream at step 3, micro-batch from sequence 4 */
+#define DROP_SEED 11
+#define DROP_STREAM ((5ULL << 32) ^ 3)
+#define DROP_FIRST 4
+static double keep(const ref *r, int64_t n, int64_t h, int64_t i, int64_t j) {
+    if (r->pdrop <= 0) return 1;
+    uint64_t k = (((uint64_t)(DROP_FIRST + n) * (uint64_t)r->H + (uint64_t)h) * (uint64_t)r->T + (uint64_t)i) *
+                     (uint64_t)r->T + (uint64_t)j;
+    return hr_rng_uniform(DROP_SEED, DROP_STREAM, k) >= r->pdrop ? (double)(1.0f / (1.0f - r->pdrop)) : 0.0;
+}
+
 static void reference(ref *r) {
     int64_t N = r->N, T = r->T, C = r->C, H = r->H, hs = C / H, row = 3 * C;
+    double *M = malloc(sizeof(double) * (size_t)(T * T));
     double scale = 1 / sqrt((double)hs);
     double *P = malloc(sizeof(double) * (size_t)(T * T)), *dS = malloc(sizeof(double) * (size_t)(T * T));
     double *aS = malloc(sizeof(double) * (size_t)(T * T)), *D = malloc(sizeof(double) * (size_t)T);
@@ -94,7 +107,7 @@ static void reference(ref *r) {
                     if (s * scale > mx) mx = s * scale;
                 }
                 for (int64_t j = 0; j <= i; j++) sum += exp(P[i * T + j] - mx);
-                for (int64_t j = 0; j <= i; j++) P[i * T + j] = exp(P[i * T + j] - mx) / sum;
+                for (int64_t j = 0; j <= i; j++) P[i * T + j] = exp(P[i * T + j] - mx) / sum, M[i * T + j] = keep(r, n, h, i, j);
                 r->lse[(n * H + h) * T + i] = mx + log(sum);
                 double *y = r->y + (n * T + i) * C + h * hs, *ay = r->ay + (n * T + i) * C + h * hs;
                 double *zy = r->zy + (n * T + i) * C + h * hs;
@@ -102,16 +115,18 @@ static void reference(ref *r) {
                 D[i] = aD[i] = 0;
                 for (int64_t d = 0; d < hs; d++) {
                     y[d] = ay[d] = zy[d] = 0;
-                    for (int64_t j = 0; j <= i; j++)
-                        y[d] += P[i * T + j] * V(j)[d], ay[d] += P[i * T + j] * fabs(V(j)[d]), zy[d] += fabs(V(j)[d]);
+                    for (int64_t j = 0; j <= i; j++) {
+                        double pm = P[i * T + j] * M[i * T + j];
+                        y[d] += pm * V(j)[d], ay[d] += pm * fabs(V(j)[d]), zy[d] += M[i * T + j] * fabs(V(j)[d]);
+                    }
                     D[i] += g[d] * y[d];
                     aD[i] += fabs(g[d] * y[d]);
                 }
                 for (int64_t j = 0; j <= i; j++) {
                     double dp = 0, adp = 0;
                     for (int64_t d = 0; d < hs; d++) dp += g[d] * V(j)[d], adp += fabs(g[d] * V(j)[d]);
-                    dS[i * T + j] = P[i * T + j] * (dp - D[i]);
-                    aS[i * T + j] = P[i * T + j] * (adp + fabs(D[i]) + aD[i]);
+                    dS[i * T + j] = P[i * T + j] * (dp * M[i * T + j] - D[i]);
+                    aS[i * T + j] = P[i * T + j] * (adp * M[i * T + j] + fabs(D[i]) + aD[i]);
                 }
             }
             for (int64_t i = 0; i < T; i++)
@@ -127,16 +142,16 @@ static void reference(ref *r) {
                         aq[d] += scale * aS[i * T + j] * fabs(K(j)[d]);
                         dk[d] += scale * dS[i * T + j] * Q(i)[d];
                         ak[d] += scale * aS[i * T + j] * fabs(Q(i)[d]);
-                        dv[d] += P[i * T + j] * g[d];
-                        av[d] += P[i * T + j] * fabs(g[d]);
-                        zq[d] += scale * fabs(K(j)[d]), zk[d] += scale * fabs(Q(i)[d]), zv[d] += fabs(g[d]);
+                        dv[d] += P[i * T + j] * M[i * T + j] * g[d];
+                        av[d] += P[i * T + j] * M[i * T + j] * fabs(g[d]);
+                        zq[d] += scale * fabs(K(j)[d]), zk[d] += scale * fabs(Q(i)[d]), zv[d] += M[i * T + j] * fabs(g[d]);
                     }
                 }
 #undef Q
 #undef K
 #undef V
         }
-    free(P), free(dS), free(aS), free(D), free(aD);
+    free(P), free(dS), free(aS), free(D), free(aD), free(M);
 }
 
 /* got (type t, n values) against e with its A; returns the worst error / bound */
@@ -160,13 +175,13 @@ static double worst_of[3]; /* the worst error / bound: fp32, bf16, fp16 */
 
 static int tidx(hr_dtype t) { return t == HR_F32 ? 0 : t == HR_BF16 ? 1 : 2; }
 
-static void one_case(int64_t N, int64_t T, int64_t C, int64_t H, hr_dtype t) {
-    char what[160], tag[96];
-    snprintf(tag, sizeof tag, "attention %s N%lld T%lld C%lld H%lld (hs %lld)", tname(t), (long long)N, (long long)T,
-             (long long)C, (long long)H, (long long)(C / H));
+static void one_case(int64_t N, int64_t T, int64_t C, int64_t H, hr_dtype t, float pdrop) {
+    char what[200], tag[128];
+    snprintf(tag, sizeof tag, "attention %s N%lld T%lld C%lld H%lld (hs %lld)%s", tname(t), (long long)N, (long long)T,
+             (long long)C, (long long)H, (long long)(C / H), pdrop > 0 ? " attn_pdrop" : "");
     int64_t nq = N * T * 3 * C, ny = N * T * C, nl = N * H * T;
     size_t es = esize(t);
-    ref r = {.N = N, .T = T, .C = C, .H = H};
+    ref r = {.N = N, .T = T, .C = C, .H = H, .pdrop = pdrop};
     r.qkv = malloc(sizeof(double) * (size_t)nq), r.dy = malloc(sizeof(double) * (size_t)ny);
     r.y = malloc(sizeof(double) * (size_t)ny), r.lse = malloc(sizeof(double) * (size_t)nl);
     r.dqkv = malloc(sizeof(double) * (size_t)nq), r.ay = malloc(sizeof(double) * (size_t)ny);
@@ -194,7 +209,9 @@ static void one_case(int64_t N, int64_t T, int64_t C, int64_t H, hr_dtype t) {
     memset(&f, 0, sizeof f);
     f.op = HR_OP_ATTENTION, f.dt = t;
     f.attn = (hr_attention_args){.qkv = dq, .y = dy_, .lse = dl, .N = N, .T = T, .C = C, .H = H,
-                                 .scale = (float)(1 / sqrt((double)(C / H)))};
+                                 .scale = (float)(1 / sqrt((double)(C / H))), .pdrop = pdrop,
+                                 .pscale = 1.0f / (1.0f - pdrop), .seed = DROP_SEED, .stream = DROP_STREAM,
+                                 .stream_base = 5ULL << 32, .first = DROP_FIRST};
     hr_kargs b = f;
     b.op = HR_OP_ATTENTION_BWD;
     b.attn.y = NULL, b.attn.lse = NULL;
@@ -235,7 +252,7 @@ static void one_case(int64_t N, int64_t T, int64_t C, int64_t H, hr_dtype t) {
     w = compare(what, gd, t, r.dqkv, r.adqkv, r.zdqkv, nq, T, C / H);
     worst_of[ti] = fmax(worst_of[ti], w);
 
-    /* inference: y alone, the same bits */
+    /* y alone (no log-sum-exp), the same bits, the same drops if any */
     hr_kargs fi = f;
     fi.attn.lse = NULL;
     up(dy_, nan, es * (size_t)ny);
@@ -343,7 +360,12 @@ int main(void) {
     static const hr_dtype ts[3] = {HR_F32, HR_BF16, HR_F16};
     for (int k = 0; k < 3; k++)
         for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
-            one_case(cases[c][0], cases[c][1], cases[c][2], cases[c][3], ts[k]);
+            one_case(cases[c][0], cases[c][1], cases[c][2], cases[c][3], ts[k], 0.0f);
+    /* attention dropout: the decisions drawn as the CPU draws them, again in the backward */
+    static const int64_t drops[][4] = {{2, 7, 40, 2}, {2, 64, 64, 2}, {1, 257, 256, 2}, {3, 65, 96, 3}, {1, 130, 48, 1}};
+    for (int k = 0; k < 3; k++)
+        for (size_t c = 0; c < sizeof drops / sizeof *drops; c++)
+            one_case(drops[c][0], drops[c][1], drops[c][2], drops[c][3], ts[k], c % 2 ? 0.5f : 0.1f);
     printf("  worst error / bound: fp32 %.3f, bf16 %.3f, fp16 %.3f\n", worst_of[0], worst_of[1], worst_of[2]);
     for (int k = 0; k < 2; k++) {
         timing("char_gpt", 64, 256, 384, 6, ts[k]);

@@ -410,7 +410,7 @@ int main(void) {
      * the first deterministic engine in both, for bit-for-bit comparisons */
     setenv("HR_CUDNN_ALGO", "deterministic", 1);
     printf("the graph's bits against node by node\n");
-    hr_model_t *ms[6] = {mlp_dropout(), cnn_bn(), tiny_gpt(), wide_gpt(), seed_deep_cnn(), seed_mlp()};
+    hr_model_t *ms[7] = {mlp_dropout(), cnn_bn(), tiny_gpt(), wide_gpt(), seed_deep_cnn(), seed_mlp(), tiny_gpt_p(0.2f)};
     hr_config_t adam = config(16, HR_OPTIM_ADAM);
     adam.optim.clip_norm = 0.5f;
     adam.optim.warmup_steps = 2, adam.optim.decay_steps = 5, adam.optim.min_lr = 1e-4f;
@@ -423,6 +423,7 @@ int main(void) {
     same_bits("mlp_dropout nan stop", ms[0], adam, true, -1);
     same_bits("cnn_bn sgd momentum", ms[1], sgd, true, -1);
     same_bits("tiny_gpt adamw matrices only", ms[2], adamw, true, -1);
+    same_bits("tiny_gpt attention dropout", ms[6], adamw, true, -1); /* the step's draws from the arena */
     same_bits("wide_gpt adamw (LinearCrossEntropy)", ms[3], adamw, true, -1);
     hr_config_t bf = adamw;
     bf.precision = HR_PREC_BF16;
@@ -452,6 +453,7 @@ int main(void) {
     hr_config_t aw2 = adamw;
     aw2.accumulate = 2;
     accumulated("tiny_gpt adamw", ms[2], aw2, -1);
+    accumulated("tiny_gpt attention dropout", ms[6], aw2, -1);
     hr_config_t bf2 = bf;
     bf2.batch = 8, bf2.accumulate = 4;
     accumulated("wide_gpt bf16", ms[3], bf2, -1);
@@ -471,7 +473,7 @@ int main(void) {
     setenv("HR_PROFILE", "2", 1);
     not_captured("HR_PROFILE=2", ms[0], config(16, HR_OPTIM_ADAM), "profile");
     unsetenv("HR_PROFILE");
-    for (int i = 0; i < 6; i++) hr_model_free(ms[i]);
+    for (int i = 0; i < 7; i++) hr_model_free(ms[i]);
     printf("memory and time\n");
     graph_memory();
     timing();

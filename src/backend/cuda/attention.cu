@@ -178,7 +178,8 @@ __device__ __forceinline__ void store_tile(float *p, int64_t stride, int64_t i0,
  * i for every row, so m is finite from then on and no exp(-inf + inf) occurs. */
 template <int D>
 __global__ void __launch_bounds__(HR_ATTN_THREADS, attn_tile<D>::MINB)
-    k_attn_fwd(const float *qkv, float *y, float *lse, int64_t N, int64_t T, int64_t C, int64_t H, float scale) {
+    k_attn_fwd(const float *qkv, float *y, float *lse, int64_t N, int64_t T, int64_t C, int64_t H, float scale,
+               hr_attn_drop dr) {
     constexpr int B = attn_tile<D>::B, R = attn_tile<D>::R, E = attn_tile<D>::E, LD = attn_tile<D>::LD,
                   PLD = attn_tile<D>::PLD;
     extern __shared__ float4 sm4[]; /* 16-byte aligned */
@@ -189,6 +190,7 @@ __global__ void __launch_bounds__(HR_ATTN_THREADS, attn_tile<D>::MINB)
     int64_t qt = nt - 1 - blockIdx.x / NH, nh = blockIdx.x % NH, n = nh / H, h = nh % H; /* longest tiles first */
     int64_t i0 = qt * B;
     const float *base = qkv + n * T * row + h * hs;
+    uint64_t dstream = dr.p > 0 ? hr_attn_stream(dr) : 0;
     load_tile<D>(Qs, base + i0 * row, row, T - i0, hs);
 
     float o[R][E], m[R], l[R];
@@ -220,7 +222,10 @@ __global__ void __launch_bounds__(HR_ATTN_THREADS, attn_tile<D>::MINB)
 #pragma unroll
             for (int b = 0; b < R; b++) {
                 float p = expf(s[a][b] - mn);
-                Ps[(ty + 16 * a) * PLD + tx + 16 * b] = p;
+                int64_t j = j0 + tx + 16 * b;
+                /* dropped after the sum: the softmax counts every probability */
+                Ps[(ty + 16 * a) * PLD + tx + 16 * b] =
+                    dr.p > 0 && j <= i && i < T ? p * hr_attn_keep(dr, dstream, n, h, i, j) : p;
                 rs += p;
             }
             l[a] = l[a] * f + row_sum(rs);
@@ -267,7 +272,7 @@ __global__ void k_attn_rowdot(const float *dy, const float *y, float *D, int64_t
 template <int D>
 __global__ void __launch_bounds__(HR_ATTN_THREADS, attn_tile<D>::MINB)
     k_attn_dkv(const float *qkv, const float *dy, const float *lse, const float *Dr, float *dqkv, int64_t N, int64_t T,
-               int64_t C, int64_t H, float scale, bool accum) {
+               int64_t C, int64_t H, float scale, bool accum, hr_attn_drop dr) {
     constexpr int B = attn_tile<D>::B, R = attn_tile<D>::R, E = attn_tile<D>::E, LD = attn_tile<D>::LD,
                   PLD = attn_tile<D>::PLD;
     extern __shared__ float4 sm4[]; /* 16-byte aligned */
@@ -279,6 +284,7 @@ __global__ void __launch_bounds__(HR_ATTN_THREADS, attn_tile<D>::MINB)
     int64_t kt = blockIdx.x / NH, nh = blockIdx.x % NH, n = nh / H, h = nh % H; /* longest tiles first */
     int64_t j0 = kt * B;
     const float *base = qkv + n * T * row + h * hs, *gbase = dy + n * T * C + h * hs;
+    uint64_t dstream = dr.p > 0 ? hr_attn_stream(dr) : 0;
     load_tile<D>(Ks, base + j0 * row + C, row, T - j0, hs);
     load_tile<D>(Vs, base + j0 * row + 2 * C, row, T - j0, hs);
 
@@ -308,9 +314,11 @@ __global__ void __launch_bounds__(HR_ATTN_THREADS, attn_tile<D>::MINB)
             for (int b = 0; b < R; b++) {
                 int ib = tx + 16 * b;
                 int64_t i = i0 + ib;
-                float p = j <= i && i < T ? expf(scale * s[a][b] - Ls[ib]) : 0.0f;
-                Ps[(ty + 16 * a) * PLD + ib] = p;
-                Ss[(ty + 16 * a) * PLD + ib] = p * (g[a][b] - Ds[ib]);
+                bool in = j <= i && i < T;
+                float p = in ? expf(scale * s[a][b] - Ls[ib]) : 0.0f;
+                float mk = dr.p > 0 && in ? hr_attn_keep(dr, dstream, n, h, i, j) : 1.0f;
+                Ps[(ty + 16 * a) * PLD + ib] = p * mk;
+                Ss[(ty + 16 * a) * PLD + ib] = p * (g[a][b] * mk - Ds[ib]);
             }
         }
         __syncthreads();
@@ -327,7 +335,7 @@ __global__ void __launch_bounds__(HR_ATTN_THREADS, attn_tile<D>::MINB)
 template <int D>
 __global__ void __launch_bounds__(HR_ATTN_THREADS, attn_tile<D>::MINB)
     k_attn_dq(const float *qkv, const float *dy, const float *lse, const float *Dr, float *dqkv, int64_t N, int64_t T,
-              int64_t C, int64_t H, float scale, bool accum) {
+              int64_t C, int64_t H, float scale, bool accum, hr_attn_drop dr) {
     constexpr int B = attn_tile<D>::B, R = attn_tile<D>::R, E = attn_tile<D>::E, LD = attn_tile<D>::LD,
                   PLD = attn_tile<D>::PLD;
     extern __shared__ float4 sm4[]; /* 16-byte aligned */
@@ -338,6 +346,7 @@ __global__ void __launch_bounds__(HR_ATTN_THREADS, attn_tile<D>::MINB)
     int64_t qt = nt - 1 - blockIdx.x / NH, nh = blockIdx.x % NH, n = nh / H, h = nh % H; /* longest tiles first */
     int64_t i0 = qt * B;
     const float *base = qkv + n * T * row + h * hs;
+    uint64_t dstream = dr.p > 0 ? hr_attn_stream(dr) : 0;
     load_tile<D>(Qs, base + i0 * row, row, T - i0, hs);
     load_tile<D>(Gs, dy + (n * T + i0) * C + h * hs, C, T - i0, hs);
     float L[R], Di[R], dq[R][E];
@@ -363,8 +372,11 @@ __global__ void __launch_bounds__(HR_ATTN_THREADS, attn_tile<D>::MINB)
             int64_t i = i0 + ty + 16 * a;
 #pragma unroll
             for (int b = 0; b < R; b++) {
-                float p = j0 + tx + 16 * b <= i && i < T ? expf(scale * s[a][b] - L[a]) : 0.0f;
-                Ss[(ty + 16 * a) * PLD + tx + 16 * b] = p * (g[a][b] - Di[a]);
+                int64_t j = j0 + tx + 16 * b;
+                bool in = j <= i && i < T;
+                float p = in ? expf(scale * s[a][b] - L[a]) : 0.0f;
+                float mk = dr.p > 0 && in ? hr_attn_keep(dr, dstream, n, h, i, j) : 1.0f;
+                Ss[(ty + 16 * a) * PLD + tx + 16 * b] = p * (g[a][b] * mk - Di[a]);
             }
         }
         __syncthreads();
@@ -394,7 +406,8 @@ template <int D> static unsigned attn_blocks(const hr_attention_args *p) {
     } while (0)
 
 template <int D> static hr_status attn_fwd(const hr_attention_args *p, cudaStream_t st) {
-    HR_ATTN_LAUNCH(k_attn_fwd, D, fwd_smem<D>(), p->qkv, p->y, p->lse, p->N, p->T, p->C, p->H, p->scale);
+    HR_ATTN_LAUNCH(k_attn_fwd, D, fwd_smem<D>(), p->qkv, p->y, p->lse, p->N, p->T, p->C, p->H, p->scale,
+                   hr_attn_drop_of(p));
     return HR_OK;
 }
 
@@ -404,9 +417,9 @@ template <int D> static hr_status attn_bwd(const hr_attention_args *p, float *Dr
     k_attn_rowdot<<<grid, HR_THREADS, 0, st>>>(p->dy, p->y_saved, Dr, p->N, p->T, p->C, p->H);
     HR_CU(cudaGetLastError());
     HR_ATTN_LAUNCH(k_attn_dq, D, dq_smem<D>(), p->qkv, p->dy, p->lse_saved, Dr, p->dqkv, p->N, p->T, p->C, p->H,
-                   p->scale, p->acc);
+                   p->scale, p->acc, hr_attn_drop_of(p));
     HR_ATTN_LAUNCH(k_attn_dkv, D, dkv_smem<D>(), p->qkv, p->dy, p->lse_saved, Dr, p->dqkv, p->N, p->T, p->C, p->H,
-                   p->scale, p->acc);
+                   p->scale, p->acc, hr_attn_drop_of(p));
     return HR_OK;
 }
 

@@ -190,7 +190,7 @@ __device__ __forceinline__ void ha_load_async(uint16_t *s, const uint16_t *g, in
  * V [BC][D+8]. */
 template <typename E, int D, int BC>
 __global__ void __launch_bounds__(HA_THREADS)
-    ha_fwd(const E *qkv_, E *y_, float *lse, int T, int64_t C, int H, float scale, bool vec) {
+    ha_fwd(const E *qkv_, E *y_, float *lse, int T, int64_t C, int H, float scale, bool vec, hr_attn_drop dr) {
     constexpr int S = D + 8;
     extern __shared__ __align__(16) uint16_t ha_sm[];
     uint16_t *sq = ha_sm, *sk = sq + HA_ROWS * S; /* then K, V, K, V: [BC][S] each */
@@ -200,6 +200,7 @@ __global__ void __launch_bounds__(HA_THREADS)
     int q0 = (gridDim.y - 1 - blockIdx.y) * HA_ROWS; /* the longest rows first */
     int qw = q0 + 16 * w;                            /* the warp's first query */
     const uint16_t *base = qkv + n * T * ld + h * hs;
+    uint64_t dstream = dr.p > 0 ? hr_attn_stream(dr) : 0;
     ha_load<D, HA_ROWS>(sq, base + q0 * ld, ld, T - q0, (int)hs, vec);
 
     float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -253,7 +254,9 @@ __global__ void __launch_bounds__(HA_THREADS)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 float p = expf(s[nt][e] - m[e >> 1]);
-                s[nt][e] = p;
+                int i = qw + g + 8 * (e >> 1), j = k0 + 8 * nt + 2 * t + (e & 1);
+                /* dropped after the sum: the softmax counts every probability */
+                s[nt][e] = dr.p > 0 && j <= i && j < T ? p * hr_attn_keep(dr, dstream, n, h, i, j) : p;
                 l[e >> 1] += p;
             }
         ha_mm_pb<E, S, BC / 16, D / 8>(o, s, sv_, g, t);
@@ -311,7 +314,7 @@ template <typename E> __device__ __forceinline__ void ha_put(E *p, float v, bool
 template <typename E, int D, int BQ, int DO>
 __global__ void __launch_bounds__(HA_THREADS)
     ha_dkv(const E *qkv_, const E *dy_, const float *lse, const float *Dr, E *dqkv, int T, int64_t C, int H,
-           float scale, bool acc, bool vec) {
+           float scale, bool acc, bool vec, hr_attn_drop dr) {
     constexpr int S = D + 8;
     extern __shared__ __align__(16) uint16_t ha_sm[];
     /* K, V, then two buffers of Q, dY [BQ][S] and of lse, D [BQ] */
@@ -322,6 +325,7 @@ __global__ void __launch_bounds__(HA_THREADS)
     int64_t bh = blockIdx.x, n = bh / H, h = bh % H, hs = C / H, ld = 3 * C;
     int j0 = blockIdx.y * HA_ROWS, jw = j0 + 16 * w, c0 = blockIdx.z * DO; /* key tile 0 has the most work */
     const uint16_t *base = qkv + n * T * ld + h * hs, *dyb = dy + n * T * C + h * hs;
+    uint64_t dstream = dr.p > 0 ? hr_attn_stream(dr) : 0;
     ha_load<D, HA_ROWS>(sk, base + j0 * ld + C, ld, T - j0, (int)hs, vec);
     ha_load<D, HA_ROWS>(sv, base + j0 * ld + 2 * C, ld, T - j0, (int)hs, vec);
 
@@ -367,9 +371,11 @@ __global__ void __launch_bounds__(HA_THREADS)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int j = jw + g + 8 * (e >> 1), x = 8 * nt + 2 * t + (e & 1), i = i0 + x;
-                float pe = j <= i && i < T ? expf(scale * p[nt][e] - slse[x]) : 0.0f;
-                p[nt][e] = pe;
-                ds[nt][e] = pe * (ds[nt][e] - sD[x]);
+                bool in = j <= i && i < T;
+                float pe = in ? expf(scale * p[nt][e] - slse[x]) : 0.0f;
+                float mk = dr.p > 0 && in ? hr_attn_keep(dr, dstream, n, h, i, j) : 1.0f;
+                p[nt][e] = pe * mk;
+                ds[nt][e] = pe * (ds[nt][e] * mk - sD[x]);
             }
         ha_mm_pb<E, S, BQ / 16, DO / 8>(dv, p, sdy + c0, g, t);
         ha_mm_pb<E, S, BQ / 16, DO / 8>(dk, ds, sq + c0, g, t);
@@ -401,7 +407,7 @@ __global__ void __launch_bounds__(HA_THREADS)
 template <typename E, int D, int BK, int DO>
 __global__ void __launch_bounds__(HA_THREADS)
     ha_dq(const E *qkv_, const E *dy_, const float *lse, const float *Dr, E *dqkv, int T, int64_t C, int H,
-          float scale, bool acc, bool vec) {
+          float scale, bool acc, bool vec, hr_attn_drop dr) {
     constexpr int S = D + 8;
     extern __shared__ __align__(16) uint16_t ha_sm[];
     uint16_t *sq = ha_sm, *sdy = sq + HA_ROWS * S, *skb = sdy + HA_ROWS * S; /* then K, V, K, V [BK][S] */
@@ -410,6 +416,7 @@ __global__ void __launch_bounds__(HA_THREADS)
     int64_t bh = blockIdx.x, n = bh / H, h = bh % H, hs = C / H, ld = 3 * C;
     int q0 = (gridDim.y - 1 - blockIdx.y) * HA_ROWS, qw = q0 + 16 * w, c0 = blockIdx.z * DO;
     const uint16_t *base = qkv + n * T * ld + h * hs;
+    uint64_t dstream = dr.p > 0 ? hr_attn_stream(dr) : 0;
     ha_load<D, HA_ROWS>(sq, base + q0 * ld, ld, T - q0, (int)hs, vec);
     ha_load<D, HA_ROWS>(sdy, dy + (n * T + q0) * C + h * hs, C, T - q0, (int)hs, vec);
     float L[2], Di[2];
@@ -452,8 +459,10 @@ __global__ void __launch_bounds__(HA_THREADS)
 #pragma unroll
             for (int e = 0; e < 4; e++) {
                 int r = e >> 1, i = qw + g + 8 * r, j = k0 + 8 * nt + 2 * t + (e & 1);
-                float pe = j <= i && i < T ? expf(scale * p[nt][e] - L[r]) : 0.0f;
-                ds[nt][e] = pe * (ds[nt][e] - Di[r]);
+                bool in = j <= i && i < T;
+                float pe = in ? expf(scale * p[nt][e] - L[r]) : 0.0f;
+                float mk = dr.p > 0 && in ? hr_attn_keep(dr, dstream, n, h, i, j) : 1.0f;
+                ds[nt][e] = pe * (ds[nt][e] * mk - Di[r]);
             }
         ha_mm_pb<E, S, BK / 16, DO / 8>(dq, ds, sk + c0, g, t);
         }
@@ -509,7 +518,8 @@ template <typename E, int D, int BC> static hr_status ha_fwd_run(cudaStream_t st
     if (s != HR_OK) return s;
     dim3 grid((unsigned)(p->N * p->H), (unsigned)((p->T + HA_ROWS - 1) / HA_ROWS));
     ha_fwd<E, D, BC><<<grid, HA_THREADS, bytes, st>>>((const E *)p->qkv, (E *)p->y, p->lse, (int)p->T, p->C,
-                                                      (int)p->H, p->scale, ha_vec(p, p->qkv, NULL));
+                                                      (int)p->H, p->scale, ha_vec(p, p->qkv, NULL),
+                                                      hr_attn_drop_of(p));
     HR_CU(cudaGetLastError());
     return HR_OK;
 }
@@ -541,7 +551,7 @@ static hr_status ha_bwd_run(cudaStream_t st, const hr_attention_args *p, float *
     if (s != HR_OK) return s;
     ha_dkv<E, D, BQ, DO><<<grid, HA_THREADS, kv_bytes, st>>>((const E *)p->qkv, (const E *)p->dy, p->lse_saved, D_,
                                                             (E *)p->dqkv, (int)p->T, p->C, (int)p->H, p->scale,
-                                                            p->acc, vec);
+                                                            p->acc, vec, hr_attn_drop_of(p));
     HR_CU(cudaGetLastError());
 
     size_t q_bytes = sizeof(uint16_t) * (2 * HA_ROWS + 4 * BK) * (D + 8);
@@ -549,7 +559,7 @@ static hr_status ha_bwd_run(cudaStream_t st, const hr_attention_args *p, float *
     if (s != HR_OK) return s;
     ha_dq<E, D, BK, DO><<<grid, HA_THREADS, q_bytes, st>>>((const E *)p->qkv, (const E *)p->dy, p->lse_saved, D_,
                                                           (E *)p->dqkv, (int)p->T, p->C, (int)p->H, p->scale, p->acc,
-                                                          vec);
+                                                          vec, hr_attn_drop_of(p));
     HR_CU(cudaGetLastError());
     return HR_OK;
 }

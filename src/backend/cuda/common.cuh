@@ -100,4 +100,28 @@ __device__ __forceinline__ float hr_dev_uniform(uint64_t seed, uint64_t stream, 
     return (float)(x >> 40) * (1.0f / 16777216.0f);
 }
 
+/* Attention's drop decisions (hr_attention_args, op_list.h), as the CPU
+ * draws them: probability (i, j) of sequence n, head h is kept when
+ * u(seed, stream, hr_attn_pair(first + n, h, i, j)) >= p, and then scaled.
+ * p == 0: none drawn. The stream is the step's, from dv in a replayed step. */
+struct hr_attn_drop {
+    float p, scale;
+    uint64_t seed, stream, stream_base, first;
+    const hr_step_vars *dv;
+    int64_t H, T;
+};
+static inline hr_attn_drop hr_attn_drop_of(const hr_attention_args *a) {
+    return hr_attn_drop{a->pdrop, a->pscale, a->seed, a->stream, a->stream_base, a->first, a->dv, a->H, a->T};
+}
+/* the step's stream in a kernel: a replayed graph reads the step from dv */
+__device__ __forceinline__ uint64_t hr_attn_stream(const hr_attn_drop &d) {
+    return d.dv ? d.stream_base ^ d.dv->t : d.stream;
+}
+__device__ __forceinline__ float hr_attn_keep(const hr_attn_drop &d, uint64_t stream, int64_t n, int64_t h, int64_t i,
+                                              int64_t j) {
+    uint64_t k = (((d.first + (uint64_t)n) * (uint64_t)d.H + (uint64_t)h) * (uint64_t)d.T + (uint64_t)i) * (uint64_t)d.T +
+                 (uint64_t)j;
+    return hr_dev_uniform(d.seed, stream, k) >= d.p ? d.scale : 0.0f;
+}
+
 #endif
