@@ -300,7 +300,7 @@ static int cmpd(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
-static void timing(const char *name, int64_t N, int64_t T, int64_t C, int64_t H, hr_dtype t) {
+static void timing(const char *name, int64_t N, int64_t T, int64_t C, int64_t H, hr_dtype t, float pdrop) {
     int64_t nq = N * T * 3 * C, ny = N * T * C, nl = N * H * T;
     size_t es = esize(t);
     dused = 0;
@@ -315,7 +315,8 @@ static void timing(const char *name, int64_t N, int64_t T, int64_t C, int64_t H,
     memset(&f, 0, sizeof f);
     f.op = HR_OP_ATTENTION, f.dt = t;
     f.attn = (hr_attention_args){.qkv = dq, .y = y, .lse = dl, .N = N, .T = T, .C = C, .H = H,
-                                 .scale = (float)(1 / sqrt((double)(C / H)))};
+                                 .scale = (float)(1 / sqrt((double)(C / H))), .pdrop = pdrop,
+                                 .pscale = 1.0f / (1.0f - pdrop), .seed = DROP_SEED, .stream = DROP_STREAM};
     hr_kargs b = f;
     b.op = HR_OP_ATTENTION_BWD, b.attn.y = NULL, b.attn.lse = NULL;
     b.attn.y_saved = y, b.attn.lse_saved = dl, b.attn.dy = dy, b.attn.dqkv = dd;
@@ -335,8 +336,9 @@ static void timing(const char *name, int64_t N, int64_t T, int64_t C, int64_t H,
         if (k >= 3) tf[k - 3] = t1 - t0, tb[k - 3] = t2 - t1;
     }
     qsort(tf, 15, sizeof *tf, cmpd), qsort(tb, 15, sizeof *tb, cmpd);
-    printf("  time %-10s %s N%lld T%lld C%lld H%lld: forward %.3f ms, backward %.3f ms (medians of 15)\n", name, tname(t),
-           (long long)N, (long long)T, (long long)C, (long long)H, tf[7], tb[7]);
+    printf("  time %-10s %s N%lld T%lld C%lld H%lld%s: forward %.3f ms, backward %.3f ms (medians of 15)\n", name,
+           tname(t), (long long)N, (long long)T, (long long)C, (long long)H, pdrop > 0 ? " attn_pdrop 0.1" : "", tf[7],
+           tb[7]);
 }
 
 int main(void) {
@@ -368,8 +370,9 @@ int main(void) {
             one_case(drops[c][0], drops[c][1], drops[c][2], drops[c][3], ts[k], c % 2 ? 0.5f : 0.1f);
     printf("  worst error / bound: fp32 %.3f, bf16 %.3f, fp16 %.3f\n", worst_of[0], worst_of[1], worst_of[2]);
     for (int k = 0; k < 2; k++) {
-        timing("char_gpt", 64, 256, 384, 6, ts[k]);
-        timing("gpt2", 8, 1024, 768, 12, ts[k]);
+        timing("char_gpt", 64, 256, 384, 6, ts[k], 0.0f);
+        timing("gpt2", 8, 1024, 768, 12, ts[k], 0.0f);
+        timing("gpt2", 8, 1024, 768, 12, ts[k], 0.1f);
     }
     be->arena_free(be, base);
     be->free(be);

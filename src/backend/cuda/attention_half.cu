@@ -188,7 +188,7 @@ __device__ __forceinline__ void ha_load_async(uint16_t *s, const uint16_t *g, in
  * O += P V in fp32 fragments rescaled by exp(m_old - m_new). y = O / l
  * rounded to E; lse = m + log l (fp32). smem: Q [64][D+8], two buffers of K,
  * V [BC][D+8]. */
-template <typename E, int D, int BC>
+template <typename E, int D, int BC, bool DROP>
 __global__ void __launch_bounds__(HA_THREADS)
     ha_fwd(const E *qkv_, E *y_, float *lse, int T, int64_t C, int H, float scale, bool vec, hr_attn_drop dr) {
     constexpr int S = D + 8;
@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(HA_THREADS)
     int q0 = (gridDim.y - 1 - blockIdx.y) * HA_ROWS; /* the longest rows first */
     int qw = q0 + 16 * w;                            /* the warp's first query */
     const uint16_t *base = qkv + n * T * ld + h * hs;
-    uint64_t dstream = dr.p > 0 ? hr_attn_stream(dr) : 0;
+    uint64_t dstream = DROP ? hr_attn_stream(dr) : 0;
     ha_load<D, HA_ROWS>(sq, base + q0 * ld, ld, T - q0, (int)hs, vec);
 
     float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(HA_THREADS)
                 float p = expf(s[nt][e] - m[e >> 1]);
                 int i = qw + g + 8 * (e >> 1), j = k0 + 8 * nt + 2 * t + (e & 1);
                 /* dropped after the sum: the softmax counts every probability */
-                s[nt][e] = dr.p > 0 && j <= i && j < T ? p * hr_attn_keep(dr, dstream, n, h, i, j) : p;
+                s[nt][e] = DROP && j <= i && j < T ? p * hr_attn_keep(dr, dstream, n, h, i, j) : p;
                 l[e >> 1] += p;
             }
         ha_mm_pb<E, S, BC / 16, D / 8>(o, s, sv_, g, t);
@@ -311,7 +311,7 @@ template <typename E> __device__ __forceinline__ void ha_put(E *p, float v, bool
  * (P rounded to E), dP^T = V dY^T, dS^T = P^T (dP^T - D_i) (fp32), dK += dS^T Q
  * (dS rounded to E); dK *= scale. Both accumulate in fp32 fragments, written
  * once. smem: K, V [64][D+8], two buffers of Q, dY [BQ][D+8] and lse, D [BQ] floats. */
-template <typename E, int D, int BQ, int DO>
+template <typename E, int D, int BQ, int DO, bool DROP>
 __global__ void __launch_bounds__(HA_THREADS)
     ha_dkv(const E *qkv_, const E *dy_, const float *lse, const float *Dr, E *dqkv, int T, int64_t C, int H,
            float scale, bool acc, bool vec, hr_attn_drop dr) {
@@ -325,7 +325,7 @@ __global__ void __launch_bounds__(HA_THREADS)
     int64_t bh = blockIdx.x, n = bh / H, h = bh % H, hs = C / H, ld = 3 * C;
     int j0 = blockIdx.y * HA_ROWS, jw = j0 + 16 * w, c0 = blockIdx.z * DO; /* key tile 0 has the most work */
     const uint16_t *base = qkv + n * T * ld + h * hs, *dyb = dy + n * T * C + h * hs;
-    uint64_t dstream = dr.p > 0 ? hr_attn_stream(dr) : 0;
+    uint64_t dstream = DROP ? hr_attn_stream(dr) : 0;
     ha_load<D, HA_ROWS>(sk, base + j0 * ld + C, ld, T - j0, (int)hs, vec);
     ha_load<D, HA_ROWS>(sv, base + j0 * ld + 2 * C, ld, T - j0, (int)hs, vec);
 
@@ -373,7 +373,7 @@ __global__ void __launch_bounds__(HA_THREADS)
                 int j = jw + g + 8 * (e >> 1), x = 8 * nt + 2 * t + (e & 1), i = i0 + x;
                 bool in = j <= i && i < T;
                 float pe = in ? expf(scale * p[nt][e] - slse[x]) : 0.0f;
-                float mk = dr.p > 0 && in ? hr_attn_keep(dr, dstream, n, h, i, j) : 1.0f;
+                float mk = DROP && in ? hr_attn_keep(dr, dstream, n, h, i, j) : 1.0f;
                 p[nt][e] = pe * mk;
                 ds[nt][e] = pe * (ds[nt][e] * mk - sD[x]);
             }
@@ -404,7 +404,7 @@ __global__ void __launch_bounds__(HA_THREADS)
  * warp w queries q0 + 16 w. Key tiles of BK from 0 to the diagonal: S = Q K^T,
  * P = exp(scale S - lse_i), dP = dY V^T, dS = P (dP - D_i) (fp32), dQ += dS K
  * (dS rounded to E); dQ *= scale. smem: Q, dY [64][D+8], two buffers of K, V [BK][D+8]. */
-template <typename E, int D, int BK, int DO>
+template <typename E, int D, int BK, int DO, bool DROP>
 __global__ void __launch_bounds__(HA_THREADS)
     ha_dq(const E *qkv_, const E *dy_, const float *lse, const float *Dr, E *dqkv, int T, int64_t C, int H,
           float scale, bool acc, bool vec, hr_attn_drop dr) {
@@ -416,7 +416,7 @@ __global__ void __launch_bounds__(HA_THREADS)
     int64_t bh = blockIdx.x, n = bh / H, h = bh % H, hs = C / H, ld = 3 * C;
     int q0 = (gridDim.y - 1 - blockIdx.y) * HA_ROWS, qw = q0 + 16 * w, c0 = blockIdx.z * DO;
     const uint16_t *base = qkv + n * T * ld + h * hs;
-    uint64_t dstream = dr.p > 0 ? hr_attn_stream(dr) : 0;
+    uint64_t dstream = DROP ? hr_attn_stream(dr) : 0;
     ha_load<D, HA_ROWS>(sq, base + q0 * ld, ld, T - q0, (int)hs, vec);
     ha_load<D, HA_ROWS>(sdy, dy + (n * T + q0) * C + h * hs, C, T - q0, (int)hs, vec);
     float L[2], Di[2];
@@ -461,7 +461,7 @@ __global__ void __launch_bounds__(HA_THREADS)
                 int r = e >> 1, i = qw + g + 8 * r, j = k0 + 8 * nt + 2 * t + (e & 1);
                 bool in = j <= i && i < T;
                 float pe = in ? expf(scale * p[nt][e] - L[r]) : 0.0f;
-                float mk = dr.p > 0 && in ? hr_attn_keep(dr, dstream, n, h, i, j) : 1.0f;
+                float mk = DROP && in ? hr_attn_keep(dr, dstream, n, h, i, j) : 1.0f;
                 ds[nt][e] = pe * (ds[nt][e] * mk - Di[r]);
             }
         ha_mm_pb<E, S, BK / 16, DO / 8>(dq, ds, sk + c0, g, t);
@@ -512,16 +512,21 @@ static hr_status ha_check(const hr_attention_args *p, hr_dtype dt, int *D) {
     return HR_OK;
 }
 
-template <typename E, int D, int BC> static hr_status ha_fwd_run(cudaStream_t st, const hr_attention_args *p) {
+/* DROP: attention dropout's kernels (pdrop > 0), the others free of its code */
+template <typename E, int D, int BC, bool DROP> static hr_status ha_fwd_go(cudaStream_t st, const hr_attention_args *p) {
     size_t bytes = sizeof(uint16_t) * (HA_ROWS + 4 * BC) * (D + 8);
-    hr_status s = ha_smem(ha_fwd<E, D, BC>, bytes);
+    hr_status s = ha_smem(ha_fwd<E, D, BC, DROP>, bytes);
     if (s != HR_OK) return s;
     dim3 grid((unsigned)(p->N * p->H), (unsigned)((p->T + HA_ROWS - 1) / HA_ROWS));
-    ha_fwd<E, D, BC><<<grid, HA_THREADS, bytes, st>>>((const E *)p->qkv, (E *)p->y, p->lse, (int)p->T, p->C,
-                                                      (int)p->H, p->scale, ha_vec(p, p->qkv, NULL),
-                                                      hr_attn_drop_of(p));
+    ha_fwd<E, D, BC, DROP><<<grid, HA_THREADS, bytes, st>>>((const E *)p->qkv, (E *)p->y, p->lse, (int)p->T, p->C,
+                                                            (int)p->H, p->scale, ha_vec(p, p->qkv, NULL),
+                                                            hr_attn_drop_of(p));
     HR_CU(cudaGetLastError());
     return HR_OK;
+}
+
+template <typename E, int D, int BC> static hr_status ha_fwd_run(cudaStream_t st, const hr_attention_args *p) {
+    return p->pdrop > 0 ? ha_fwd_go<E, D, BC, true>(st, p) : ha_fwd_go<E, D, BC, false>(st, p);
 }
 
 template <typename E> static hr_status ha_fwd_dt(cudaStream_t st, const hr_attention_args *p, int D) {
@@ -535,8 +540,8 @@ template <typename E> static hr_status ha_fwd_dt(cudaStream_t st, const hr_atten
 
 /* BQ: the dK/dV kernel's query tile; BK: the dQ kernel's key tile; DO: the
  * output channels a block keeps (128 at most: its accumulators are registers) */
-template <typename E, int D, int BQ, int BK>
-static hr_status ha_bwd_run(cudaStream_t st, const hr_attention_args *p, float *D_) {
+template <typename E, int D, int BQ, int BK, bool DROP>
+static hr_status ha_bwd_go(cudaStream_t st, const hr_attention_args *p, float *D_) {
     constexpr int DO = D < 128 ? D : 128;
     int64_t R = p->N * p->H * p->T;
     bool vec = ha_vec(p, p->qkv, p->dy);
@@ -547,21 +552,26 @@ static hr_status ha_bwd_run(cudaStream_t st, const hr_attention_args *p, float *
     unsigned tiles = (unsigned)((p->T + HA_ROWS - 1) / HA_ROWS);
     dim3 grid((unsigned)(p->N * p->H), tiles, D / DO);
     size_t kv_bytes = sizeof(uint16_t) * (2 * HA_ROWS + 4 * BQ) * (D + 8) + sizeof(float) * 4 * BQ;
-    hr_status s = ha_smem(ha_dkv<E, D, BQ, DO>, kv_bytes);
+    hr_status s = ha_smem(ha_dkv<E, D, BQ, DO, DROP>, kv_bytes);
     if (s != HR_OK) return s;
-    ha_dkv<E, D, BQ, DO><<<grid, HA_THREADS, kv_bytes, st>>>((const E *)p->qkv, (const E *)p->dy, p->lse_saved, D_,
+    ha_dkv<E, D, BQ, DO, DROP><<<grid, HA_THREADS, kv_bytes, st>>>((const E *)p->qkv, (const E *)p->dy, p->lse_saved, D_,
                                                             (E *)p->dqkv, (int)p->T, p->C, (int)p->H, p->scale,
                                                             p->acc, vec, hr_attn_drop_of(p));
     HR_CU(cudaGetLastError());
 
     size_t q_bytes = sizeof(uint16_t) * (2 * HA_ROWS + 4 * BK) * (D + 8);
-    s = ha_smem(ha_dq<E, D, BK, DO>, q_bytes);
+    s = ha_smem(ha_dq<E, D, BK, DO, DROP>, q_bytes);
     if (s != HR_OK) return s;
-    ha_dq<E, D, BK, DO><<<grid, HA_THREADS, q_bytes, st>>>((const E *)p->qkv, (const E *)p->dy, p->lse_saved, D_,
+    ha_dq<E, D, BK, DO, DROP><<<grid, HA_THREADS, q_bytes, st>>>((const E *)p->qkv, (const E *)p->dy, p->lse_saved, D_,
                                                           (E *)p->dqkv, (int)p->T, p->C, (int)p->H, p->scale, p->acc,
                                                           vec, hr_attn_drop_of(p));
     HR_CU(cudaGetLastError());
     return HR_OK;
+}
+
+template <typename E, int D, int BQ, int BK>
+static hr_status ha_bwd_run(cudaStream_t st, const hr_attention_args *p, float *D_) {
+    return p->pdrop > 0 ? ha_bwd_go<E, D, BQ, BK, true>(st, p, D_) : ha_bwd_go<E, D, BQ, BK, false>(st, p, D_);
 }
 
 template <typename E> static hr_status ha_bwd_dt(cudaStream_t st, const hr_attention_args *p, float *D_, int D) {
