@@ -24,7 +24,10 @@
  * Every value is written by one thread, summed in a fixed order: no atomics,
  * the same bits every run. Products are explicit fmaf (the build has
  * --fmad=false), all in fp32. BF16 and F16 activations go to the tensor-core
- * kernels of attention_half.cu. */
+ * kernels of attention_half.cu. With attn_pdrop each probability's keep
+ * decision is drawn where the probability is made (common.cuh's
+ * hr_attn_keep, the CPU's draw), after the softmax's sum in the forward and
+ * again in both backward kernels: no mask is stored. */
 #include "backend/cuda/common.cuh"
 
 #define HR_ATTN_THREADS 256 /* 16 x 16 */

@@ -512,7 +512,7 @@ static hr_status ha_check(const hr_attention_args *p, hr_dtype dt, int *D) {
     return HR_OK;
 }
 
-/* DROP: attention dropout's kernels (pdrop > 0), the others free of its code */
+/* DROP: the kernels that drop attention probabilities (pdrop > 0), the others free of that code */
 template <typename E, int D, int BC, bool DROP> static hr_status ha_fwd_go(cudaStream_t st, const hr_attention_args *p) {
     size_t bytes = sizeof(uint16_t) * (HA_ROWS + 4 * BC) * (D + 8);
     hr_status s = ha_smem(ha_fwd<E, D, BC, DROP>, bytes);
