@@ -78,27 +78,29 @@ def dropout(p):
     return nn.Dropout(p) if p > 0 else nn.Identity()  # no parameters either way: the state dict is the same
 
 
-def sdpa(q, k, v):
+def sdpa(q, k, v, p=0.0):
+    """Causal attention, dropping probabilities with probability p (nanoGPT's attn dropout)."""
     if hasattr(F, "scaled_dot_product_attention"):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
     T = q.shape[-2]  # PyTorch before 2.0
     att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
     att = att.masked_fill(torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
-    return att.softmax(-1) @ v
+    return F.dropout(att.softmax(-1), p) @ v
 
 
 class Attention(nn.Module):
-    def __init__(self, c, heads, bias):
+    def __init__(self, c, heads, bias, p=0.0):
         super().__init__()
         self.c_attn = nn.Linear(c, 3 * c, bias=bias)
         self.c_proj = nn.Linear(c, c, bias=bias)
         self.heads = heads
+        self.p = p  # attention dropout, in training only
 
     def forward(self, x):
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
-        y = sdpa(q, k, v)
+        y = sdpa(q, k, v, self.p if self.training else 0.0)
         return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
@@ -116,7 +118,7 @@ class Block(nn.Module):
     def __init__(self, c, heads, bias, p):
         super().__init__()
         self.ln_1 = layer_norm(c, bias)
-        self.attn = Attention(c, heads, bias)
+        self.attn = Attention(c, heads, bias, p)
         self.ln_2 = layer_norm(c, bias)
         self.mlp = MLP(c, bias)
         self.drop1, self.drop2 = dropout(p), dropout(p)

@@ -60,11 +60,15 @@ static int same_training(const char *label, const hr_model_t *m, hr_config_t cfg
           hr_session_report(a)->arena_bytes);
     CHECK(hr_session_alloc(a) == HR_OK && hr_session_alloc(b) == HR_OK, "%s: alloc: %s", label, hr_last_error());
     int64_t n = input_numel(m), classes = hr_model_classes(m);
+    int out = hr_model_output(m);
+    bool tokens = hr_tensor_ndim(m, out) == 2; /* (time, vocabulary): ids in, a label at every position */
+    int64_t per = tokens ? hr_tensor_dim(m, out, 0) : 1;
     float *x = malloc(sizeof(float) * (size_t)(n * cfg.batch));
-    int32_t *y = malloc(sizeof(int32_t) * (size_t)cfg.batch);
+    int32_t *y = malloc(sizeof(int32_t) * (size_t)(cfg.batch * per));
     for (int t = 0; t < steps; t++) {
-        for (int64_t i = 0; i < n * cfg.batch; i++) x[i] = (float)(prng() % 2001) / 1000.0f - 1.0f;
-        for (int64_t i = 0; i < cfg.batch; i++) y[i] = (int32_t)(prng() % (uint64_t)classes);
+        for (int64_t i = 0; i < n * cfg.batch; i++)
+            x[i] = tokens ? (float)(prng() % (uint64_t)classes) : (float)(prng() % 2001) / 1000.0f - 1.0f;
+        for (int64_t i = 0; i < cfg.batch * per; i++) y[i] = (int32_t)(prng() % (uint64_t)classes);
         float la = 0, lb = 1;
         hr_status sa = hr_train_step(a, x, y, &la), sb = hr_train_step(b, x, y, &lb);
         CHECK(sa == HR_OK && sb == HR_OK, "%s: step %d: %s", label, t, hr_last_error());
@@ -383,6 +387,26 @@ static void test_fit(void) {
     CHECK(system(cmd) == 0, "cleanup");
 }
 
+/* A small GPT with nanoGPT's dropouts, attention probabilities included:
+ * recomputing every layer draws the same decisions again (nothing of them
+ * is stored), so training gives the same bits, with accumulation too. */
+static void test_attention_drops(void) {
+    const char *gpt = "input 12\ninit gpt2\nwte = Embedding(20, 16)\nwpe = PositionEmbedding(12, 16)\n"
+                      "drop = Dropout(0.2)\nln = LayerNorm(16)\nc_attn = Linear(16, 48)\n"
+                      "sdpa = CausalSelfAttention(16, 2, attn_pdrop=0.3)\nc_proj = Linear(16, 16)\n"
+                      "resid = Dropout(0.2)\nr = Add(drop)\nGELU()\nLinear(16, 20, tied_to='wte')\n"
+                      "loss CrossEntropyLoss\n";
+    hr_model_t *m = hr_modelfile_parse(gpt, "gpt_drops.model");
+    CHECK(m, "gpt_drops: %s", hr_last_error());
+    if (!m) return;
+    hr_config_t cfg = hr_config_default();
+    cfg.batch = 4;
+    CHECK(same_training("gpt with attention dropout, all", m, cfg, "all", 3) > 0, "nothing recomputed");
+    cfg.accumulate = 2;
+    same_training("gpt with attention dropout, accumulate 2, sdpa,c_attn", m, cfg, "sdpa,c_attn", 2);
+    hr_model_free(m);
+}
+
 /* Patterns: '*.mlp.gelu' names the GELU of every block (the layers llm.c's
  * -r 1 recomputes), the same list as naming each; all matching layers train
  * as without recomputation; a pattern that names nothing is refused. */
@@ -418,6 +442,7 @@ static void test_patterns(void) {
 int main(void) {
     test_fit();
     test_patterns();
+    test_attention_drops();
     test_models();
     test_random();
     test_search();
