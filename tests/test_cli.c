@@ -364,6 +364,25 @@ static void test_text(void) {
     EXPECT(0, "the q", HR " generate %s/gpt.model --weights %s/gpt.ckpt --prompt 'the q' --tokens 12 --seed 5 "
                        "--device cpu", tmp, tmp);
     CHECK(!strcmp(first, out), "the same seed, the same text: '%s' then '%s'", first, out);
+    /* a window of 80 grows with the context (32, 64, 80): the text of the whole window every token */
+    char wide[600];
+    snprintf(wide, sizeof wide, "%s", tiny_gpt);
+    char *in = strstr(wide, "input 16"), *pe = strstr(wide, "PositionEmbedding(16");
+    if (in && pe) {
+        memcpy(in, "input 80", 8);
+        memcpy(pe, "PositionEmbedding(80", 20);
+        write_file("gpt80.model", wide);
+        EXPECT(0, "stopped after 2 steps", HR " train %s/gpt80.model --data text:%s/fox.txt %s --max-steps 2 --save "
+               "%s/gpt80.ckpt", tmp, tmp, common, tmp);
+        EXPECT(0, "the q", HR " generate %s/gpt80.model --weights %s/gpt80.ckpt --prompt 'the q' --tokens 90 --seed 2 "
+                           "--device cpu", tmp, tmp);
+        char grown[256];
+        snprintf(grown, sizeof grown, "%.200s", out);
+        CHECK(strlen(grown) == 5 + 90 + 1, "generate prints the prompt and 90 bytes: '%s'", grown);
+        EXPECT(0, "the q", "HR_GENERATE_GROW=0 " HR " generate %s/gpt80.model --weights %s/gpt80.ckpt --prompt 'the q' "
+                           "--tokens 90 --seed 2 --device cpu", tmp, tmp);
+        CHECK(!strcmp(grown, out), "the growing window gives the whole window's text: '%s' then '%s'", grown, out);
+    }
     EXPECT(2, "--temperature '0' is not", HR " generate %s/gpt.model --weights %s/gpt.ckpt --temperature 0", tmp, tmp);
     EXPECT(2, "which weights?", HR " generate %s/gpt.model", tmp);
     EXPECT(2, "--tokens '-1' is not", HR " generate %s/gpt.model --weights x --tokens -1", tmp);

@@ -2,12 +2,18 @@
  * next-token model, a token at a time, so that a person sees what it learned.
  * The model reads a window of T tokens; the context sits at its first
  * positions (causal attention: what follows it cannot change its logits, as
- * nanoGPT's shorter windows), or its last T tokens once it is longer. */
+ * nanoGPT's shorter windows), or its last T tokens once it is longer. On
+ * the CPU the window grows with the context, 32 positions, 64, ... up to T
+ * (the model compiled again at that context; HR_GENERATE_GROW=0: always T),
+ * so that a short context does not pay for T positions (the same text: the
+ * positions after the context change nothing). On a GPU a whole window costs
+ * little, and the window stays T. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend/backend.h"
 #include "cli/cli.h"
 #include "data/data.h"
 #include "io/io.h"
@@ -96,6 +102,39 @@ static int parse(int argc, char **argv, gen_opts *g) {
     return HR_EXIT_OK;
 }
 
+/* The window for a context of len tokens: the smallest of 32, 64, ... that
+ * holds it, at most T; T without growing. */
+static int64_t window_for(int64_t len, int64_t T, bool grow) {
+    int64_t w = 32;
+    while (grow && w < len && w < T) w *= 2;
+    return grow && w < T ? w : T;
+}
+
+/* An inference session of batch 1 at window W (the model as loaded when W
+ * is its T) with the checkpoint's weights; NULL with the error set. */
+static hr_session_t *open_window(const gen_opts *g, const hr_model_t *m, int64_t W, int64_t T, hr_model_t **own) {
+    *own = NULL;
+    const hr_model_t *mw = m;
+    if (W != T && !(mw = *own = hr_modelfile_load_context(g->model, W))) return NULL;
+    hr_config_t cfg = hr_config_default();
+    cfg.mode = HR_MODE_INFER;
+    cfg.batch = 1;
+    cfg.device = g->device;
+    hr_session_t *s = hr_compile(mw, &cfg);
+    hr_status st = s ? hr_session_alloc(s) : hr_last_status();
+    hr_ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    snprintf(meta.model, sizeof meta.model, "%s", g->model);
+    if (!st) st = hr_checkpoint_load(s, g->weights, &meta);
+    if (st) {
+        hr_session_free(s);
+        hr_model_free(*own);
+        *own = NULL;
+        return NULL;
+    }
+    return s;
+}
+
 /* The next token from the last position's logits: softmax(logits / T) over
  * the top_k likeliest, drawn with r. */
 static int sample(const float *logits, int64_t V, double temperature, int64_t top_k, hr_rng *r, double *p) {
@@ -132,6 +171,7 @@ int hr_cmd_generate(int argc, char **argv) {
     hr_model_t *m = hr_modelfile_load(g.model);
     if (!m) return hr_cli_fail(HR_ERR_PARSE);
     hr_session_t *s = NULL;
+    hr_model_t *mw = NULL; /* the model at the current window, when not m itself */
     float *x = NULL, *out = NULL;
     double *p = NULL;
     int *ctx = NULL;
@@ -151,27 +191,11 @@ int hr_cmd_generate(int argc, char **argv) {
         rc = HR_EXIT_ERROR;
         goto done;
     }
-    hr_config_t cfg = hr_config_default();
-    cfg.mode = HR_MODE_INFER;
-    cfg.batch = 1;
-    cfg.device = g.device;
+    if (g.device == HR_DEVICE_AUTO) g.device = hr_backend_cuda_available() ? HR_DEVICE_CUDA : HR_DEVICE_CPU;
+    const char *grow_env = getenv("HR_GENERATE_GROW");
+    bool grow = g.device == HR_DEVICE_CPU && !(grow_env && !strcmp(grow_env, "0"));
     hr_status st;
-    if (!(s = hr_compile(m, &cfg))) {
-        rc = hr_cli_fail(hr_last_status());
-        goto done;
-    }
-    if ((st = hr_session_alloc(s)) != HR_OK) {
-        rc = hr_cli_fail(st);
-        goto done;
-    }
-    hr_ckpt_meta meta;
-    memset(&meta, 0, sizeof meta);
-    snprintf(meta.model, sizeof meta.model, "%s", g.model);
-    if ((st = hr_checkpoint_load(s, g.weights, &meta)) != HR_OK) {
-        rc = hr_cli_fail(st);
-        goto done;
-    }
-    int64_t plen = (int64_t)strlen(g.prompt), cap = plen + g.tokens;
+    int64_t plen = (int64_t)strlen(g.prompt), cap = plen + g.tokens, W = 0;
     x = calloc((size_t)T, sizeof *x);
     out = malloc(sizeof *out * (size_t)(T * V));
     p = malloc(sizeof *p * (size_t)V);
@@ -185,7 +209,16 @@ int hr_cmd_generate(int argc, char **argv) {
     fputs(g.prompt, stdout);
     for (int64_t n = plen; n < cap; n++) {
         int64_t first = n > T ? n - T : 0, len = n - first;
-        for (int64_t t = 0; t < T; t++) x[t] = t < len ? (float)ctx[first + t] : 0;
+        if (window_for(len, T, grow) != W) { /* a longer context: the next window */
+            hr_session_free(s);
+            hr_model_free(mw);
+            W = window_for(len, T, grow);
+            if (!(s = open_window(&g, m, W, T, &mw))) {
+                rc = hr_cli_fail(hr_last_status());
+                goto done;
+            }
+        }
+        for (int64_t t = 0; t < W; t++) x[t] = t < len ? (float)ctx[first + t] : 0;
         if ((st = hr_forward(s, x, out)) != HR_OK) {
             rc = hr_cli_fail(st);
             goto done;
@@ -207,6 +240,7 @@ int hr_cmd_generate(int argc, char **argv) {
 done:
     free(x), free(out), free(p), free(ctx);
     hr_session_free(s);
+    hr_model_free(mw);
     hr_model_free(m);
     return rc;
 }
