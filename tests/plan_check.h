@@ -67,9 +67,6 @@ static bool inplace_ok(const hr_node *n, int in_idx, int out_idx) {
     /* dlogits over the logits: a row's statistics are read first, then each
      * dx element from its own logit (cpu_loss.c, loss.cu) */
     case HR_OP_CROSS_ENTROPY_BWD: return in_idx == 0;
-    /* dx over x: a piece's rows of x are read (its logits, dW) before its
-     * rows of dx are written (cpu_linear_ce.c, cuda_gemm.c) */
-    case HR_OP_LINEAR_CE_BWD: return in_idx == 0;
     default: return false;
     }
 }

@@ -5,7 +5,9 @@
  * gradients (the same values, summed in other orders) in fp32, bf16 and fp16
  * (its loss scale), with accumulation, with the head tied to the embedding
  * (both add into one gradient) and with the logits made in two pieces. A
- * session that keeps its output, or a head with a bias, stays unfused. */
+ * session that keeps its output, or a head with a bias, stays unfused. The
+ * gradients are made in the forward pass; the backward's two Copy nodes
+ * move nothing unless micro-batches add into dW. */
 #include "check.h"
 #include "exec/internal.h"
 #include "headroom.h"
@@ -50,6 +52,19 @@ static int count_op(const hr_session_t *s, hr_op op) {
     return k;
 }
 
+/* The backward's Copy nodes that pass the saved gradients on, and how many
+ * of them sit in their input's bytes (nothing moves). */
+static void saved_copies(const hr_session_t *s, int *copies, int *views) {
+    const hr_graph *g = &hr_session_program(s)->g;
+    *copies = *views = 0;
+    for (int i = 0; i < g->nn; i++) {
+        const hr_node *n = &g->n[i];
+        if (n->op != HR_OP_COPY || !strstr(g->t[n->in[0]].name, ".grad.saved")) continue;
+        ++*copies;
+        *views += g->t[n->in[0]].offset == g->t[n->out[0]].offset;
+    }
+}
+
 static void batch(int step, float *x, int32_t *lab) {
     for (int i = 0; i < B * T; i++) {
         x[i] = (float)((i * 37 + step * 101) % V);
@@ -73,11 +88,15 @@ static void compare(hr_precision p, int acc) {
     hr_model_free(m);
     if (!f || !u) goto done;
     const char *pn = hr_precision_name(p);
-    CHECK(count_op(f, HR_OP_LINEAR_CE) == 1 && count_op(f, HR_OP_LINEAR_CE_BWD) == 1 &&
-              count_op(f, HR_OP_CROSS_ENTROPY) == 0,
+    CHECK(count_op(f, HR_OP_LINEAR_CE) == 1 && count_op(f, HR_OP_CROSS_ENTROPY) == 0 &&
+              count_op(f, HR_OP_CROSS_ENTROPY_BWD) == 0,
           "%s K=%d: the head and the loss are one node", pn, acc);
     CHECK(count_op(u, HR_OP_LINEAR_CE) == 0 && count_op(u, HR_OP_CROSS_ENTROPY) == 1,
           "%s K=%d: keep_output keeps the logits, unfused", pn, acc);
+    int copies, views;
+    saved_copies(f, &copies, &views);
+    CHECK(copies == 2 && views == 1, "%s K=%d: %d copies of the saved gradients, %d in place (dx's alone: the "
+          "gradients are kept for the test)", pn, acc, copies, views);
     size_t af = hr_session_report(f)->arena_bytes, au = hr_session_report(u)->arena_bytes;
     size_t logits = (size_t)B / (size_t)acc * T * V * (p == HR_PREC_FP32 ? 4 : 2);
     CHECK(af + logits / 2 < au, "%s K=%d: the fused plan holds no logits: %zu bytes against %zu (logits %zu)", pn, acc,
@@ -150,6 +169,21 @@ int main(void) {
     compare(HR_PREC_BF16, 1);
     compare(HR_PREC_BF16, 2);
     compare(HR_PREC_FP16, 1);
+    /* gradients not kept past the update: both copies are in place; with
+     * micro-batches adding into dW, dW keeps bytes of its own */
+    for (int acc = 1; acc <= 2; acc++) {
+        hr_model_t *lm1 = lm(false);
+        hr_config_t c = hr_config_default();
+        c.batch = B, c.accumulate = acc, c.eval_batch = 0, c.optim.kind = HR_OPTIM_SGD;
+        hr_session_t *q = hr_compile(lm1, &c);
+        hr_model_free(lm1);
+        CHECK(q && hr_session_alloc(q) == HR_OK, "compile: %s", hr_last_error());
+        int copies = 0, views = 0;
+        if (q) saved_copies(q, &copies, &views);
+        CHECK(copies == 2 && views == (acc == 1 ? 2 : 1), "K=%d, gradients not kept: %d copies of the saved gradients, "
+              "%d in place", acc, copies, views);
+        hr_session_free(q);
+    }
     /* a head with a bias stays a Linear and a loss */
     hr_model_t *m = lm(true);
     hr_session_t *s = compile(m, HR_PREC_FP32, 1, false);

@@ -147,6 +147,8 @@ typedef struct {
                                convolutions on the legacy API's algorithms */
     int64_t splitk_min_k;   /* HR_CUDA_SPLITK: shortest k split (default HR_SPLITK_DEFAULT); 0 off */
     bool no_lt;             /* HR_CUDA_LT=0: Linear's bias filled before the product, not in cuBLASLt's epilogue */
+    bool ce_two_pass;       /* HR_CE_ONE_PASS=0: LinearCrossEntropy's pieces read twice (statistics, then the
+                               gradient), not staged a row a block in shared memory */
     bool no_fold;           /* HR_FOLD_CASTS=0: mixed precision keeps a norm's cast to half (half_out) a node of its own */
     int64_t piece_min;      /* HR_CUDA_PIECE_MIN: smallest input sent in pieces, bytes (default 2 MiB); 0 never */
     int stage_threads;      /* HR_STAGE_THREADS: threads staging a batch (default 16) */

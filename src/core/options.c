@@ -52,6 +52,7 @@ hr_options hr_options_read(void) {
     long long k = sk ? atoll(sk) : HR_SPLITK_DEFAULT;
     o.splitk_min_k = k > 0 ? k : 0;
     o.no_lt = !flag("HR_CUDA_LT", true);
+    o.ce_two_pass = !flag("HR_CE_ONE_PASS", true);
     o.no_fold = !flag("HR_FOLD_CASTS", true);
     long long pm = number("HR_CUDA_PIECE_MIN", 2LL << 20);
     o.piece_min = pm > 0 ? pm : 0;

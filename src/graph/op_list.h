@@ -69,7 +69,6 @@
     X(MSE_BWD, mse_bwd, loss_bwd, "MSELoss.backward")                          \
     /* a language model's head and its loss in one (plan/program.c fuses them) */ \
     X(LINEAR_CE, linear_ce, linear_ce, "LinearCrossEntropy")                   \
-    X(LINEAR_CE_BWD, linear_ce_bwd, linear_ce_bwd, "LinearCrossEntropy.backward") \
     /* mixed precision: a tensor in another element type (autocast's casts) */ \
     X(CAST, cast, cast, "Cast")                                                \
     /* the update */                                                           \
@@ -363,19 +362,19 @@ typedef struct {
 } hr_optim_args;
 
 /* LinearCrossEntropy: the mean cross-entropy of logits = x W^T (no bias)
- * against int32 labels, the logits made a piece of rows at a time in the
- * node's scratch and never kept whole; lse (N) each row's log-sum-exp, for
- * the backward, which makes each piece again and from it dx = dlogits W and
- * dW += dlogits^T x (dlogits = (softmax - onehot) scale / N). logits_dt:
- * the type the unfused Linear wrote its logits in (half under autocast),
- * which the logits and dlogits are rounded to. */
+ * against int32 labels and, in the same pass, its gradients dW = dlogits^T x
+ * and dx = dlogits W (dlogits = (softmax - onehot) scale / N), the logits
+ * made a piece of rows at a time in the node's scratch and never kept whole.
+ * logits_dt: the type the unfused Linear wrote its logits in (half under
+ * autocast), which the logits and dlogits are rounded to. */
 typedef struct {
     const float *x, *w; /* x (N, in), w (out, in) */
     const int32_t *labels;
-    float *loss, *lse, *dx, *dw;
+    float *loss;
+    float *dw;          /* (out, in), F32 */
+    float *dx;          /* (N, in) in x's type; NULL: x takes no gradient */
     int64_t N, in, out;
     float scale;
-    bool acc_dx, acc_dw;
     hr_dtype logits_dt;
 } hr_linear_ce_args;
 

@@ -127,7 +127,10 @@ static void aliases(hr_program *p, int *root, size_t *sub) {
         hr_tensor *ti = &g->t[r], *to = &g->t[out];
         bool dies_here = ti->last == s;
         bool same = ti->dtype == to->dtype && hr_shape_numel(&ti->shape) == hr_shape_numel(&to->shape) && !sub[in];
-        bool movable = !persistent(ti) && ti->kind != HR_T_INPUT && ti->kind != HR_T_LABEL && find(root, sub, out) == out;
+        /* out must not be live before this node: a gradient kept all step
+         * (accumulation's micro-batches add into it) keeps its own bytes */
+        bool movable = !persistent(ti) && ti->kind != HR_T_INPUT && ti->kind != HR_T_LABEL && find(root, sub, out) == out &&
+                       to->first >= s;
         for (int i = 0; i < n->nin; i++) dies_here &= n->in[i] == in || find(root, sub, n->in[i]) != r;
         if (dies_here && same && movable) join(g, root, sub, in, out, 0);
     }

@@ -110,10 +110,9 @@ static void plan_ws(hr_kargs *a) {
             PLANNED(v->db);
     } else if (a->op == HR_OP_CROSS_ENTROPY) { /* the block partials of its mean */
         PLANNED(p.loss.x), PLANNED(p.loss.labels), PLANNED(p.loss.loss);
-    } else if (a->op == HR_OP_LINEAR_CE || a->op == HR_OP_LINEAR_CE_BWD) { /* its piece of logits, cuBLAS's */
+    } else if (a->op == HR_OP_LINEAR_CE) { /* its piece of logits, cuBLAS's */
         hr_linear_ce_args *l = &p.lce;
-        PLANNED(l->x), PLANNED(l->w), PLANNED(l->labels), PLANNED(l->loss), PLANNED(l->lse), PLANNED(l->dx),
-            PLANNED(l->dw);
+        PLANNED(l->x), PLANNED(l->w), PLANNED(l->labels), PLANNED(l->loss), PLANNED(l->dx), PLANNED(l->dw);
     } else if (a->op == HR_OP_BATCHNORM || a->op == HR_OP_BATCHNORM_BWD) { /* its splits' sums */
         hr_batchnorm_args *b = &p.bn;
         PLANNED(b->x), PLANNED(b->y), PLANNED(b->dy), PLANNED(b->dx), PLANNED(b->mean), PLANNED(b->invstd);

@@ -418,9 +418,10 @@ static void test_lr_schedule(void) {
 }
 
 /* ---- LinearCrossEntropy: a head and its loss in one node ----------------------
- * logits = x W^T (N rows, V classes) and the mean cross-entropy, against the
- * float64 reference; lse each row's log-sum-exp; the backward's dx and dW
- * against central differences, overwritten, accumulated and each skipped. */
+ * logits = x W^T (N rows, V classes), the mean cross-entropy and, from the
+ * same pass, dx and dW: the loss against the float64 reference, the
+ * gradients against central differences, with the loss's gradient scaled
+ * (an fp16 scale over accumulation) and without dx (x the model's input). */
 typedef struct {
     double *x, *w;
     int *lab;
@@ -444,33 +445,38 @@ static void test_linear_ce(int N, int in, int V) {
     kt k;
     kt_init(&k);
     int tx = KT(&k, N, in), tw = KT(&k, V, in), tl = kt_tensor(&k, HR_I32, 1, (int64_t[]){N});
-    int tloss = KT(&k, 1), tlse = KT(&k, N), tdx = KT(&k, N, in), tdw = KT(&k, V, in);
+    int tloss = KT(&k, 1), tdx = KT(&k, N, in), tdw = KT(&k, V, in);
     kt_set(&k, tx, c.x), kt_set(&k, tw, c.w);
     for (int i = 0; i < N; i++) ((int32_t *)k.ptr[tl])[i] = c.lab[i];
-    hr_node f = hr_node_make(HR_OP_LINEAR_CE, -1);
-    f.a.in_f = in, f.a.out_f = V, f.a.nclasses = V;
-    f.in[0] = tx, f.in[1] = tw, f.in[2] = tl, f.nin = 3, f.out[0] = tloss, f.out[1] = tlse, f.nout = 2;
-    kt_run(&k, &f);
-    double L = lce_loss(&c), *lg = dalloc((int64_t)N * V), *lse = dalloc(N);
-    ref_linear(c.x, c.w, NULL, N, in, V, lg);
-    for (int i = 0; i < N; i++) {
-        double m = lg[i * V], s = 0;
-        for (int j = 1; j < V; j++) m = fmax(m, lg[i * V + j]);
-        for (int j = 0; j < V; j++) s += exp(lg[i * V + j] - m);
-        lse[i] = m + log(s);
-    }
-    compare(op, "forward (mean loss)", kf(&k, tloss), &L, 1, 1e-5);
-    compare(op, "forward (each row's log-sum-exp)", kf(&k, tlse), lse, N, 1e-5);
-    double *gx = dalloc((int64_t)N * in), *gw = dalloc((int64_t)V * in);
+    double L = lce_loss(&c), *gx = dalloc((int64_t)N * in), *gw = dalloc((int64_t)V * in);
     fd_grad(lce_loss, &c, c.x, (int64_t)N * in, gx);
     fd_grad(lce_loss, &c, c.w, (int64_t)V * in, gw);
-    hr_node b = hr_node_make(HR_OP_LINEAR_CE_BWD, -1);
-    b.a = f.a;
-    b.in[0] = tx, b.in[1] = tw, b.in[2] = tl, b.in[3] = tlse, b.nin = 4;
-    b.out[0] = tdx, b.out[1] = tdw, b.nout = 2;
-    check_backward(&k, &b, (double *[]){gx, gw}, op, 1e-5, true);
+    hr_node f = hr_node_make(HR_OP_LINEAR_CE, -1);
+    f.a.in_f = in, f.a.out_f = V, f.a.nclasses = V;
+    f.in[0] = tx, f.in[1] = tw, f.in[2] = tl, f.nin = 3, f.out[0] = tloss, f.out[1] = tdw, f.out[2] = tdx, f.nout = 3;
+    for (int i = 0; i < N * in; i++) kf(&k, tdx)[i] = NAN; /* written, not added to */
+    for (int i = 0; i < V * in; i++) kf(&k, tdw)[i] = NAN;
+    kt_run(&k, &f);
+    compare(op, "forward (mean loss)", kf(&k, tloss), &L, 1, 1e-5);
+    compare(op, "dx from the forward pass", kf(&k, tdx), gx, (int64_t)N * in, 1e-5);
+    compare(op, "dW from the forward pass", kf(&k, tdw), gw, (int64_t)V * in, 1e-5);
+    /* the loss's gradient scaled by 1024 / 4 (fp16's scale, 4 micro-batches) */
+    hr_step_info si = kt_si();
+    si.loss_scale = 256.0f;
+    kt_run_si(&k, &f, &si);
+    for (int i = 0; i < N * in; i++) gx[i] *= 256.0;
+    for (int i = 0; i < V * in; i++) gw[i] *= 256.0;
+    compare(op, "forward (mean loss, scaled gradient)", kf(&k, tloss), &L, 1, 1e-5);
+    compare(op, "dx, scaled", kf(&k, tdx), gx, (int64_t)N * in, 1e-5);
+    compare(op, "dW, scaled", kf(&k, tdw), gw, (int64_t)V * in, 1e-5);
+    /* no dx: dW alone */
+    f.nout = 2, f.out[2] = -1;
+    for (int i = 0; i < V * in; i++) kf(&k, tdw)[i] = NAN;
+    kt_run(&k, &f);
+    for (int i = 0; i < V * in; i++) gw[i] /= 256.0;
+    compare(op, "dW without dx", kf(&k, tdw), gw, (int64_t)V * in, 1e-5);
     kt_free(&k);
-    free(c.x), free(c.w), free(c.lab), free(lg), free(lse), free(gx), free(gw);
+    free(c.x), free(c.w), free(c.lab), free(gx), free(gw);
 }
 
 void test_sequence(void) {

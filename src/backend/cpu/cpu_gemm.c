@@ -131,7 +131,7 @@ static size_t col_floats(const conv_dims *d) { return depthwise(d) ? 0 : (size_t
 /* Samples run in parallel, one column buffer (one group's) per thread; the
  * backward pass also needs one dW partial (all groups) per thread, summed at the end. */
 size_t hr_cpu_workspace_size(const hr_cpu *c, const hr_kargs *a) {
-    if (a->op == HR_OP_LINEAR_CE || a->op == HR_OP_LINEAR_CE_BWD) return hr_cpu_linear_ce_workspace(a);
+    if (a->op == HR_OP_LINEAR_CE) return hr_cpu_linear_ce_workspace(a);
     size_t norm = hr_cpu_norm_workspace(c, a);
     if (norm) return norm;
     if (a->op != HR_OP_CONV2D && a->op != HR_OP_CONV2D_BWD) return 0;

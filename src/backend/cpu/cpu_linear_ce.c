@@ -1,9 +1,9 @@
 /* cpu_linear_ce.c — LinearCrossEntropy on the CPU: the logits a piece of rows
  * at a time in the node's scratch (OpenBLAS or oneDNN products), rounded to
- * the type the unfused Linear wrote them in, and the cross-entropy of each
- * row by cpu_loss.c's statistics (hr_cpu_ce_row). The backward computes them
- * again rather than reading lse, so that its dlogits are the unfused pair's
- * bits; lse is written for the GPU's backward, which reads it. */
+ * the type the unfused Linear wrote them in, the cross-entropy of each row by
+ * cpu_loss.c's statistics (hr_cpu_ce_row), then the piece turned into its
+ * gradient (rounded as the logits: the unfused pair's dlogits) and its share
+ * of dW and dx. */
 #include "backend/cpu/cpu.h"
 
 #include <math.h>
@@ -42,39 +42,16 @@ static float *scratch(const hr_kargs *a, hr_status *st) {
     return NULL;
 }
 
+/* Each piece: its logits, each row's loss term, dlogits = (softmax - onehot)
+ * scale / N in place, dW += dlogits^T x, its rows of dx = dlogits W. */
 hr_status hr_cpu_linear_ce(void *ctx, const hr_kargs *a) {
     const hr_linear_ce_args *l = &a->lce;
     hr_status st = HR_OK;
     float *buf = scratch(a, &st);
     if (!buf) return st;
     int64_t R = piece_rows(l), C = l->out;
-    double total = 0;
-    for (int64_t r0 = 0; r0 < l->N; r0 += R) {
-        int64_t m = l->N - r0 < R ? l->N - r0 : R;
-        logits(l, r0, m, buf);
-        for (int64_t i = 0; i < m; i++) {
-            const float *xi = buf + i * C;
-            double sum;
-            float mx = hr_cpu_ce_row(xi, C, &sum);
-            if (l->lse) l->lse[r0 + i] = (float)((double)mx + log(sum));
-            total += (double)mx + log(sum) - xi[l->labels[r0 + i]];
-        }
-    }
-    l->loss[0] = (float)(total / (double)l->N);
-    return HR_OK;
-}
-
-/* Each piece: its logits again, dlogits = (softmax - onehot) scale / N
- * rounded as the logits, dW += dlogits^T x, then its rows of dx = dlogits W
- * (after the piece's x is read: dx may be x's bytes). */
-hr_status hr_cpu_linear_ce_bwd(void *ctx, const hr_kargs *a) {
-    const hr_linear_ce_args *l = &a->lce;
-    hr_status st = HR_OK;
-    float *buf = scratch(a, &st);
-    if (!buf) return st;
-    int64_t R = piece_rows(l), C = l->out;
     int in = (int)l->in, out = (int)l->out;
-    double invn = (double)l->scale / (double)l->N;
+    double total = 0, invn = (double)l->scale / (double)l->N;
     for (int64_t r0 = 0; r0 < l->N; r0 += R) {
         int64_t m = l->N - r0 < R ? l->N - r0 : R;
         logits(l, r0, m, buf);
@@ -83,15 +60,14 @@ hr_status hr_cpu_linear_ce_bwd(void *ctx, const hr_kargs *a) {
             double sum;
             float mx = hr_cpu_ce_row(xi, C, &sum);
             int32_t lab = l->labels[r0 + i];
+            total += (double)mx + log(sum) - xi[lab];
             for (int64_t j = 0; j < C; j++)
                 xi[j] = as_logit((float)((exp((double)xi[j] - mx) / sum - (j == lab)) * invn), l->logits_dt);
         }
-        if (l->dw)
-            hr_cpu_sgemm(true, false, out, in, (int)m, 1.0f, buf, out, l->x + r0 * in, in,
-                         r0 > 0 || l->acc_dw ? 1.0f : 0.0f, l->dw, in);
-        if (l->dx)
-            hr_cpu_sgemm(false, false, (int)m, in, out, 1.0f, buf, out, l->w, in, l->acc_dx ? 1.0f : 0.0f,
-                         l->dx + r0 * in, in);
+        hr_cpu_sgemm(true, false, out, in, (int)m, 1.0f, buf, out, l->x + r0 * in, in, r0 > 0 ? 1.0f : 0.0f, l->dw,
+                     in);
+        if (l->dx) hr_cpu_sgemm(false, false, (int)m, in, out, 1.0f, buf, out, l->w, in, 0.0f, l->dx + r0 * in, in);
     }
+    l->loss[0] = (float)(total / (double)l->N);
     return HR_OK;
 }

@@ -73,6 +73,15 @@ __device__ __forceinline__ float hr_warp_max(float v) {
     return v;
 }
 
+/* 16 bytes from global to shared memory without passing through registers
+ * (cp.async; both 16-byte aligned); they land once hr_cp_async_wait_all has
+ * passed and a __syncthreads follows. */
+__device__ __forceinline__ void hr_cp_async16(void *dst, const void *src) {
+    unsigned a = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(src));
+}
+__device__ __forceinline__ void hr_cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+
 /* Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread
  * gets the result. `sh` holds 32 values. */
 template <typename T> __device__ T hr_block_sum(T v, T *sh) {

@@ -527,12 +527,14 @@ hr_status hr_cuda_linear_bwd(void *ctx, const hr_kargs *a) {
 /* ---- LinearCrossEntropy: the head's logits a piece of rows at a time -------
  * The scratch: the weight in outp rows (outp = out rounded up to 8, the
  * extra rows zero; none when out is a multiple of 8), the piece (R rows,
- * outp wide, in dt: at most HR_PAD_BYTES), then the forward's per-row terms
- * (N doubles) or the backward's padded dW (outp x in F32, when padded), the
- * split-K partials and cuBLAS's workspace. */
+ * outp wide, in dt: at most HR_PAD_BYTES), each row's log-sum-exp (R floats)
+ * and loss term (N doubles), the split-K partials and cuBLAS's workspace.
+ * dW is formed in two products when out is not a multiple of 8: its first
+ * out8 = out rounded down to 8 rows (aligned: cuBLAS's fast kernels), then
+ * the last few; no padded copy of dW. */
 typedef struct {
-    int64_t outp, R;
-    size_t w_bytes, rows_bytes, extra_bytes, part_bytes;
+    int64_t outp, out8, R;
+    size_t w_bytes, rows_bytes, lse_bytes, term_bytes, part_bytes;
 } lce_plan;
 
 static lce_plan lce_plan_for(hr_cuda *c, const hr_kargs *a) {
@@ -540,130 +542,97 @@ static lce_plan lce_plan_for(hr_cuda *c, const hr_kargs *a) {
     lce_plan p = {0};
     size_t es = hr_dtype_size(a->dt);
     p.outp = (l->out + 7) / 8 * 8;
+    p.out8 = l->out / 8 * 8;
     int64_t r = (int64_t)(HR_PAD_BYTES / ((size_t)p.outp * es)), step = rows_per_call(c, l->in, p.outp);
     r = r < step ? r : step;
     r = r < l->N ? r : l->N;
     p.R = r > 0 ? r : 1;
     p.w_bytes = p.outp != l->out ? hr_align_up((size_t)(p.outp * l->in) * es, HR_ALIGN) : 0;
     p.rows_bytes = hr_align_up((size_t)(p.R * p.outp) * es, HR_ALIGN);
-    if (a->op == HR_OP_LINEAR_CE)
-        p.extra_bytes = hr_align_up((size_t)l->N * sizeof(double), HR_ALIGN);
-    else if (p.outp != l->out && l->dw)
-        p.extra_bytes = hr_align_up((size_t)(p.outp * l->in) * sizeof(float), HR_ALIGN);
+    p.lse_bytes = hr_align_up((size_t)p.R * sizeof(float), HR_ALIGN);
+    p.term_bytes = hr_align_up((size_t)l->N * sizeof(double), HR_ALIGN);
     int64_t rows[2] = {p.R, l->N % p.R}; /* the pieces have at most two sizes */
     for (int i = 0; i < 2; i++) {
         if (rows[i] <= 0) continue;
-        size_t b[3] = {splitk_plan_for(c, p.outp, rows[i], l->in).bytes, splitk_plan_for(c, l->in, p.outp, rows[i]).bytes,
+        size_t b[4] = {splitk_plan_for(c, p.outp, rows[i], l->in).bytes, splitk_plan_for(c, l->in, p.out8, rows[i]).bytes,
+                       splitk_plan_for(c, l->in, l->out - p.out8, rows[i]).bytes,
                        splitk_plan_for(c, l->in, rows[i], p.outp).bytes};
-        for (int k = 0; k < 3; k++) p.part_bytes = b[k] > p.part_bytes ? b[k] : p.part_bytes;
+        for (int k = 0; k < 4; k++) p.part_bytes = b[k] > p.part_bytes ? b[k] : p.part_bytes;
     }
     return p;
 }
 
-static size_t lce_workspace(hr_cuda *c, const hr_kargs *a) {
+size_t hr_cuda_linear_ce_workspace(hr_cuda *c, const hr_kargs *a) {
     lce_plan p = lce_plan_for(c, a);
-    return p.w_bytes + p.rows_bytes + p.extra_bytes + p.part_bytes + HR_CUDA_CUBLAS_WS;
+    return p.w_bytes + p.rows_bytes + p.lse_bytes + p.term_bytes + p.part_bytes + HR_CUDA_CUBLAS_WS;
 }
-size_t hr_cuda_linear_ce_workspace(hr_cuda *c, const hr_kargs *a) { return lce_workspace(c, a); }
-size_t hr_cuda_linear_ce_bwd_workspace(hr_cuda *c, const hr_kargs *a) { return lce_workspace(c, a); }
 
 HR_CUDA_TAKES_HALF(linear_ce)
-HR_CUDA_TAKES_HALF(linear_ce_bwd)
 
-/* The scratch carved as lce_plan says; the weight padded (when it is) */
-typedef struct {
-    lce_plan p;
-    node_scratch s;
-    const void *w;
-    void *rows, *extra;
-} lce_scratch;
-
-static hr_status lce_begin(hr_cuda *c, const hr_kargs *a, lce_scratch *k) {
+/* Each piece: its logits (x W^T, outp wide), each row's lse and loss term,
+ * the piece turned into dlogits in place (the padding columns zero; one
+ * pass over the piece where hrk_ce_rows_grad fits its rows, else two), dW +=
+ * dlogits^T x (F32; over pieces in order), then its rows of dx = dlogits W. */
+hr_status hr_cuda_linear_ce(void *ctx, const hr_kargs *a) {
+    hr_cuda *c = ctx;
     const hr_linear_ce_args *l = &a->lce;
-    if (l->in > INT_MAX || l->out > INT_MAX - 8)
-        return hr_error_set(HR_ERR_UNSUPPORTED, "LinearCrossEntropy: more than 2^31 features or classes");
-    k->p = lce_plan_for(c, a);
-    size_t need = lce_workspace(c, a);
+    if (l->in > INT_MAX || l->out > INT_MAX - 8 || l->N > INT_MAX)
+        return hr_error_set(HR_ERR_UNSUPPORTED, "LinearCrossEntropy: more than 2^31 rows, features or classes");
+    lce_plan p = lce_plan_for(c, a);
+    size_t need = hr_cuda_linear_ce_workspace(c, a);
     if (!a->ws || a->ws_bytes < need)
         return hr_error_set(HR_ERR_INTERNAL, "LinearCrossEntropy: %zu bytes of workspace planned, %zu needed",
                             a->ws ? a->ws_bytes : 0, need);
     unsigned char *ws = a->ws;
-    memset(&k->s, 0, sizeof k->s);
-    k->w = k->p.w_bytes ? (const void *)ws : (const void *)l->w;
-    ws += k->p.w_bytes;
-    k->rows = ws;
-    ws += k->p.rows_bytes;
-    k->extra = k->p.extra_bytes ? ws : NULL;
-    ws += k->p.extra_bytes;
-    k->s.part = k->p.part_bytes ? (float *)ws : NULL;
-    k->s.part_bytes = k->p.part_bytes;
-    ws += k->p.part_bytes;
-    k->s.blas = ws;
-    k->s.blas_bytes = a->ws_bytes - (size_t)(ws - (unsigned char *)a->ws);
-    HR_CUBLAS(cublasSetWorkspace(c->blas, k->s.blas, k->s.blas_bytes));
-    if (k->p.w_bytes) { /* the weight's rows, then zero rows up to outp */
-        size_t es = hr_dtype_size(a->dt), w = (size_t)(l->out * l->in) * es;
-        HR_CU(cudaMemcpyAsync(a->ws, l->w, w, cudaMemcpyDeviceToDevice, c->stream));
-        HR_CU(cudaMemsetAsync((unsigned char *)a->ws + w, 0, (size_t)(k->p.outp * l->in) * es - w, c->stream));
+    const void *w = p.w_bytes ? (const void *)ws : (const void *)l->w;
+    ws += p.w_bytes;
+    void *rows = ws;
+    ws += p.rows_bytes;
+    float *lse = (float *)ws;
+    ws += p.lse_bytes;
+    double *term = (double *)ws;
+    ws += p.term_bytes;
+    node_scratch s;
+    memset(&s, 0, sizeof s);
+    s.part = p.part_bytes ? (float *)ws : NULL;
+    s.part_bytes = p.part_bytes;
+    ws += p.part_bytes;
+    s.blas = ws;
+    s.blas_bytes = a->ws_bytes - (size_t)(ws - (unsigned char *)a->ws);
+    HR_CUBLAS(cublasSetWorkspace(c->blas, s.blas, s.blas_bytes));
+    size_t es = hr_dtype_size(a->dt);
+    if (p.w_bytes) { /* the weight's rows, then zero rows up to outp */
+        size_t wb = (size_t)(l->out * l->in) * es;
+        HR_CU(cudaMemcpyAsync(a->ws, l->w, wb, cudaMemcpyDeviceToDevice, c->stream));
+        HR_CU(cudaMemsetAsync((unsigned char *)a->ws + wb, 0, (size_t)(p.outp * l->in) * es - wb, c->stream));
     }
-    return HR_OK;
-}
-
-/* rows [r0, r0 + m) of the logits into the piece (m x outp, the padding 0) */
-static hr_status lce_logits(hr_cuda *c, const hr_kargs *a, lce_scratch *k, int64_t r0, int m) {
-    const hr_linear_ce_args *l = &a->lce;
-    gemm_types ty = {a->dt, a->dt};
-    return product(c, &k->s, ty, CUBLAS_OP_T, CUBLAS_OP_N, (int)k->p.outp, m, (int)l->in, k->w, (int)l->in,
-                   at(l->x, r0 * l->in, a->dt), (int)l->in, NULL, 0.0f, k->rows, (int)k->p.outp);
-}
-
-hr_status hr_cuda_linear_ce(void *ctx, const hr_kargs *a) {
-    hr_cuda *c = ctx;
-    const hr_linear_ce_args *l = &a->lce;
-    if (l->N > INT_MAX) return hr_error_set(HR_ERR_UNSUPPORTED, "LinearCrossEntropy: more than 2^31 rows");
-    lce_scratch k;
-    hr_status st = lce_begin(c, a, &k);
-    if (st) return st;
-    double *term = k.extra;
-    for (int64_t r0 = 0; r0 < l->N; r0 += k.p.R) {
-        int m = (int)(l->N - r0 < k.p.R ? l->N - r0 : k.p.R);
-        if ((st = lce_logits(c, a, &k, r0, m))) return st;
-        HR_CU(hrk_ce_rows(c->stream, a->dt, k.rows, k.p.outp, m, l->out, l->labels + r0, l->lse + r0, term + r0));
-    }
-    HR_CU(hr_finish_launch(c->stream, term, (int)l->N, l->loss, false, (double)l->N));
-    return HR_OK;
-}
-
-/* Each piece: its logits again, their gradient in place, dW += dlogits^T x
- * (F32; padded: into outp rows, copied out at the end), its rows of dx =
- * dlogits W (after the piece's x is read: dx may be x's bytes). */
-hr_status hr_cuda_linear_ce_bwd(void *ctx, const hr_kargs *a) {
-    hr_cuda *c = ctx;
-    const hr_linear_ce_args *l = &a->lce;
-    lce_scratch k;
-    hr_status st = lce_begin(c, a, &k);
-    if (st) return st;
-    int in = (int)l->in, outp = (int)k.p.outp;
-    float *dw = k.extra ? (float *)k.extra : l->dw;
-    if (k.extra && l->acc_dw) { /* dW's old value into the padded one, its extra rows zero */
-        size_t n = (size_t)(l->out * l->in) * 4;
-        HR_CU(cudaMemcpyAsync(dw, l->dw, n, cudaMemcpyDeviceToDevice, c->stream));
-        HR_CU(cudaMemsetAsync((char *)dw + n, 0, (size_t)(k.p.outp * l->in) * 4 - n, c->stream));
-    }
+    int in = (int)l->in, outp = (int)p.outp, out8 = (int)p.out8, tail = (int)(l->out - p.out8);
     float kk = (float)((double)l->scale / (double)l->N);
     gemm_types tw = {a->dt, HR_F32}, tx = {a->dt, a->dt};
-    for (int64_t r0 = 0; r0 < l->N; r0 += k.p.R) {
-        int m = (int)(l->N - r0 < k.p.R ? l->N - r0 : k.p.R);
-        if ((st = lce_logits(c, a, &k, r0, m))) return st;
-        HR_CU(hrk_ce_rows_bwd(c->stream, a->dt, k.rows, k.p.outp, m, l->out, l->labels + r0, l->lse + r0, kk));
-        if (dw && (st = product(c, &k.s, tw, CUBLAS_OP_N, CUBLAS_OP_T, in, outp, m, at(l->x, r0 * in, a->dt), in,
-                                k.rows, outp, NULL, r0 > 0 || l->acc_dw ? 1.0f : 0.0f, dw, in)))
+    bool fused = hrk_ce_rows_grad_fits(a->dt, p.outp, l->out) && !c->opt.ce_two_pass;
+    hr_status st;
+    for (int64_t r0 = 0; r0 < l->N; r0 += p.R) {
+        int m = (int)(l->N - r0 < p.R ? l->N - r0 : p.R);
+        const void *x = at(l->x, r0 * in, a->dt);
+        float beta = r0 > 0 ? 1.0f : 0.0f;
+        if ((st = product(c, &s, tx, CUBLAS_OP_T, CUBLAS_OP_N, outp, m, in, w, in, x, in, NULL, 0.0f, rows, outp)))
             return st;
-        if (l->dx && (st = product(c, &k.s, tx, CUBLAS_OP_N, CUBLAS_OP_N, in, m, outp, k.w, in, k.rows, outp, NULL,
-                                   l->acc_dx ? 1.0f : 0.0f, (void *)at(l->dx, r0 * in, a->dt), in)))
+        if (fused) {
+            HR_CU(hrk_ce_rows_grad(c->stream, a->dt, rows, p.outp, m, l->out, l->labels + r0, term + r0, kk, c->sms));
+        } else {
+            HR_CU(hrk_ce_rows(c->stream, a->dt, rows, p.outp, m, l->out, l->labels + r0, lse, term + r0));
+            HR_CU(hrk_ce_rows_bwd(c->stream, a->dt, rows, p.outp, m, l->out, l->labels + r0, lse, kk));
+        }
+        if (out8 && (st = product(c, &s, tw, CUBLAS_OP_N, CUBLAS_OP_T, in, out8, m, x, in, rows, outp, NULL, beta,
+                                  l->dw, in)))
+            return st;
+        if (tail && (st = product(c, &s, tw, CUBLAS_OP_N, CUBLAS_OP_T, in, tail, m, x, in, at(rows, out8, a->dt), outp,
+                                  NULL, beta, l->dw + (int64_t)out8 * in, in)))
+            return st;
+        if (l->dx && (st = product(c, &s, tx, CUBLAS_OP_N, CUBLAS_OP_N, in, m, outp, w, in, rows, outp, NULL, 0.0f,
+                                   (void *)at(l->dx, r0 * in, a->dt), in)))
             return st;
     }
-    if (k.extra && l->dw)
-        HR_CU(cudaMemcpyAsync(l->dw, dw, (size_t)(l->out * l->in) * 4, cudaMemcpyDeviceToDevice, c->stream));
+    HR_CU(hr_finish_launch(c->stream, term, (int)l->N, l->loss, false, (double)l->N));
     return HR_OK;
 }

@@ -246,6 +246,13 @@ cudaError_t hrk_ce_rows(cudaStream_t s, hr_dtype dt, const void *x, int64_t ld, 
                         const int32_t *lab, float *lse, double *term);
 cudaError_t hrk_ce_rows_bwd(cudaStream_t s, hr_dtype dt, void *x, int64_t ld, int64_t rows, int64_t C,
                             const int32_t *lab, const float *lse, float k);
+/* loss.cu: both in one pass over the rows (a block a row, the row in shared
+ * memory; term as hrk_ce_rows's, no lse kept), where hrk_ce_rows_grad_fits
+ * says the row suits it (C >= 1024 classes, ld of dt at most 112 KiB); sms:
+ * the device's multiprocessor count (two blocks each) */
+bool hrk_ce_rows_grad_fits(hr_dtype dt, int64_t ld, int64_t C);
+cudaError_t hrk_ce_rows_grad(cudaStream_t s, hr_dtype dt, void *x, int64_t ld, int64_t rows, int64_t C,
+                             const int32_t *lab, double *term, float k, int sms);
 /* gemm_splitk.cu: C (m, n column-major, leading dimension ldc, ct values:
  * F32, BF16 or F16) = the sum of the `parts` F32 partials (each m*n, packed,
  * one after the other) in the order 0..parts-1, + bias[i] on row i when bias,

@@ -253,6 +253,87 @@ __global__ void k_ce_rows_bwd(T *x, int64_t ld, int64_t rows, int64_t C, const i
     }
 }
 
+/* Forward and backward of a row in one pass over global memory (the
+ * LinearCrossEntropy's pieces): one block a row, the row staged in shared
+ * memory by 16-byte cp.async copies, all in flight at once; its statistics
+ * from there (ce_vec's per-vector (max, sum), each thread's merged in order,
+ * then the warps' as k_ce_rows merges its parts: the same bits every run),
+ * lse and the term, then the gradient written over the row, the padding
+ * zeros: k_ce_rows's and k_ce_rows_bwd's arithmetic with the logits read
+ * once instead of twice. Rows of CE_GRAD_MIN_COLS classes or more (narrower
+ * ones: a warp a row does better) and at most CE_GRAD_MAX_BYTES (two blocks
+ * an SM). */
+enum { CE_GRAD_THREADS = 512, CE_GRAD_WARPS = CE_GRAD_THREADS / 32, CE_GRAD_MIN_COLS = 1024 };
+#define CE_GRAD_MAX_BYTES ((int64_t)112 * 1024)
+
+template <typename T>
+__global__ void __launch_bounds__(CE_GRAD_THREADS)
+    k_ce_rows_grad(T *x, int64_t ld, int64_t rows, int64_t C, const int32_t *lab, double *term, float k) {
+    typedef hr_vec<T, ce_span<T>::V> vec;
+    constexpr int V = ce_span<T>::V;
+    extern __shared__ __align__(16) unsigned char ce_row_sm[];
+    vec *sv = (vec *)ce_row_sm;
+    const T *se = (const T *)ce_row_sm;
+    __shared__ float shm[CE_GRAD_WARPS];
+    __shared__ double shs[CE_GRAD_WARPS];
+    __shared__ float sh_lse;
+    int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int64_t nv = ld / V, full = C / V;
+    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+        vec *xv = (vec *)(x + r * ld);
+        for (int64_t q = tid; q < nv; q += CE_GRAD_THREADS) hr_cp_async16(&sv[q], &xv[q]);
+        hr_cp_async_wait_all();
+        __syncthreads();
+        float m = -INFINITY;
+        double s = 0;
+        for (int64_t q = tid; q < full; q += CE_GRAD_THREADS) ce_vec<T>(m, s, sv[q]);
+        if (tid < C - full * V) ce_add(m, s, hr_f(se[full * V + tid])); /* the last few classes */
+        float mx = hr_warp_max(m);
+        s = m == -INFINITY && s == 0.0 ? 0.0 : s * (double)expf(m - mx);
+        s = hr_warp_sum(s);
+        if (lane == 0) shm[warp] = mx, shs[warp] = s;
+        __syncthreads();
+        if (tid == 0) {
+            float M = shm[0];
+            double S = shs[0];
+            for (int w = 1; w < CE_GRAD_WARPS; w++) ce_merge_parts(M, S, shm[w], shs[w]);
+            double l = (double)M + log(S);
+            sh_lse = (float)l;
+            term[r] = l - (double)hr_f(se[lab[r]]);
+        }
+        __syncthreads();
+        float L = sh_lse;
+        int64_t l = lab[r];
+        for (int64_t q = tid; q < nv; q += CE_GRAD_THREADS) {
+            vec v = sv[q];
+#pragma unroll
+            for (int i = 0; i < V; i++) {
+                int64_t j = q * V + i;
+                v.v[i] = hr_to<T>(j < C ? (expf(hr_f(v.v[i]) - L) - (j == l ? 1.0f : 0.0f)) * k : 0.0f);
+            }
+            xv[q] = v;
+        }
+        __syncthreads(); /* the next row takes the shared memory */
+    }
+}
+
+static bool ce_rows_grad_fits(hr_dtype dt, int64_t ld, int64_t C) {
+    return C >= CE_GRAD_MIN_COLS && ld * (int64_t)hr_dtype_size(dt) <= CE_GRAD_MAX_BYTES;
+}
+
+template <typename T>
+static cudaError_t ce_rows_grad(cudaStream_t s, void *x, int64_t ld, int64_t rows, int64_t C, const int32_t *lab,
+                                double *term, float k, int sms) {
+    size_t bytes = (size_t)ld * sizeof(T);
+    cudaError_t e = cudaFuncSetAttribute(k_ce_rows_grad<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e != cudaSuccess) return e;
+    int64_t blocks = 2 * (int64_t)(sms > 0 ? sms : 1);
+    blocks = blocks < rows ? blocks : rows;
+    k_ce_rows_grad<T><<<(unsigned)(blocks < 1 ? 1 : blocks), CE_GRAD_THREADS, bytes, s>>>((T *)x, ld, rows, C, lab,
+                                                                                       term, k);
+    return cudaGetLastError();
+}
+
 template <typename T>
 static cudaError_t ce_rows(cudaStream_t s, const void *x, int64_t ld, int64_t rows, int64_t C, const int32_t *lab,
                            float *lse, double *term) {
@@ -340,6 +421,13 @@ cudaError_t hrk_ce_rows(cudaStream_t s, hr_dtype dt, const void *x, int64_t ld, 
 cudaError_t hrk_ce_rows_bwd(cudaStream_t s, hr_dtype dt, void *x, int64_t ld, int64_t rows, int64_t C,
                             const int32_t *lab, const float *lse, float k) {
     return HR_DT_CALL(dt, ce_rows_bwd, s, x, ld, rows, C, lab, lse, k);
+}
+
+bool hrk_ce_rows_grad_fits(hr_dtype dt, int64_t ld, int64_t C) { return ce_rows_grad_fits(dt, ld, C); }
+
+cudaError_t hrk_ce_rows_grad(cudaStream_t s, hr_dtype dt, void *x, int64_t ld, int64_t rows, int64_t C,
+                             const int32_t *lab, double *term, float k, int sms) {
+    return HR_DT_CALL(dt, ce_rows_grad, s, x, ld, rows, C, lab, term, k, sms);
 }
 
 /* ---- the kernel entries ---- */
