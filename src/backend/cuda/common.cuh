@@ -74,13 +74,18 @@ __device__ __forceinline__ float hr_warp_max(float v) {
 }
 
 /* 16 bytes from global to shared memory without passing through registers
- * (cp.async; both 16-byte aligned); they land once hr_cp_async_wait_all has
- * passed and a __syncthreads follows. */
+ * (cp.async; both 16-byte aligned), in groups (hr_cp_async_commit); a group
+ * has landed once hr_cp_async_wait_group has passed and a __syncthreads
+ * follows. */
 __device__ __forceinline__ void hr_cp_async16(void *dst, const void *src) {
     unsigned a = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(a), "l"(src));
 }
-__device__ __forceinline__ void hr_cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::); }
+__device__ __forceinline__ void hr_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/* every committed group but the last `pending` has landed */
+template <int pending> __device__ __forceinline__ void hr_cp_async_wait_group() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
 
 /* Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread
  * gets the result. `sh` holds 32 values. */

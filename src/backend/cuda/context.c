@@ -62,6 +62,7 @@ hr_status hr_cuda_init(hr_cuda *c, const hr_config_t *cfg) {
     HR_CU(cudaGetDeviceProperties(&prop, c->device));
     snprintf(c->device_name, sizeof c->device_name, "%s", prop.name);
     c->sms = prop.multiProcessorCount;
+    c->smem_optin = prop.sharedMemPerBlockOptin;
     size_t before = 0, after = 0, f0, t0, f1, t1;
     char bus[64] = "";
     hr_nvml *nvml = NULL;

@@ -609,7 +609,7 @@ hr_status hr_cuda_linear_ce(void *ctx, const hr_kargs *a) {
     int in = (int)l->in, outp = (int)p.outp, out8 = (int)p.out8, tail = (int)(l->out - p.out8);
     float kk = (float)((double)l->scale / (double)l->N);
     gemm_types tw = {a->dt, HR_F32}, tx = {a->dt, a->dt};
-    bool fused = hrk_ce_rows_grad_fits(a->dt, p.outp, l->out) && !c->opt.ce_two_pass;
+    bool fused = hrk_ce_rows_grad_fits(a->dt, p.outp, l->out, c->smem_optin) && !c->opt.ce_two_pass;
     hr_status st;
     for (int64_t r0 = 0; r0 < l->N; r0 += p.R) {
         int m = (int)(l->N - r0 < p.R ? l->N - r0 : p.R);

@@ -45,6 +45,7 @@ typedef struct hr_cuda {
     char device_name[256];
     char bus_id[64];          /* PCI bus id, for NVML (the backend's device_id) */
     int sms;                  /* multiprocessors */
+    size_t smem_optin;        /* shared memory a block may ask for (sharedMemPerBlockOptin) */
     bool allow_tf32;
     int64_t max_elems;        /* per library call (cuBLAS, cuDNN take int sizes): opt.max_call_elems or INT_MAX */
     cudaStream_t stream;      /* every kernel and library call */
@@ -246,11 +247,12 @@ cudaError_t hrk_ce_rows(cudaStream_t s, hr_dtype dt, const void *x, int64_t ld, 
                         const int32_t *lab, float *lse, double *term);
 cudaError_t hrk_ce_rows_bwd(cudaStream_t s, hr_dtype dt, void *x, int64_t ld, int64_t rows, int64_t C,
                             const int32_t *lab, const float *lse, float k);
-/* loss.cu: both in one pass over the rows (a block a row, the row in shared
- * memory; term as hrk_ce_rows's, no lse kept), where hrk_ce_rows_grad_fits
- * says the row suits it (C >= 1024 classes, ld of dt at most 112 KiB); sms:
- * the device's multiprocessor count (two blocks each) */
-bool hrk_ce_rows_grad_fits(hr_dtype dt, int64_t ld, int64_t C);
+/* loss.cu: both in one pass over the rows (a block an SM, two rows in its
+ * shared memory; term as hrk_ce_rows's, no lse kept), where
+ * hrk_ce_rows_grad_fits says the row suits it (C >= 1024 classes, two rows
+ * of ld in dt within smem_optin bytes, at most 112 KiB each); sms: the
+ * device's multiprocessor count */
+bool hrk_ce_rows_grad_fits(hr_dtype dt, int64_t ld, int64_t C, size_t smem_optin);
 cudaError_t hrk_ce_rows_grad(cudaStream_t s, hr_dtype dt, void *x, int64_t ld, int64_t rows, int64_t C,
                              const int32_t *lab, double *term, float k, int sms);
 /* gemm_splitk.cu: C (m, n column-major, leading dimension ldc, ct values:

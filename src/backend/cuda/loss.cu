@@ -254,16 +254,21 @@ __global__ void k_ce_rows_bwd(T *x, int64_t ld, int64_t rows, int64_t C, const i
 }
 
 /* Forward and backward of a row in one pass over global memory (the
- * LinearCrossEntropy's pieces): one block a row, the row staged in shared
- * memory by 16-byte cp.async copies, all in flight at once; its statistics
- * from there (ce_vec's per-vector (max, sum), each thread's merged in order,
- * then the warps' as k_ce_rows merges its parts: the same bits every run),
- * lse and the term, then the gradient written over the row, the padding
- * zeros: k_ce_rows's and k_ce_rows_bwd's arithmetic with the logits read
- * once instead of twice. Rows of CE_GRAD_MIN_COLS classes or more (narrower
- * ones: a warp a row does better) and at most CE_GRAD_MAX_BYTES (two blocks
- * an SM). */
-enum { CE_GRAD_THREADS = 512, CE_GRAD_WARPS = CE_GRAD_THREADS / 32, CE_GRAD_MIN_COLS = 1024 };
+ * LinearCrossEntropy's pieces): a block an SM, a row at a time, staged in
+ * shared memory by 16-byte cp.async copies, the next row's arriving in a
+ * second buffer while the block works on this one. From there, each
+ * step a pass of independent work (no chain of rescalings): the row's
+ * maximum M; sum exp(x - M) (float a thread, double across the threads, the
+ * warps added in order: the same bits every run); lse and the term; then the
+ * gradient (softmax - onehot) k written over the row, the padding zeros.
+ * exp(y) is exp2f(y log2 e) (2 ulp, and the argument's rounding: a few
+ * parts in 10^7 at |y| = 20, below a bf16 logit's spacing by far). A
+ * NaN logit makes the row's sum NaN, as PyTorch's; -inf ones add nothing.
+ * The logits are read from global memory once instead of twice. Rows of
+ * CE_GRAD_MIN_COLS classes or more (narrower ones: a warp a row does
+ * better) and at most CE_GRAD_MAX_BYTES (two rows in an SM's shared memory). */
+enum { CE_GRAD_THREADS = 1024, CE_GRAD_WARPS = CE_GRAD_THREADS / 32, CE_GRAD_MIN_COLS = 1024 };
+#define CE_LOG2E 1.44269504088896341f /* exp(y) as exp2f(y log2 e): one multiply-add and the hardware's 2^x */
 #define CE_GRAD_MAX_BYTES ((int64_t)112 * 1024)
 
 template <typename T>
@@ -272,62 +277,97 @@ __global__ void __launch_bounds__(CE_GRAD_THREADS)
     typedef hr_vec<T, ce_span<T>::V> vec;
     constexpr int V = ce_span<T>::V;
     extern __shared__ __align__(16) unsigned char ce_row_sm[];
-    vec *sv = (vec *)ce_row_sm;
-    const T *se = (const T *)ce_row_sm;
     __shared__ float shm[CE_GRAD_WARPS];
     __shared__ double shs[CE_GRAD_WARPS];
-    __shared__ float sh_lse;
+    __shared__ float sh_m, sh_lse;
     int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    int64_t nv = ld / V, full = C / V;
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    int nv = (int)(ld / V), full = (int)(C / V), rest = (int)(C - (int64_t)full * V);
+    size_t row_bytes = (size_t)ld * sizeof(T);
+    int64_t r = blockIdx.x;
+    if (r >= rows) return;
+    for (int q = tid; q < nv; q += CE_GRAD_THREADS) hr_cp_async16(ce_row_sm + (size_t)q * 16, (const vec *)(x + r * ld) + q);
+    hr_cp_async_commit();
+    for (int it = 0; r < rows; r += gridDim.x, it++) {
+        const unsigned char *buf = ce_row_sm + (it & 1) * row_bytes;
+        const vec *sv = (const vec *)buf;
+        const T *se = (const T *)buf;
         vec *xv = (vec *)(x + r * ld);
-        for (int64_t q = tid; q < nv; q += CE_GRAD_THREADS) hr_cp_async16(&sv[q], &xv[q]);
-        hr_cp_async_wait_all();
+        if (r + gridDim.x < rows) { /* the next row into the other buffer while this one is worked on */
+            unsigned char *nb = ce_row_sm + ((it + 1) & 1) * row_bytes;
+            const vec *nx = (const vec *)(x + (r + gridDim.x) * ld);
+            for (int q = tid; q < nv; q += CE_GRAD_THREADS) hr_cp_async16(nb + (size_t)q * 16, nx + q);
+            hr_cp_async_commit();
+            hr_cp_async_wait_group<1>();
+        } else {
+            hr_cp_async_wait_group<0>();
+        }
         __syncthreads();
+        /* the maximum */
         float m = -INFINITY;
-        double s = 0;
-        for (int64_t q = tid; q < full; q += CE_GRAD_THREADS) ce_vec<T>(m, s, sv[q]);
-        if (tid < C - full * V) ce_add(m, s, hr_f(se[full * V + tid])); /* the last few classes */
-        float mx = hr_warp_max(m);
-        s = m == -INFINITY && s == 0.0 ? 0.0 : s * (double)expf(m - mx);
-        s = hr_warp_sum(s);
-        if (lane == 0) shm[warp] = mx, shs[warp] = s;
+        for (int q = tid; q < full; q += CE_GRAD_THREADS) {
+            vec v = sv[q];
+#pragma unroll
+            for (int i = 0; i < V; i++) m = fmaxf(m, hr_f(v.v[i]));
+        }
+        if (tid < rest) m = fmaxf(m, hr_f(se[full * V + tid]));
+        m = hr_warp_max(m);
+        if (lane == 0) shm[warp] = m;
         __syncthreads();
         if (tid == 0) {
             float M = shm[0];
-            double S = shs[0];
-            for (int w = 1; w < CE_GRAD_WARPS; w++) ce_merge_parts(M, S, shm[w], shs[w]);
+            for (int w = 1; w < CE_GRAD_WARPS; w++) M = fmaxf(M, shm[w]);
+            sh_m = M;
+        }
+        __syncthreads();
+        float M = sh_m, nm2 = -M * CE_LOG2E;
+        /* sum exp(x - M): -inf adds 0 (a row all -inf: M = -inf, the sum NaN, as the log-sum-exp's) */
+        float f = 0.0f;
+        for (int q = tid; q < full; q += CE_GRAD_THREADS) {
+            vec v = sv[q];
+#pragma unroll
+            for (int i = 0; i < V; i++) f += exp2f(fmaf(hr_f(v.v[i]), CE_LOG2E, nm2));
+        }
+        if (tid < rest) f += exp2f(fmaf(hr_f(se[full * V + tid]), CE_LOG2E, nm2));
+        double s = hr_warp_sum((double)f);
+        if (lane == 0) shs[warp] = s;
+        __syncthreads();
+        if (tid == 0) {
+            double S = 0;
+            for (int w = 0; w < CE_GRAD_WARPS; w++) S += shs[w];
             double l = (double)M + log(S);
             sh_lse = (float)l;
             term[r] = l - (double)hr_f(se[lab[r]]);
         }
         __syncthreads();
-        float L = sh_lse;
+        float nl2 = -sh_lse * CE_LOG2E;
         int64_t l = lab[r];
-        for (int64_t q = tid; q < nv; q += CE_GRAD_THREADS) {
+        for (int q = tid; q < nv; q += CE_GRAD_THREADS) {
             vec v = sv[q];
 #pragma unroll
             for (int i = 0; i < V; i++) {
-                int64_t j = q * V + i;
-                v.v[i] = hr_to<T>(j < C ? (expf(hr_f(v.v[i]) - L) - (j == l ? 1.0f : 0.0f)) * k : 0.0f);
+                int64_t j = (int64_t)q * V + i;
+                float p = exp2f(fmaf(hr_f(v.v[i]), CE_LOG2E, nl2));
+                v.v[i] = hr_to<T>(j < C ? (p - (j == l ? 1.0f : 0.0f)) * k : 0.0f);
             }
             xv[q] = v;
         }
-        __syncthreads(); /* the next row takes the shared memory */
+        __syncthreads(); /* the row after next takes this buffer */
     }
 }
 
-static bool ce_rows_grad_fits(hr_dtype dt, int64_t ld, int64_t C) {
-    return C >= CE_GRAD_MIN_COLS && ld * (int64_t)hr_dtype_size(dt) <= CE_GRAD_MAX_BYTES;
+/* two rows and the kernel's own 400-odd bytes (1 KiB kept) */
+static bool ce_rows_grad_fits(hr_dtype dt, int64_t ld, int64_t C, size_t smem_optin) {
+    int64_t row = ld * (int64_t)hr_dtype_size(dt);
+    return C >= CE_GRAD_MIN_COLS && row <= CE_GRAD_MAX_BYTES && 2 * row + 1024 <= (int64_t)smem_optin;
 }
 
 template <typename T>
 static cudaError_t ce_rows_grad(cudaStream_t s, void *x, int64_t ld, int64_t rows, int64_t C, const int32_t *lab,
                                 double *term, float k, int sms) {
-    size_t bytes = (size_t)ld * sizeof(T);
+    size_t bytes = 2 * (size_t)ld * sizeof(T);
     cudaError_t e = cudaFuncSetAttribute(k_ce_rows_grad<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
     if (e != cudaSuccess) return e;
-    int64_t blocks = 2 * (int64_t)(sms > 0 ? sms : 1);
+    int64_t blocks = sms > 0 ? sms : 1;
     blocks = blocks < rows ? blocks : rows;
     k_ce_rows_grad<T><<<(unsigned)(blocks < 1 ? 1 : blocks), CE_GRAD_THREADS, bytes, s>>>((T *)x, ld, rows, C, lab,
                                                                                        term, k);
@@ -423,7 +463,9 @@ cudaError_t hrk_ce_rows_bwd(cudaStream_t s, hr_dtype dt, void *x, int64_t ld, in
     return HR_DT_CALL(dt, ce_rows_bwd, s, x, ld, rows, C, lab, lse, k);
 }
 
-bool hrk_ce_rows_grad_fits(hr_dtype dt, int64_t ld, int64_t C) { return ce_rows_grad_fits(dt, ld, C); }
+bool hrk_ce_rows_grad_fits(hr_dtype dt, int64_t ld, int64_t C, size_t smem_optin) {
+    return ce_rows_grad_fits(dt, ld, C, smem_optin);
+}
 
 cudaError_t hrk_ce_rows_grad(cudaStream_t s, hr_dtype dt, void *x, int64_t ld, int64_t rows, int64_t C,
                              const int32_t *lab, double *term, float k, int sms) {
