@@ -54,6 +54,10 @@ done
 # CPU tests that take the GPU too
 run_one test_chunk.cuda HR_TEST_DEVICE=cuda "$BUILD/tests/test_chunk"
 run_one test_cuda_ops.splitk HR_CUDA_SPLITK=32 "$BUILD/tests/gpu/test_cuda_ops"
+# Linear's bias filled into y before its product, not in cuBLASLt's
+# epilogue; LinearCrossEntropy's pieces read twice
+run_one test_cuda_ops.nolt HR_CUDA_LT=0 "$BUILD/tests/gpu/test_cuda_ops"
+run_one test_cuda_half.two_pass HR_CE_ONE_PASS=0 "$BUILD/tests/gpu/test_cuda_half"
 run_one test_cuda_golden.legacy HR_CUDNN_API=legacy "$BUILD/tests/gpu/test_cuda_golden"
 run_one test_cuda_ops.whole HR_CUDA_PIECE_MIN=0 "$BUILD/tests/gpu/test_cuda_ops"
 # every batch input sent in pieces that the first node takes as they arrive
