@@ -115,12 +115,12 @@ template <typename T, int V> __global__ void k_col_part(const T *dy, double *par
     }
 }
 
+/* a block of 256 threads a 32 columns (hr_sum_parts) */
 __global__ void k_col_finish(const double *part, float *db, int64_t C, int64_t S, bool acc) {
-    HR_GRID_STRIDE(c, C) {
-        double s = 0;
-        for (int64_t k = 0; k < S; k++) s += part[k * C + c];
-        db[c] = (acc ? db[c] : 0.0f) + (float)s;
-    }
+    __shared__ double sh[8][33];
+    int64_t c = (int64_t)blockIdx.x * 32 + (threadIdx.x & 31);
+    double s = hr_sum_parts(part, C, S, c, sh);
+    if (threadIdx.x < 32 && c < C) db[c] = (acc ? db[c] : 0.0f) + (float)s;
 }
 
 static unsigned chan_grid(int64_t C) { return (unsigned)C; } /* C <= 2^31 by the model's checks */
@@ -184,7 +184,7 @@ cudaError_t hrk_channel_sum_ws(cudaStream_t s, hr_dtype dt, const void *dy, floa
         if (!part || S <= 1) return hrk_channel_sum(s, dt, dy, db, N, C, HW, acc);
         cudaError_t e = HR_DT_CALL(dt, col_part, s, dy, (double *)part, N, C, S);
         if (e != cudaSuccess) return e;
-        k_col_finish<<<hr_grid(C), HR_THREADS, 0, s>>>((const double *)part, db, C, S, acc);
+        k_col_finish<<<(unsigned)((C + 31) / 32), 256, 0, s>>>((const double *)part, db, C, S, acc);
         return cudaGetLastError();
     }
     int64_t S = hr_chan_splits(N, C);

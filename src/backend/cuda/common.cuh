@@ -73,6 +73,27 @@ __device__ __forceinline__ float hr_warp_max(float v) {
     return v;
 }
 
+/* Column c's sum of S partials part[k cols + c], k = 0..S-1, by a block of
+ * 8 warps (256 threads) that owns 32 columns (the lane's column): warp q adds
+ * partials q, q + 8, ... (each a coalesced read of 32 columns, eight in
+ * flight a column where one thread walking all S had one), then warp 0 adds
+ * the 8 warps' sums in order: a fixed order, the same bits every run. The
+ * sum is valid in warp 0; every thread of the block must call it. */
+__device__ __forceinline__ double hr_sum_parts(const double *part, int64_t cols, int64_t S, int64_t c,
+                                               double (*sh)[33]) {
+    int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    double t = 0;
+    if (c < cols)
+        for (int64_t k = ty; k < S; k += 8) t += part[k * cols + c];
+    sh[ty][tx] = t;
+    __syncthreads();
+    double s = 0;
+    if (ty == 0)
+        for (int q = 0; q < 8; q++) s += sh[q][tx];
+    __syncthreads();
+    return s;
+}
+
 /* 16 bytes from global to shared memory without passing through registers
  * (cp.async; both 16-byte aligned), in groups (hr_cp_async_commit); a group
  * has landed once hr_cp_async_wait_group has passed and a __syncthreads

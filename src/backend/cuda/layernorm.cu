@@ -291,7 +291,7 @@ static __global__ void k_ln_dx_vec(const float *x, const float *gamma, const flo
  * segments (warp w takes rows w, w+8, ...), then the 8 partial sums of a
  * column are added in warp order. With S = 1 the block writes the gradients;
  * with S > 1 it writes its partial (doubles, [S][cols]) and k_ln_col_finish
- * adds the S partials of a column in order k = 0..S-1. Either way the order is
+ * adds the S partials of a column (hr_sum_parts). Either way the order is
  * fixed by the shape alone, so the sums are deterministic. */
 #define LN_COL_ROWGROUPS 8
 
@@ -327,20 +327,15 @@ static __global__ void k_ln_col(const float *x, const float *mean, const float *
     if (db) db[c] = (acc_b ? db[c] : 0.0f) + (float)tb;
 }
 
+/* a block of 256 threads a 32 columns (hr_sum_parts) */
 static __global__ void k_ln_col_finish(const double *pg, const double *pb, float *dg, float *db, int64_t cols,
                                        int64_t S, bool acc_g, bool acc_b) {
-    HR_GRID_STRIDE(c, cols) {
-        if (dg) {
-            double t = 0;
-            for (int64_t k = 0; k < S; k++) t += pg[k * cols + c];
-            dg[c] = (acc_g ? dg[c] : 0.0f) + (float)t;
-        }
-        if (db) {
-            double t = 0;
-            for (int64_t k = 0; k < S; k++) t += pb[k * cols + c];
-            db[c] = (acc_b ? db[c] : 0.0f) + (float)t;
-        }
-    }
+    __shared__ double sh[8][33];
+    int64_t c = (int64_t)blockIdx.x * 32 + (threadIdx.x & 31);
+    double tg = dg ? hr_sum_parts(pg, cols, S, c, sh) : 0.0, tb = db ? hr_sum_parts(pb, cols, S, c, sh) : 0.0;
+    if (threadIdx.x >= 32 || c >= cols) return;
+    if (dg) dg[c] = (acc_g ? dg[c] : 0.0f) + (float)tg;
+    if (db) db[c] = (acc_b ? db[c] : 0.0f) + (float)tb;
 }
 
 /* Row slices S of the column sums: enough blocks (column tiles times slices)
@@ -463,8 +458,8 @@ hr_status hr_cuda_layernorm_bwd(void *ctx, const hr_kargs *a) {
                                                          pg, pb, rows, cols, S, p->acc_dgamma, p->acc_dbeta);
         e = cudaGetLastError();
         if (e == cudaSuccess && S > 1)
-            k_ln_col_finish<<<hr_grid(cols), HR_THREADS, 0, s>>>(pg, pb, p->dgamma, p->dbeta, cols, S, p->acc_dgamma,
-                                                                 p->acc_dbeta);
+            k_ln_col_finish<<<(unsigned)((cols + 31) / 32), 256, 0, s>>>(pg, pb, p->dgamma, p->dbeta, cols, S,
+                                                                       p->acc_dgamma, p->acc_dbeta);
         e = e == cudaSuccess ? cudaGetLastError() : e;
         if (e != cudaSuccess)
             return hr_cuda_fail(__FILE__, __LINE__, "LayerNorm.backward dgamma/dbeta kernel", cudaGetErrorString(e));
