@@ -240,7 +240,7 @@ cudaError_t hrk_channel_sum_ws(cudaStream_t s, hr_dtype dt, const void *dy, floa
 /* loss.cu: out[0] = (acc ? out[0] : 0) + sum(part[0..n)) / div, in double */
 cudaError_t hr_finish_launch(cudaStream_t s, const double *part, int n, float *out, bool acc, double div);
 /* loss.cu: the cross-entropy of `rows` rows of C logits (dt) at stride ld:
- * each row's lse and lse - x[label] (term, double); the backward rewrites
+ * each row's lse and lse - x[label] (term, double); hrk_ce_rows_bwd rewrites
  * the rows as (softmax - onehot) k from that lse, and zeros in columns [C,
  * ld) (ld a multiple of 16 bytes' elements, x 16-byte aligned) */
 cudaError_t hrk_ce_rows(cudaStream_t s, hr_dtype dt, const void *x, int64_t ld, int64_t rows, int64_t C,

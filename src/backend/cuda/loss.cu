@@ -157,10 +157,10 @@ __global__ void k_ce_bwd(const T *x, const int32_t *lab, T *dx, int64_t N, int64
 }
 
 /* ---- rows of logits in a piece of scratch (LinearCrossEntropy): row r at x
- * + r ld, C classes, ld - C padding columns. The forward keeps each row's lse
- * and its term lse - x[label] (double); the backward turns the row into its
- * gradient in place from the kept lse, the padding into zeros: the values
- * k_ce and k_ce_bwd give. */
+ * + r ld, C classes, ld - C padding columns. k_ce_rows finds each row's lse
+ * and its term lse - x[label] (double); k_ce_rows_bwd then turns the row into
+ * its gradient in place from that lse, the padding into zeros: the values
+ * k_ce and k_ce_bwd give. k_ce_rows_grad (below) does both in one pass. */
 /* A row's vectors split among P warps (part p takes the lane's vectors
  * lane + 32 p, stepping 32 P; part 0 the scalar head and tail): a row of
  * 50,257 logits is a chain of some 200 dependent merges a lane, too long for
