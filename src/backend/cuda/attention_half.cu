@@ -20,11 +20,8 @@
 #define HA_WARPS 4
 #define HA_THREADS (HA_WARPS * 32)
 #define HA_ROWS (HA_WARPS * 16) /* the rows a block owns */
-/* The exponentials are exp2f of scores scaled by log2 e (the scale folded
- * in: one multiply-add an element, then the hardware's 2^x, 2 ulp); the
- * log-sum-exp kept is the natural one. */
-#define HA_LOG2E 1.44269504088896341f
-#define HA_LN2 0.693147180559945309f
+/* The exponentials are exp2f of scores scaled by log2 e (HR_LOG2E, the
+ * softmax scale folded in); the log-sum-exp kept is the natural one. */
 
 /* ---- fragments. m16n8k16: lane = 4 g + t; A (16 x 16, row major) holds
  * (g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B (16 x 8) holds
@@ -206,7 +203,7 @@ __global__ void __launch_bounds__(HA_THREADS)
     int qw = q0 + 16 * w;                            /* the warp's first query */
     const uint16_t *base = qkv + n * T * ld + h * hs;
     uint64_t dstream = DROP ? hr_attn_stream(dr) : 0;
-    float sl2 = scale * HA_LOG2E; /* scores in base 2 */
+    float sl2 = scale * HR_LOG2E; /* scores in base 2 */
     ha_load<D, HA_ROWS>(sq, base + q0 * ld, ld, T - q0, (int)hs, vec);
 
     float o[D / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
@@ -287,7 +284,7 @@ __global__ void __launch_bounds__(HA_THREADS)
                 int d = 8 * nt + 2 * t + e;
                 if (d < hs) y[(int64_t)i * C + d] = hr_to<E>(o[nt][2 * r + e] / l[r]);
             }
-        if (lse && t == 0) lse[bh * T + i] = m[r] * HA_LN2 + logf(l[r]);
+        if (lse && t == 0) lse[bh * T + i] = m[r] * HR_LN2 + logf(l[r]);
     }
 }
 
@@ -332,7 +329,7 @@ __global__ void __launch_bounds__(HA_THREADS)
     int j0 = blockIdx.y * HA_ROWS, jw = j0 + 16 * w, c0 = blockIdx.z * DO; /* key tile 0 has the most work */
     const uint16_t *base = qkv + n * T * ld + h * hs, *dyb = dy + n * T * C + h * hs;
     uint64_t dstream = DROP ? hr_attn_stream(dr) : 0;
-    float sl2 = scale * HA_LOG2E; /* scores in base 2 */
+    float sl2 = scale * HR_LOG2E; /* scores in base 2 */
     ha_load<D, HA_ROWS>(sk, base + j0 * ld + C, ld, T - j0, (int)hs, vec);
     ha_load<D, HA_ROWS>(sv, base + j0 * ld + 2 * C, ld, T - j0, (int)hs, vec);
 
@@ -379,7 +376,7 @@ __global__ void __launch_bounds__(HA_THREADS)
             for (int e = 0; e < 4; e++) {
                 int j = jw + g + 8 * (e >> 1), x = 8 * nt + 2 * t + (e & 1), i = i0 + x;
                 bool in = j <= i && i < T;
-                float pe = in ? exp2f(fmaf(p[nt][e], sl2, -HA_LOG2E * slse[x])) : 0.0f;
+                float pe = in ? exp2f(fmaf(p[nt][e], sl2, -HR_LOG2E * slse[x])) : 0.0f;
                 float mk = DROP && in ? hr_attn_keep(dr, dstream, n, h, i, j) : 1.0f;
                 p[nt][e] = pe * mk;
                 ds[nt][e] = pe * (ds[nt][e] * mk - sD[x]);
@@ -424,14 +421,14 @@ __global__ void __launch_bounds__(HA_THREADS)
     int q0 = (gridDim.y - 1 - blockIdx.y) * HA_ROWS, qw = q0 + 16 * w, c0 = blockIdx.z * DO;
     const uint16_t *base = qkv + n * T * ld + h * hs;
     uint64_t dstream = DROP ? hr_attn_stream(dr) : 0;
-    float sl2 = scale * HA_LOG2E; /* scores in base 2 */
+    float sl2 = scale * HR_LOG2E; /* scores in base 2 */
     ha_load<D, HA_ROWS>(sq, base + q0 * ld, ld, T - q0, (int)hs, vec);
     ha_load<D, HA_ROWS>(sdy, dy + (n * T + q0) * C + h * hs, C, T - q0, (int)hs, vec);
     float L[2], Di[2];
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         int i = qw + g + 8 * r;
-        L[r] = i < T ? HA_LOG2E * lse[bh * T + i] : 0.0f; /* in base 2 */
+        L[r] = i < T ? HR_LOG2E * lse[bh * T + i] : 0.0f; /* in base 2 */
         Di[r] = i < T ? Dr[bh * T + i] : 0.0f;
     }
 

@@ -73,6 +73,11 @@ __device__ __forceinline__ float hr_warp_max(float v) {
     return v;
 }
 
+/* log2 e and ln 2 in float: exp(y) as exp2f(y log2 e) is one multiply-add
+ * and the hardware's 2^x (2 ulp), a scale folded into the multiply */
+#define HR_LOG2E 1.44269504088896341f
+#define HR_LN2 0.693147180559945309f
+
 /* Column c's sum of S partials part[k cols + c], k = 0..S-1, by a block of
  * 8 warps (256 threads) that owns 32 columns (the lane's column): warp q adds
  * partials q, q + 8, ... (each a coalesced read of 32 columns, eight in

@@ -268,7 +268,6 @@ __global__ void k_ce_rows_bwd(T *x, int64_t ld, int64_t rows, int64_t C, const i
  * CE_GRAD_MIN_COLS classes or more (narrower ones: a warp a row does
  * better) and at most CE_GRAD_MAX_BYTES (two rows in an SM's shared memory). */
 enum { CE_GRAD_THREADS = 1024, CE_GRAD_WARPS = CE_GRAD_THREADS / 32, CE_GRAD_MIN_COLS = 1024 };
-#define CE_LOG2E 1.44269504088896341f /* exp(y) as exp2f(y log2 e): one multiply-add and the hardware's 2^x */
 #define CE_GRAD_MAX_BYTES ((int64_t)112 * 1024)
 
 template <typename T>
@@ -319,15 +318,15 @@ __global__ void __launch_bounds__(CE_GRAD_THREADS)
             sh_m = M;
         }
         __syncthreads();
-        float M = sh_m, nm2 = -M * CE_LOG2E;
+        float M = sh_m, nm2 = -M * HR_LOG2E;
         /* sum exp(x - M): -inf adds 0 (a row all -inf: M = -inf, the sum NaN, as the log-sum-exp's) */
         float f = 0.0f;
         for (int q = tid; q < full; q += CE_GRAD_THREADS) {
             vec v = sv[q];
 #pragma unroll
-            for (int i = 0; i < V; i++) f += exp2f(fmaf(hr_f(v.v[i]), CE_LOG2E, nm2));
+            for (int i = 0; i < V; i++) f += exp2f(fmaf(hr_f(v.v[i]), HR_LOG2E, nm2));
         }
-        if (tid < rest) f += exp2f(fmaf(hr_f(se[full * V + tid]), CE_LOG2E, nm2));
+        if (tid < rest) f += exp2f(fmaf(hr_f(se[full * V + tid]), HR_LOG2E, nm2));
         double s = hr_warp_sum((double)f);
         if (lane == 0) shs[warp] = s;
         __syncthreads();
@@ -339,14 +338,14 @@ __global__ void __launch_bounds__(CE_GRAD_THREADS)
             term[r] = l - (double)hr_f(se[lab[r]]);
         }
         __syncthreads();
-        float nl2 = -sh_lse * CE_LOG2E;
+        float nl2 = -sh_lse * HR_LOG2E;
         int64_t l = lab[r];
         for (int q = tid; q < nv; q += CE_GRAD_THREADS) {
             vec v = sv[q];
 #pragma unroll
             for (int i = 0; i < V; i++) {
                 int64_t j = (int64_t)q * V + i;
-                float p = exp2f(fmaf(hr_f(v.v[i]), CE_LOG2E, nl2));
+                float p = exp2f(fmaf(hr_f(v.v[i]), HR_LOG2E, nl2));
                 v.v[i] = hr_to<T>(j < C ? (p - (j == l ? 1.0f : 0.0f)) * k : 0.0f);
             }
             xv[q] = v;
