@@ -112,6 +112,29 @@ static inline uint64_t hr_mix64(uint64_t x) {
 /* Uniform [0, 1) from (seed, stream, i), as scripts/hr_rng.py computes it. */
 float hr_rng_uniform(uint64_t seed, uint64_t stream, uint64_t i);
 
+/* Attention's drop draws (docs/golden.md), cheap enough for a kernel to make
+ * one per probability: a 32-bit key per head and 65536 x 65536 block of
+ * (query i, key j) pairs from the generator above, then a 32-bit avalanche
+ * of the key xor the pair's low bits (a bijection: no two pairs of a block
+ * draw alike). hr_hash32 is Wellons' "lowbias32". */
+static inline uint32_t hr_hash32(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    return x ^ (x >> 16);
+}
+static inline uint32_t hr_attn_block_key(uint64_t seed, uint64_t stream, uint64_t n, uint64_t h, uint64_t H, uint64_t i,
+                                         uint64_t j) {
+    uint64_t key = (seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL);
+    return (uint32_t)(hr_mix64(key + (((n * H + h) << 32) | ((i >> 16) << 16) | (j >> 16))) >> 32);
+}
+/* u in [0, 1), a multiple of 2^-24, for pair (i, j) of the block keyed bkey */
+static inline float hr_attn_uniform(uint32_t bkey, uint64_t i, uint64_t j) {
+    uint32_t x = hr_hash32(bkey ^ (uint32_t)(((i & 0xffffU) << 16) | (j & 0xffffU)));
+    return (float)(x >> 8) * (1.0f / 16777216.0f);
+}
+
 /* ---- half types: round to nearest even, NaN stays NaN, overflow gives inf -- */
 uint16_t hr_f32_to_bf16(float f);
 float hr_bf16_to_f32(uint16_t h);

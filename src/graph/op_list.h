@@ -257,9 +257,9 @@ typedef struct {
     int64_t N, T, C, H;
     float scale;
     /* Training with attn_pdrop > 0 (PyTorch's dropout_p): probability (i, j)
-     * of sequence n, head h is kept when hr_rng_uniform(seed, stream,
-     * hr_attn_pair(first + n, h, i, j, H, T)) >= pdrop and then scaled by
-     * pscale = 1 / (1 - pdrop); the softmax's sum is over the kept and the
+     * of sequence n, head h is kept when hr_attn_uniform(hr_attn_block_key(
+     * seed, stream, first + n, h, H, i, j), i, j) >= pdrop (core.h) and then
+     * scaled by pscale = 1 / (1 - pdrop); the softmax's sum is over the kept and the
      * dropped alike. The stream is the step's (stream_base ^ t, from dv on
      * the device when dv is set); first: the micro-batch's first sequence.
      * pdrop == 0: nothing is drawn. */
@@ -268,12 +268,6 @@ typedef struct {
     const hr_step_vars *dv;
     bool acc;
 } hr_attention_args;
-/* The index of attention probability (i, j) of sequence n, head h in the
- * drop decisions' stream (one value a query-key pair, the causal half used). */
-static inline uint64_t hr_attn_pair(uint64_t n, uint64_t h, uint64_t i, uint64_t j, uint64_t H, uint64_t T) {
-    return ((n * H + h) * T + i) * T + j;
-}
-
 /* Add: y = a + b */
 typedef struct {
     const float *a, *b;

@@ -17,6 +17,18 @@ static inline hr_model_t *mlp_dropout(void) { /* Linear ReLU Dropout Linear, CE 
     return m;
 }
 
+/* Dropout over 13 features: at batch 5, 65 values, so its kernels' vector
+ * loops (4 floats, 8 halves a thread) leave one value to the tail */
+static inline hr_model_t *odd_dropout(void) {
+    hr_model_t *m = hr_model_new("odd_dropout");
+    int x = hr_input(m, "x", 1, (int64_t[]){20});
+    x = hr_linear(m, NULL, x, 20, 13, true);
+    x = hr_dropout(m, NULL, x, 0.4f);
+    x = hr_linear(m, NULL, x, 13, 10, true);
+    hr_loss_cross_entropy(m, x, 10);
+    return m;
+}
+
 static inline hr_model_t *cnn_bn(void) { /* Conv BN ReLU MaxPool Conv AvgPool Dropout Flatten Linear, CE */
     hr_model_t *m = hr_model_new("cnn_bn");
     int x = hr_input(m, "x", 3, (int64_t[]){3, 12, 12});

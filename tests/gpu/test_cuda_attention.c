@@ -77,9 +77,14 @@ typedef struct {
 #define DROP_FIRST 4
 static double keep(const ref *r, int64_t n, int64_t h, int64_t i, int64_t j) {
     if (r->pdrop <= 0) return 1;
-    uint64_t k = (((uint64_t)(DROP_FIRST + n) * (uint64_t)r->H + (uint64_t)h) * (uint64_t)r->T + (uint64_t)i) *
-                     (uint64_t)r->T + (uint64_t)j;
-    return hr_rng_uniform(DROP_SEED, DROP_STREAM, k) >= r->pdrop ? (double)(1.0f / (1.0f - r->pdrop)) : 0.0;
+    /* docs/golden.md's "Attention's drop draws", written out here again */
+    uint64_t key = ((uint64_t)DROP_SEED * 0x100000001B3ULL) ^ (DROP_STREAM * 0x9E3779B97F4A7C15ULL);
+    uint64_t blk = ((uint64_t)((DROP_FIRST + n) * r->H + h) << 32) | ((uint64_t)(i >> 16) << 16) | (uint64_t)(j >> 16);
+    uint32_t x = (uint32_t)(hr_mix64(key + blk) >> 32) ^ (uint32_t)(((i & 0xffff) << 16) | (j & 0xffff));
+    x = (x ^ (x >> 16)) * 0x7feb352dU;
+    x = (x ^ (x >> 15)) * 0x846ca68bU;
+    x ^= x >> 16;
+    return (double)(x >> 8) / 16777216.0 >= r->pdrop ? (double)(1.0f / (1.0f - r->pdrop)) : 0.0;
 }
 
 static void reference(ref *r) {

@@ -564,9 +564,9 @@ int main(void) {
     test_faults();
 
     printf("node by node, CUDA vs CPU on identical inputs\n");
-    enum { NMODELS = 11 };
-    hr_model_t *ms[NMODELS] = {mlp_dropout(), cnn_bn(),  res_concat(), bn1d_softmax_mse(), overlap_pool(), wide_pool(),
-                               act_mlp(),     ln_cnn(),  grouped_cnn(), tiny_gpt(),        wide_gpt()};
+    enum { NMODELS = 12 };
+    hr_model_t *ms[NMODELS] = {mlp_dropout(), cnn_bn(),  res_concat(),  bn1d_softmax_mse(), overlap_pool(), wide_pool(),
+                               act_mlp(),     ln_cnn(),  grouped_cnn(), tiny_gpt(),         wide_gpt(),     odd_dropout()};
     hr_config_t c1 = config(16, HR_OPTIM_ADAM);
     c1.optim.clip_norm = 0.5f;
     hr_config_t c2 = config(8, HR_OPTIM_SGD);
@@ -579,6 +579,7 @@ int main(void) {
     hr_config_t ci = config(8, HR_OPTIM_ADAM);
     ci.mode = HR_MODE_INFER;
     run_nodes("mlp_dropout", ms[0], c1);
+    run_nodes("odd_dropout", ms[11], c5);
     run_nodes("cnn_bn", ms[1], c2);
     run_nodes("res_concat", ms[2], c3);
     run_nodes("bn1d_softmax", ms[3], c4);
@@ -621,6 +622,7 @@ int main(void) {
     unsetenv("HR_CUDA_MAX_CALL_ELEMS");
     run_casts("mlp_dropout fp16", ms[0], c1);
     run_casts("cnn_bn fp16", ms[1], c2);
+    run_casts("odd_dropout fp16", ms[11], c5);
     check_coverage();
 
     printf("the update as one group, CUDA vs CPU\n");

@@ -80,11 +80,18 @@ typedef struct {
 } att_ctx;
 
 /* the keep factor of probability (i, j) of sequence n, head h: from the
- * documented draw (op_list.h), 1 / (1 - pdrop) or 0 */
+ * documented draw (docs/golden.md, "Attention's drop draws"), written out
+ * here again, 1 / (1 - pdrop) or 0 */
 static double att_keep(const att_ctx *c, int64_t n, int64_t h, int64_t i, int64_t j) {
     if (c->pdrop <= 0) return 1;
-    uint64_t k = ((uint64_t)(n * c->H + h) * (uint64_t)c->T + (uint64_t)i) * (uint64_t)c->T + (uint64_t)j;
-    return hr_rng_uniform(7, (3ULL << 32) ^ 1, k) >= (float)c->pdrop ? 1.0 / (1.0 - (double)(float)c->pdrop) : 0.0;
+    uint64_t seed = 7, stream = (3ULL << 32) ^ 1;
+    uint64_t key = (seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL);
+    uint64_t blk = ((uint64_t)(n * c->H + h) << 32) | ((uint64_t)(i >> 16) << 16) | (uint64_t)(j >> 16);
+    uint32_t x = (uint32_t)(hr_mix64(key + blk) >> 32) ^ (uint32_t)(((i & 0xffff) << 16) | (j & 0xffff));
+    x = (x ^ (x >> 16)) * 0x7feb352dU;
+    x = (x ^ (x >> 15)) * 0x846ca68bU;
+    x ^= x >> 16;
+    return (double)(x >> 8) / 16777216.0 >= (double)(float)c->pdrop ? 1.0 / (1.0 - (double)(float)c->pdrop) : 0.0;
 }
 
 /* y and lse of every (sequence, head, query), as softmax(q k^T / sqrt(hs) + causal mask) v,

@@ -18,9 +18,9 @@ static double dot(const float *a, const float *b, int64_t n) {
 /* probability (i, j)'s factor: 1 / (1 - pdrop) kept, 0 dropped; 1 without drops */
 static double keep_factor(const hr_attention_args *p, int64_t n, int64_t h, int64_t i, int64_t j) {
     if (p->pdrop <= 0) return 1.0;
-    uint64_t k = hr_attn_pair(p->first + (uint64_t)n, (uint64_t)h, (uint64_t)i, (uint64_t)j, (uint64_t)p->H,
-                              (uint64_t)p->T);
-    return hr_rng_uniform(p->seed, p->stream, k) >= p->pdrop ? (double)p->pscale : 0.0;
+    uint32_t b = hr_attn_block_key(p->seed, p->stream, p->first + (uint64_t)n, (uint64_t)h, (uint64_t)p->H,
+                                   (uint64_t)i, (uint64_t)j);
+    return hr_attn_uniform(b, (uint64_t)i, (uint64_t)j) >= p->pdrop ? (double)p->pscale : 0.0;
 }
 
 hr_status hr_cpu_attention(void *ctx, const hr_kargs *a) {

@@ -211,6 +211,7 @@ __global__ void __launch_bounds__(HR_ATTN_THREADS, attn_tile<D>::MINB)
         load_tile<D>(Vs, base + j0 * row + 2 * C, row, T - j0, hs);
         __syncthreads();
         float s[R][R];
+        uint32_t bk = dr.p > 0 ? hr_attn_bkey(dr, dstream, n, h, i0, j0) : 0u; /* the tile's block of draws */
         tile_dot<D>(s, Qs, Ks, ty, tx);
 #pragma unroll
         for (int a = 0; a < R; a++) {
@@ -228,7 +229,7 @@ __global__ void __launch_bounds__(HR_ATTN_THREADS, attn_tile<D>::MINB)
                 int64_t j = j0 + tx + 16 * b;
                 /* dropped after the sum: the softmax counts every probability */
                 Ps[(ty + 16 * a) * PLD + tx + 16 * b] =
-                    dr.p > 0 && j <= i && i < T ? p * hr_attn_keep(dr, dstream, n, h, i, j) : p;
+                    dr.p > 0 && j <= i && i < T ? p * hr_attn_keep(dr, bk, i, j) : p;
                 rs += p;
             }
             l[a] = l[a] * f + row_sum(rs);
@@ -308,6 +309,7 @@ __global__ void __launch_bounds__(HR_ATTN_THREADS, attn_tile<D>::MINB)
         }
         __syncthreads();
         float s[R][R], g[R][R];
+        uint32_t bk = dr.p > 0 ? hr_attn_bkey(dr, dstream, n, h, i0, j0) : 0u;
         tile_dot<D>(s, Ks, Qs, ty, tx); /* k_j . q_i */
         tile_dot<D>(g, Vs, Gs, ty, tx); /* v_j . dy_i */
 #pragma unroll
@@ -319,7 +321,7 @@ __global__ void __launch_bounds__(HR_ATTN_THREADS, attn_tile<D>::MINB)
                 int64_t i = i0 + ib;
                 bool in = j <= i && i < T;
                 float p = in ? expf(scale * s[a][b] - Ls[ib]) : 0.0f;
-                float mk = dr.p > 0 && in ? hr_attn_keep(dr, dstream, n, h, i, j) : 1.0f;
+                float mk = dr.p > 0 && in ? hr_attn_keep(dr, bk, i, j) : 1.0f;
                 Ps[(ty + 16 * a) * PLD + ib] = p * mk;
                 Ss[(ty + 16 * a) * PLD + ib] = p * (g[a][b] * mk - Ds[ib]);
             }
@@ -368,6 +370,7 @@ __global__ void __launch_bounds__(HR_ATTN_THREADS, attn_tile<D>::MINB)
         load_tile<D>(Vs, base + j0 * row + 2 * C, row, T - j0, hs);
         __syncthreads();
         float s[R][R], g[R][R];
+        uint32_t bk = dr.p > 0 ? hr_attn_bkey(dr, dstream, n, h, i0, j0) : 0u;
         tile_dot<D>(s, Qs, Ks, ty, tx); /* q_i . k_j */
         tile_dot<D>(g, Gs, Vs, ty, tx); /* dy_i . v_j */
 #pragma unroll
@@ -378,7 +381,7 @@ __global__ void __launch_bounds__(HR_ATTN_THREADS, attn_tile<D>::MINB)
                 int64_t j = j0 + tx + 16 * b;
                 bool in = j <= i && i < T;
                 float p = in ? expf(scale * s[a][b] - L[a]) : 0.0f;
-                float mk = dr.p > 0 && in ? hr_attn_keep(dr, dstream, n, h, i, j) : 1.0f;
+                float mk = dr.p > 0 && in ? hr_attn_keep(dr, bk, i, j) : 1.0f;
                 Ss[(ty + 16 * a) * PLD + tx + 16 * b] = p * (g[a][b] * mk - Di[a]);
             }
         }

@@ -228,6 +228,7 @@ __global__ void __launch_bounds__(HA_THREADS)
         const uint16_t *sk_ = sk + b * 2 * BC * S, *sv_ = sk_ + BC * S;
         if (k0 <= qw + 15) { /* else the whole tile is above the warp's diagonal */
         float s[BC / 8][4];
+        uint32_t bk = DROP ? hr_attn_bkey(dr, dstream, n, h, q0, k0) : 0u; /* the tile's block of draws */
 #pragma unroll
         for (int nt = 0; nt < BC / 8; nt++) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
         ha_mm_abt<E, S, D / 16, BC / 8>(s, sq + 16 * w * S, sk_, g, t);
@@ -259,7 +260,7 @@ __global__ void __launch_bounds__(HA_THREADS)
                 float p = exp2f(s[nt][e] - m[e >> 1]);
                 int i = qw + g + 8 * (e >> 1), j = k0 + 8 * nt + 2 * t + (e & 1);
                 /* dropped after the sum: the softmax counts every probability */
-                s[nt][e] = DROP && j <= i && j < T ? p * hr_attn_keep(dr, dstream, n, h, i, j) : p;
+                s[nt][e] = DROP && j <= i && j < T ? p * hr_attn_keep(dr, bk, i, j) : p;
                 l[e >> 1] += p;
             }
         ha_mm_pb<E, S, BC / 16, D / 8>(o, s, sv_, g, t);
@@ -364,6 +365,7 @@ __global__ void __launch_bounds__(HA_THREADS)
         const float *slse = slb + 2 * b * BQ, *sD = slse + BQ;
         if (i0 + BQ - 1 >= jw) { /* else every query of the tile precedes the warp's keys */
         float p[BQ / 8][4], ds[BQ / 8][4];
+        uint32_t bk = DROP ? hr_attn_bkey(dr, dstream, n, h, i0, j0) : 0u;
 #pragma unroll
         for (int nt = 0; nt < BQ / 8; nt++)
 #pragma unroll
@@ -377,7 +379,7 @@ __global__ void __launch_bounds__(HA_THREADS)
                 int j = jw + g + 8 * (e >> 1), x = 8 * nt + 2 * t + (e & 1), i = i0 + x;
                 bool in = j <= i && i < T;
                 float pe = in ? exp2f(fmaf(p[nt][e], sl2, -HR_LOG2E * slse[x])) : 0.0f;
-                float mk = DROP && in ? hr_attn_keep(dr, dstream, n, h, i, j) : 1.0f;
+                float mk = DROP && in ? hr_attn_keep(dr, bk, i, j) : 1.0f;
                 p[nt][e] = pe * mk;
                 ds[nt][e] = pe * (ds[nt][e] * mk - sD[x]);
             }
@@ -453,6 +455,7 @@ __global__ void __launch_bounds__(HA_THREADS)
         const uint16_t *sk = skb + 2 * b * BK * S, *sv = sk + BK * S;
         if (k0 <= qw + 15) { /* else the whole tile is above the warp's diagonal */
         float p[BK / 8][4], ds[BK / 8][4];
+        uint32_t bk = DROP ? hr_attn_bkey(dr, dstream, n, h, q0, k0) : 0u;
 #pragma unroll
         for (int nt = 0; nt < BK / 8; nt++)
 #pragma unroll
@@ -466,7 +469,7 @@ __global__ void __launch_bounds__(HA_THREADS)
                 int r = e >> 1, i = qw + g + 8 * r, j = k0 + 8 * nt + 2 * t + (e & 1);
                 bool in = j <= i && i < T;
                 float pe = in ? exp2f(fmaf(p[nt][e], sl2, -L[r])) : 0.0f;
-                float mk = DROP && in ? hr_attn_keep(dr, dstream, n, h, i, j) : 1.0f;
+                float mk = DROP && in ? hr_attn_keep(dr, bk, i, j) : 1.0f;
                 ds[nt][e] = pe * (ds[nt][e] * mk - Di[r]);
             }
         ha_mm_pb<E, S, BK / 16, DO / 8>(dq, ds, sk + c0, g, t);

@@ -141,27 +141,49 @@ __device__ __forceinline__ float hr_dev_uniform(uint64_t seed, uint64_t stream, 
 }
 
 /* Attention's drop decisions (hr_attention_args, op_list.h), as the CPU
- * draws them: probability (i, j) of sequence n, head h is kept when
- * u(seed, stream, hr_attn_pair(first + n, h, i, j)) >= p, and then scaled.
+ * draws them (core.h): probability (i, j) of sequence n, head h is kept when
+ * hr_attn_uniform(hr_attn_block_key(seed, stream, first + n, h, H, i, j), i,
+ * j) >= p, and then scaled. A kernel takes the block key once a tile (tiles
+ * are aligned and never cross a 65536 boundary), then a few 32-bit
+ * operations a probability; (x >> 8) >= thr is u >= p, thr = ceil(p 2^24).
  * p == 0: none drawn. The stream is the step's, from dv in a replayed step. */
 struct hr_attn_drop {
     float p, scale;
+    uint32_t thr;
     uint64_t seed, stream, stream_base, first;
     const hr_step_vars *dv;
     int64_t H, T;
 };
 static inline hr_attn_drop hr_attn_drop_of(const hr_attention_args *a) {
-    return hr_attn_drop{a->pdrop, a->pscale, a->seed, a->stream, a->stream_base, a->first, a->dv, a->H, a->T};
+    return hr_attn_drop{a->pdrop,  a->pscale,      (uint32_t)ceil((double)a->pdrop * 16777216.0),
+                        a->seed,   a->stream,      a->stream_base,
+                        a->first,  a->dv,          a->H,
+                        a->T};
 }
 /* the step's stream in a kernel: a replayed graph reads the step from dv */
 __device__ __forceinline__ uint64_t hr_attn_stream(const hr_attn_drop &d) {
     return d.dv ? d.stream_base ^ d.dv->t : d.stream;
 }
-__device__ __forceinline__ float hr_attn_keep(const hr_attn_drop &d, uint64_t stream, int64_t n, int64_t h, int64_t i,
-                                              int64_t j) {
-    uint64_t k = (((d.first + (uint64_t)n) * (uint64_t)d.H + (uint64_t)h) * (uint64_t)d.T + (uint64_t)i) * (uint64_t)d.T +
-                 (uint64_t)j;
-    return hr_dev_uniform(d.seed, stream, k) >= d.p ? d.scale : 0.0f;
+/* the key of the 65536 x 65536 block of pairs that holds (i, j) */
+__device__ __forceinline__ uint32_t hr_attn_bkey(const hr_attn_drop &d, uint64_t stream, int64_t n, int64_t h,
+                                                 int64_t i, int64_t j) {
+    uint64_t key = (d.seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL);
+    uint64_t at = (((d.first + (uint64_t)n) * (uint64_t)d.H + (uint64_t)h) << 32) | (((uint64_t)i >> 16) << 16) |
+                  ((uint64_t)j >> 16);
+    return (uint32_t)(hr_dev_mix64(key + at) >> 32);
+}
+/* core.h's hr_hash32 */
+__device__ __forceinline__ uint32_t hr_dev_hash32(uint32_t x) {
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    return x ^ (x >> 16);
+}
+/* pair (i, j)'s factor, bkey its block's key: scale kept, 0 dropped */
+__device__ __forceinline__ float hr_attn_keep(const hr_attn_drop &d, uint32_t bkey, int64_t i, int64_t j) {
+    uint32_t x = hr_dev_hash32(bkey ^ ((((uint32_t)i & 0xffffU) << 16) | ((uint32_t)j & 0xffffU)));
+    return (x >> 8) >= d.thr ? d.scale : 0.0f;
 }
 
 #endif
