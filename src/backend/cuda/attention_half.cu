@@ -304,6 +304,32 @@ __global__ void ha_rowdot(const E *dy, const E *y, float *D, int64_t T, int64_t 
     }
 }
 
+/* The same with 16-byte loads (vec: hs a multiple of 8, rows aligned): G
+ * lanes a row (G the power of two >= hs / 8, at most 32), 32 / G rows a warp,
+ * each lane's chunks summed in order, then the group's butterfly. */
+template <typename E, int G>
+__global__ void ha_rowdot_vec(const E *dy, const E *y, float *D, int64_t T, int64_t C, int64_t H, int64_t R) {
+    int lane = threadIdx.x & 31, t = lane % G;
+    int64_t hs = C / H, warps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    for (int64_t r0 = (((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * (32 / G); r0 < R;
+         r0 += warps * (32 / G)) {
+        int64_t r = r0 + lane / G;
+        float s = 0.0f;
+        if (r < R) {
+            int64_t i = r % T, bh = r / T, n = bh / H, h = bh % H, off = (n * T + i) * C + h * hs;
+            for (int64_t d = 8 * t; d < hs; d += 8 * G) {
+                uint4 a = *reinterpret_cast<const uint4 *>(dy + off + d), b = *reinterpret_cast<const uint4 *>(y + off + d);
+                const E *ea = reinterpret_cast<const E *>(&a), *eb = reinterpret_cast<const E *>(&b);
+#pragma unroll
+                for (int k = 0; k < 8; k++) s = fmaf(hr_f(ea[k]), hr_f(eb[k]), s);
+            }
+        }
+#pragma unroll
+        for (int o = G / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+        if (t == 0 && r < R) D[r] = s;
+    }
+}
+
 /* dqkv element: the value rounded to E, or the sum with what is there */
 template <typename E> __device__ __forceinline__ void ha_put(E *p, float v, bool acc) {
     *p = hr_to<E>(acc ? hr_f(*p) + v : v);
@@ -553,8 +579,22 @@ static hr_status ha_bwd_go(cudaStream_t st, const hr_attention_args *p, float *D
     constexpr int DO = D < 128 ? D : 128;
     int64_t R = p->N * p->H * p->T;
     bool vec = ha_vec(p, p->qkv, p->dy);
-    ha_rowdot<E><<<hr_grid(R, 256 / 32), 256, 0, st>>>( /* a warp a row */
-        (const E *)p->dy, (const E *)p->y_saved, D_, p->T, p->C, p->H, R);
+    int64_t hs = p->C / p->H;
+    if (vec && hr_al(p->y_saved, 16)) { /* G = hs / 8 rounded up to a power of two: 1 to 32 lanes a row */
+        int g = 1;
+        while (g < 32 && 8 * g < hs) g *= 2;
+        unsigned grid = hr_grid((R * g + 31) / 32, 256 / 32);
+        const E *dy = (const E *)p->dy, *y = (const E *)p->y_saved;
+        if (g == 1) ha_rowdot_vec<E, 1><<<grid, 256, 0, st>>>(dy, y, D_, p->T, p->C, p->H, R);
+        else if (g == 2) ha_rowdot_vec<E, 2><<<grid, 256, 0, st>>>(dy, y, D_, p->T, p->C, p->H, R);
+        else if (g == 4) ha_rowdot_vec<E, 4><<<grid, 256, 0, st>>>(dy, y, D_, p->T, p->C, p->H, R);
+        else if (g == 8) ha_rowdot_vec<E, 8><<<grid, 256, 0, st>>>(dy, y, D_, p->T, p->C, p->H, R);
+        else if (g == 16) ha_rowdot_vec<E, 16><<<grid, 256, 0, st>>>(dy, y, D_, p->T, p->C, p->H, R);
+        else ha_rowdot_vec<E, 32><<<grid, 256, 0, st>>>(dy, y, D_, p->T, p->C, p->H, R);
+    } else {
+        ha_rowdot<E><<<hr_grid(R, 256 / 32), 256, 0, st>>>( /* a warp a row */
+            (const E *)p->dy, (const E *)p->y_saved, D_, p->T, p->C, p->H, R);
+    }
     HR_CU(cudaGetLastError());
 
     unsigned tiles = (unsigned)((p->T + HA_ROWS - 1) / HA_ROWS);

@@ -159,9 +159,11 @@ static __global__ void __launch_bounds__(1024)
 /* ---- rows of 128 NV floats (NV <= 8: GPT-2's 768, the char GPT's 384), a
  * warp a row held in registers: lane l has the float4s l, l + 32, ...; one
  * read of x and dy instead of two per pass (GPT-2's backward took 0.16 ms a
- * LayerNorm on an H100 for 150 MB). The same arithmetic as ln_*_row, the
- * lanes' double sums added by the butterfly; each element written by the
- * lane that read it, so y may be x and dx may be dy or x. */
+ * LayerNorm on an H100 for 150 MB). The arithmetic of ln_*_row, except
+ * that a lane adds its 4 NV terms in float and only the lanes' sums go to
+ * double (the butterfly): a float-to-double conversion per term cost more
+ * than the row's loads. Each element is written by the lane that read it,
+ * so y may be x and dx may be dy or x. */
 __device__ __forceinline__ float ln_c(const float4 &v, int k) { return k == 0 ? v.x : k == 1 ? v.y : k == 2 ? v.z : v.w; }
 __device__ __forceinline__ void ln_set(float4 &v, int k, float f) {
     if (k == 0) v.x = f;
@@ -205,22 +207,23 @@ static __global__ void k_ln_fwd_vec(const float *x, const float *gamma, const fl
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += nw) {
         const float4 *xr = (const float4 *)(x + r * cols);
         float4 v[NV];
-        double sm = 0;
+        float sm = 0.0f;
 #pragma unroll
-        for (int i = 0; i < NV; i++) {
-            v[i] = xr[lane + 32 * i];
+        for (int i = 0; i < NV; i++) v[i] = xr[lane + 32 * i];
+#pragma unroll
+        for (int i = 0; i < NV; i++)
 #pragma unroll
             for (int k = 0; k < 4; k++) sm += ln_c(v[i], k);
-        }
-        double mu = hr_warp_sum(sm) / (double)cols, ss = 0;
+        double mu = hr_warp_sum((double)sm) / (double)cols;
+        float muf = (float)mu, ss = 0.0f;
 #pragma unroll
         for (int i = 0; i < NV; i++)
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                double d = (double)ln_c(v[i], k) - mu;
-                ss += d * d;
+                float d = ln_c(v[i], k) - muf;
+                ss = fmaf(d, d, ss);
             }
-        double var = hr_warp_sum(ss) / (double)cols;
+        double var = hr_warp_sum((double)ss) / (double)cols;
         float mf = (float)mu, rs = (float)(1.0 / sqrt(var + (double)eps));
         if (lane == 0) {
             if (mean) mean[r] = mf;
@@ -252,7 +255,7 @@ static __global__ void k_ln_dx_vec(const float *x, const float *gamma, const flo
         const float4 *xr = (const float4 *)(x + r * cols);
         float mu = mean[r], rs = rstd[r];
         float4 xh[NV], gv[NV];
-        double sg = 0, sgx = 0;
+        float sg = 0.0f, sgx = 0.0f; /* a lane's 4 NV terms in float, the lanes' sums in double */
 #pragma unroll
         for (int i = 0; i < NV; i++) {
             int j = lane + 32 * i;
@@ -264,12 +267,11 @@ static __global__ void k_ln_dx_vec(const float *x, const float *gamma, const flo
                 ln_set(xh[i], k, h);
                 ln_set(gv[i], k, gj);
                 sg += gj;
-                sgx += (double)gj * h;
+                sgx = fmaf(gj, h, sgx);
             }
         }
-        sg = hr_warp_sum(sg);
-        sgx = hr_warp_sum(sgx);
-        float mg = (float)(sg / (double)cols), mgx = (float)(sgx / (double)cols);
+        double tg = hr_warp_sum((double)sg), tgx = hr_warp_sum((double)sgx);
+        float mg = (float)(tg / (double)cols), mgx = (float)(tgx / (double)cols);
         float4 *xo = (float4 *)(dx + r * cols);
 #pragma unroll
         for (int i = 0; i < NV; i++) {
