@@ -54,7 +54,7 @@ static bool inplace_ok(const hr_node *n, int in_idx, int out_idx) {
      * and its own element of what the forward kept */
     case HR_OP_LEAKY_RELU_BWD: case HR_OP_GELU_BWD: case HR_OP_SILU_BWD: case HR_OP_SIGMOID_BWD: case HR_OP_TANH_BWD:
         return in_idx == n->nin - 1;
-    case HR_OP_DROPOUT_BWD: return in_idx == 1;
+    case HR_OP_DROPOUT_BWD: return in_idx == 0; /* dy: it draws the decisions again */
     /* not elementwise, but documented: the kernels finish reading x (for dW)
      * before they write dx; the separate-buffers run below checks the numbers */
     case HR_OP_LINEAR_BWD: return in_idx == 0;

@@ -258,55 +258,54 @@ static void test_dropout(void) {
     fill(w, n, -1, 1);
     kt k;
     kt_init(&k);
-    int tx = KT(&k, N, D), ty = KT(&k, N, D), tm = kt_tensor(&k, HR_U8, 2, (int64_t[]){N, D}), tdy = KT(&k, N, D),
-        tdx = KT(&k, N, D), ty2 = KT(&k, N, D), tm2 = kt_tensor(&k, HR_U8, 2, (int64_t[]){N, D});
+    int tx = KT(&k, N, D), ty = KT(&k, N, D), tdy = KT(&k, N, D), tdx = KT(&k, N, D), ty2 = KT(&k, N, D);
     kt_set(&k, tx, x), kt_set(&k, tdy, w);
-    hr_step_info si = kt_si();
+    hr_step_info si = kt_si(); /* step 0, as kt_run (check_backward) runs the backward */
 
     /* p = 0: identity, every element kept, gradient passes unchanged */
     hr_node f = hr_node_make(HR_OP_DROPOUT, -1);
     f.a.p = 0.0f, f.a.train = true, f.a.seed = 3;
-    f.in[0] = tx, f.nin = 1, f.out[0] = ty, f.out[1] = tm, f.nout = 2;
+    f.in[0] = tx, f.nin = 1, f.out[0] = ty, f.nout = 1;
     kt_run_si(&k, &f, &si);
     compare(op, "p=0 forward", kf(&k, ty), x, n, 0);
     int kept = 0;
-    for (int i = 0; i < n; i++) kept += ((uint8_t *)k.ptr[tm])[i] != 0;
+    for (int i = 0; i < n; i++) kept += kf(&k, ty)[i] != 0; /* no x is 0 */
     CHECK(kept == n, "Dropout p=0 kept %d of %d", kept, n);
     hr_node b = hr_node_make(HR_OP_DROPOUT_BWD, -1);
     b.a = f.a;
-    b.in[0] = tm, b.in[1] = tdy, b.nin = 2, b.out[0] = tdx, b.nout = 1;
+    b.in[0] = tdy, b.nin = 1, b.out[0] = tdx, b.nout = 1;
     check_backward(&k, &b, (double *[]){w}, op, 1e-7, false);
 
-    /* p = 0.5: about half kept, kept values doubled; the backward uses the
-     * forward's mask: with that mask fixed, y = m x / (1-p) is linear in x */
+    /* p = 0.5: about half kept, kept values doubled, each decision the
+     * documented draw (op_list.h: layer 3's stream at step 0 is 3 << 32 ^ 1);
+     * the backward draws the same ones again: y = m x / (1-p) is linear in x */
     f.a.p = b.a.p = 0.5f;
-    si.t = 4;
     kt_run_si(&k, &f, &si);
     kept = 0;
     int bad = 0;
     for (int i = 0; i < n; i++) {
-        bool m = ((uint8_t *)k.ptr[tm])[i] != 0;
+        bool m = hr_rng_uniform(si.seed, (3ULL << 32) ^ 1, (uint64_t)i) >= 0.5f;
         kept += m;
         y[i] = m ? 2 * x[i] : 0;
         g[i] = m ? 2 * w[i] : 0;
-        bad += (kf(&k, ty)[i] != 0) != m; /* the output says the same as the mask */
+        bad += (kf(&k, ty)[i] != 0) != m;
     }
     double frac = (double)kept / n;
     printf("  Dropout(p=0.5): kept fraction %.4f of %d\n", frac, n);
     CHECK(fabs(frac - 0.5) < 0.03, "Dropout p=0.5 kept fraction %.4f", frac);
-    CHECK(bad == 0, "Dropout: %d outputs disagree with the mask", bad);
+    CHECK(bad == 0, "Dropout: %d outputs disagree with the documented draw", bad);
     compare(op, "p=0.5 forward (kept x2, dropped 0)", kf(&k, ty), y, n, 1e-7);
     check_backward(&k, &b, (double *[]){g}, op, 1e-7, false);
-    /* the same (seed, layer, step) gives the same mask; another step another */
-    f.out[0] = ty2, f.out[1] = tm2;
+    /* the same (seed, layer, step) gives the same decisions; another step others */
+    f.out[0] = ty2;
     kt_run_si(&k, &f, &si);
-    CHECK(memcmp(k.ptr[tm], k.ptr[tm2], (size_t)n) == 0, "Dropout: same seed and step, different masks");
+    CHECK(memcmp(k.ptr[ty], k.ptr[ty2], sizeof(float) * (size_t)n) == 0, "Dropout: same seed and step, different draws");
     si.t = 5;
     kt_run_si(&k, &f, &si);
-    CHECK(memcmp(k.ptr[tm], k.ptr[tm2], (size_t)n) != 0, "Dropout: the mask does not change between steps");
+    CHECK(memcmp(k.ptr[ty], k.ptr[ty2], sizeof(float) * (size_t)n) != 0, "Dropout: the draws do not change between steps");
     /* in place (y over x), as the planner allows */
-    si.t = 4;
-    f.out[0] = ty, f.out[1] = tm2;
+    si.t = 0;
+    f.out[0] = ty;
     void *save = k.ptr[ty];
     k.ptr[ty] = k.ptr[tx];
     kt_run_si(&k, &f, &si);
@@ -314,7 +313,7 @@ static void test_dropout(void) {
     k.ptr[ty] = save;
     kt_set(&k, tx, x);
     /* inference: a copy */
-    f.a.train = false, f.nout = 1, f.out[1] = -1;
+    f.a.train = false;
     kt_run_si(&k, &f, &si);
     compare(op, "inference forward", kf(&k, ty), x, n, 0);
     kt_free(&k);

@@ -76,7 +76,7 @@ char *hr_strdup(const char *s);
  * backend/cuda/conv_cache.c): bump it when kernels change speed, so that what
  * was measured with the old ones is not used. */
 #ifndef HR_VERSION
-#define HR_VERSION "0.5.2"
+#define HR_VERSION "0.5.3"
 #endif
 
 /* A text file written whole or not at all: hr_file_begin opens a temporary

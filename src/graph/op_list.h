@@ -208,14 +208,13 @@ typedef struct {
  * the GPU's arithmetic alike. */
 hr_step_vars hr_step_vars_make(const hr_optim_t *o, int64_t t, float lr);
 
-/* Dropout: keep element i when hr_rng_uniform(seed, stream, i) >= p; a kept
- * value is scaled by 1/(1-p). mask: one byte an element. Not in training (or
- * p == 0): y = x, and the mask (if any) all ones. */
+/* Dropout: keep element i when hr_rng_uniform(seed, stream, first + i) >= p;
+ * a kept value is scaled by 1/(1-p). No mask is kept: the backward draws the
+ * same decisions again from the same (seed, stream, first). Not in training
+ * (or p == 0): y = x. */
 typedef struct {
     const float *x, *dy;
-    const uint8_t *mask;  /* backward */
     float *y, *dx;
-    uint8_t *mask_out;    /* forward, training */
     int64_t n;
     float p, scale;
     uint64_t seed, stream;

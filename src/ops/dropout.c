@@ -1,9 +1,10 @@
-/* dropout.c — Dropout (nn.Dropout): its mask, the same on every backend
- * from (seed, layer, step, element), the backward node and kernel arguments. */
+/* dropout.c — Dropout (nn.Dropout): its keep decisions, the same on every
+ * backend from (seed, layer, step, element) and drawn again by the backward
+ * (no mask is kept), the backward node and kernel arguments. */
 #include "ops/ops.h"
 
-/* Dropout: in {x}, out {y, mask (u8, one byte a sample element)}; backward in
- * {mask, dy}, out {dx}. In inference the node copies (the mask is dropped). */
+/* Dropout: in {x}, out {y}; backward in {dy}, out {dx}, the decisions drawn
+ * again (PyTorch keeps a byte a value for them). In inference the node copies. */
 int hr_dropout(hr_model_t *m, const char *name, int x, float p) {
     if (!hr_model_check_tensor(m, x, "Dropout")) return -1;
     int L = hr_model_begin_layer(m, name, "Dropout");
@@ -15,10 +16,8 @@ int hr_dropout(hr_model_t *m, const char *name, int x, float p) {
     n.in[0] = x;
     n.nin = 1;
     n.out[0] = hr_model_add_act(m, L, "out", m->g.t[x].shape);
-    n.out[1] = hr_model_add_act(m, L, "mask", m->g.t[x].shape);
-    n.nout = 2;
-    if (n.out[0] < 0 || n.out[1] < 0) return -1;
-    m->g.t[n.out[1]].dtype = HR_U8;
+    n.nout = 1;
+    if (n.out[0] < 0) return -1;
     return hr_build_node(m, &n);
 }
 
@@ -33,7 +32,7 @@ static const hr_layer_sig layers[] = {
     {0},
 };
 
-static hr_status backward(hr_autodiff *ad, const hr_node *f) { return hr_ad_simple(ad, f, HR_OP_DROPOUT_BWD, f->out[1], -1); }
+static hr_status backward(hr_autodiff *ad, const hr_node *f) { return hr_ad_simple(ad, f, HR_OP_DROPOUT_BWD, -1, -1); }
 
 static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a) {
     hr_dropout_args *d = &a->drop;
@@ -45,32 +44,29 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     d->stream_base = n->a.seed << 32;
     d->stream = d->stream_base ^ (uint64_t)((si ? si->t : 0) + 1);
     d->dv = si ? si->dvars : NULL;
+    /* x and dy have one shape: both directions number the values alike, a
+     * micro-batch's continuing the whole batch's */
+    d->n = hr_shape_numel(&g->t[n->in[0]].shape);
+    d->first = si ? (uint64_t)si->sample0 * (uint64_t)hr_numel_from(g, n->in[0], 1) : 0;
     if (n->op == HR_OP_DROPOUT) {
-        d->n = hr_shape_numel(&g->t[n->in[0]].shape);
-        /* a micro-batch's masks continue the whole batch's */
-        d->first = si ? (uint64_t)si->sample0 * (uint64_t)hr_numel_from(g, n->in[0], 1) : 0;
         d->x = hr_ptr(ptr, n->in[0]);
         d->y = hr_ptr(ptr, n->out[0]);
-        if (n->nout > 1) d->mask_out = hr_ptr(ptr, n->out[1]);
         return;
     }
-    d->n = hr_shape_numel(&g->t[n->in[1]].shape);
-    d->mask = hr_ptr(ptr, n->in[0]);
-    d->dy = hr_ptr(ptr, n->in[1]);
+    d->dy = hr_ptr(ptr, n->in[0]);
     d->dx = hr_ptr(ptr, n->out[0]);
     d->acc = n->accum[0];
 }
 
-/* Training hashes a random number a value (about 12 flops); inference copies. */
+/* Training hashes a random number a value (about 12 flops), in both
+ * directions; inference copies. */
 static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
-    double x = (double)hr_shape_numel(&g->t[n->in[n->nin - 1]].shape);
-    w->flops = x * (n->op == HR_OP_DROPOUT_BWD ? 2 : n->a.train ? 13 : 0);
+    double x = (double)hr_shape_numel(&g->t[n->in[0]].shape);
+    w->flops = x * (n->op == HR_OP_DROPOUT_BWD ? 14 : n->a.train ? 13 : 0);
     w->bytes = hr_work_io_bytes(g, n);
 }
 
-/* Gradients reach x only (the mask is not differentiable). */
 const hr_op_desc hr_opdesc_dropout = {
     .per_sample = HR_SAMPLES_INFER,
-    .layers = layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1, .inplace = true, .train_outputs = true,
-    .work = work};
+    .layers = layers, .backward = backward, .unpack = unpack, .grad_inputs = 0x1, .inplace = true, .work = work};
 const hr_op_desc hr_opdesc_dropout_bwd = {.unpack = unpack, .inplace = true, .inplace_last = true, .work = work};

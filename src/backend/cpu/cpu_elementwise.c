@@ -6,9 +6,14 @@
 #include <string.h>
 
 /* Keep with probability 1-p, scaled by 1/(1-p); the decision hashes (seed,
- * stream, i), so every backend draws the same mask. Both directions multiply
- * by (keep ? scale : 0), as PyTorch's x * mask * scale: a dropped NaN or
- * +-inf gives NaN, a dropped negative -0 (not 0 written over it). */
+ * stream, first + i), so every backend draws the same ones, and the backward
+ * draws them again. Both directions multiply by (keep ? scale : 0), as
+ * PyTorch's x * mask * scale: a dropped NaN or +-inf gives NaN, a dropped
+ * negative -0 (not 0 written over it). */
+static float keep_factor(const hr_dropout_args *d, int64_t i) {
+    return hr_rng_uniform(d->seed, d->stream, d->first + (uint64_t)i) >= d->p ? d->scale : 0.0f;
+}
+
 hr_status hr_cpu_dropout(void *ctx, const hr_kargs *a) {
     const hr_dropout_args *d = &a->drop;
     const float *x = d->x;
@@ -16,31 +21,22 @@ hr_status hr_cpu_dropout(void *ctx, const hr_kargs *a) {
     int64_t N = d->n;
     if (!d->train || d->p == 0.0f) {
         if (y != x) memcpy(y, x, sizeof(float) * (size_t)N);
-        if (d->train && d->mask_out) memset(d->mask_out, 1, (size_t)N);
         return HR_OK;
     }
-    uint8_t *mask = d->mask_out;
-    float p = d->p, scale = d->scale;
-    uint64_t seed = d->seed, stream = d->stream, first = d->first;
 #pragma omp parallel for schedule(static) if (N > 65536)
-    for (int64_t i = 0; i < N; i++) {
-        uint8_t keep = hr_rng_uniform(seed, stream, first + (uint64_t)i) >= p;
-        mask[i] = keep;
-        y[i] = x[i] * (keep ? scale : 0.0f);
-    }
+    for (int64_t i = 0; i < N; i++) y[i] = x[i] * keep_factor(d, i);
     return HR_OK;
 }
 
 hr_status hr_cpu_dropout_bwd(void *ctx, const hr_kargs *a) {
     const hr_dropout_args *d = &a->drop;
-    const uint8_t *mask = d->mask;
     const float *dy = d->dy;
     float *dx = d->dx;
     int64_t N = d->n;
-    float scale = d->scale;
-    bool acc = d->acc;
+    bool acc = d->acc, all = d->p == 0.0f;
+#pragma omp parallel for schedule(static) if (N > 65536)
     for (int64_t i = 0; i < N; i++) {
-        float v = dy[i] * (mask[i] ? scale : 0.0f);
+        float v = all ? dy[i] : dy[i] * keep_factor(d, i);
         dx[i] = acc ? dx[i] + v : v;
     }
     return HR_OK;

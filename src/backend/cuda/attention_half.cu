@@ -335,6 +335,12 @@ template <typename E> __device__ __forceinline__ void ha_put(E *p, float v, bool
     *p = hr_to<E>(acc ? hr_f(*p) + v : v);
 }
 
+/* Blocks an SM the dK/dV kernel is compiled for: 4 for heads of 64
+ * channels (128 registers, 12 bytes spilled, where 3 blocks took 168 and
+ * spilled 24; GPT-2 b16's step 39.0 -> 38.6 ms on an H200), else what ptxas
+ * chooses (at 32 channels 4 blocks spilled 36 to 80 bytes). */
+#define HA_DKV_BLOCKS(D) ((D) == 64 ? 4 : 1)
+
 /* ---- backward (2): dK, dV. Block (n h, key tile of 64, channel chunk of DO),
  * warp w keys j0 + 16 w. Query tiles of BQ from the diagonal to T: S^T = K Q^T,
  * P^T = exp(scale S^T - lse_i) (fp32; 0 where i < j or i >= T), dV += P^T dY
@@ -342,7 +348,7 @@ template <typename E> __device__ __forceinline__ void ha_put(E *p, float v, bool
  * (dS rounded to E); dK *= scale. Both accumulate in fp32 fragments, written
  * once. smem: K, V [64][D+8], two buffers of Q, dY [BQ][D+8] and lse, D [BQ] floats. */
 template <typename E, int D, int BQ, int DO, bool DROP>
-__global__ void __launch_bounds__(HA_THREADS)
+__global__ void __launch_bounds__(HA_THREADS, HA_DKV_BLOCKS(D))
     ha_dkv(const E *qkv_, const E *dy_, const float *lse, const float *Dr, E *dqkv, int T, int64_t C, int H,
            float scale, bool acc, bool vec, hr_attn_drop dr) {
     constexpr int S = D + 8;
