@@ -46,7 +46,7 @@ template <typename T> struct hr_v16 {
     static constexpr int n = 16 / (int)sizeof(T);
 };
 
-static inline bool hr_al(const void *p, size_t bytes) { return ((uintptr_t)p & (bytes - 1)) == 0; }
+__host__ __device__ static inline bool hr_al(const void *p, size_t bytes) { return ((uintptr_t)p & (bytes - 1)) == 0; }
 
 /* Calls f<T>(args...) for dt's element type (F32, BF16, F16). */
 #define HR_DT_CALL(dt, f, ...)                                                                  \

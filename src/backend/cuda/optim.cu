@@ -114,19 +114,30 @@ __global__ void k_adam_mt(const __grid_constant__ mt_table tab, const float *sqn
     float *p = tab.t[k].p, *m = tab.t[k].s1, *v = tab.t[k].s2, wd = tab.t[k].wd;
     const float *g = tab.t[k].g;
     int64_t n = tab.t[k].n, stride = (int64_t)(tab.start[k + 1] - tab.start[k]) * blockDim.x;
+    int64_t i0 = (int64_t)((int)blockIdx.x - tab.start[k]) * blockDim.x + threadIdx.x;
     float cs = clip_scale(sqnorm, clip);
-    for (int64_t i = (int64_t)((int)blockIdx.x - tab.start[k]) * blockDim.x + threadIdx.x; i < n; i += stride) {
-        float gi = g[i] * cs, pi = p[i];
+    /* one value's update, the same arithmetic in either loop */
+    auto one = [&](float &pi, float &mi, float &vi, float gi) {
+        gi *= cs;
         if (decoupled)
             pi *= 1.0f - lr * wd;
         else
             gi += wd * pi;
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = pi - step * mi / (sqrtf(vi) / bc2s + eps);
+        mi = b1 * mi + (1.0f - b1) * gi;
+        vi = b2 * vi + (1.0f - b2) * gi * gi;
+        pi = pi - step * mi / (sqrtf(vi) / bc2s + eps);
+    };
+    /* float4s where the tensor allows (every parameter tensor of a GPT), else one value a thread */
+    if ((n & 3) == 0 && hr_al(p, 16) && hr_al(m, 16) && hr_al(v, 16) && hr_al(g, 16)) {
+        for (int64_t i = i0; i < n / 4; i += stride) {
+            float4 pv = ((float4 *)p)[i], mv = ((float4 *)m)[i], vv = ((float4 *)v)[i], gv = ((const float4 *)g)[i];
+            one(pv.x, mv.x, vv.x, gv.x), one(pv.y, mv.y, vv.y, gv.y);
+            one(pv.z, mv.z, vv.z, gv.z), one(pv.w, mv.w, vv.w, gv.w);
+            ((float4 *)m)[i] = mv, ((float4 *)v)[i] = vv, ((float4 *)p)[i] = pv;
+        }
+        return;
     }
+    for (int64_t i = i0; i < n; i += stride) one(p[i], m[i], v[i], g[i]);
 }
 
 /* Cuts t[0..count) into tables of up to HR_MT_MAX non-empty tensors and calls
