@@ -101,9 +101,17 @@ void hr_file_name_part(char *dst, const char *src, size_t n);
 bool hr_fault_should_fail(hr_memkind kind);
 
 /* ---- random numbers -------------------------------------------------------- */
+/* A function nvcc compiles for the GPU's kernels too: one definition for the
+ * host's and the device's draws. */
+#ifdef __CUDACC__
+#define HR_HOST_DEVICE __host__ __device__
+#else
+#define HR_HOST_DEVICE
+#endif
+
 /* The counter-based generator shared by init, random masks and the golden tests:
  * splitmix64 of a stream-keyed counter (see docs/golden.md). */
-static inline uint64_t hr_mix64(uint64_t x) {
+HR_HOST_DEVICE static inline uint64_t hr_mix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ULL;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
@@ -117,20 +125,20 @@ float hr_rng_uniform(uint64_t seed, uint64_t stream, uint64_t i);
  * (query i, key j) pairs from the generator above, then a 32-bit avalanche
  * of the key xor the pair's low bits (a bijection: no two pairs of a block
  * draw alike). hr_hash32 is Wellons' "lowbias32". */
-static inline uint32_t hr_hash32(uint32_t x) {
+HR_HOST_DEVICE static inline uint32_t hr_hash32(uint32_t x) {
     x ^= x >> 16;
     x *= 0x7feb352dU;
     x ^= x >> 15;
     x *= 0x846ca68bU;
     return x ^ (x >> 16);
 }
-static inline uint32_t hr_attn_block_key(uint64_t seed, uint64_t stream, uint64_t n, uint64_t h, uint64_t H, uint64_t i,
-                                         uint64_t j) {
+HR_HOST_DEVICE static inline uint32_t hr_attn_block_key(uint64_t seed, uint64_t stream, uint64_t n, uint64_t h,
+                                                        uint64_t H, uint64_t i, uint64_t j) {
     uint64_t key = (seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL);
     return (uint32_t)(hr_mix64(key + (((n * H + h) << 32) | ((i >> 16) << 16) | (j >> 16))) >> 32);
 }
 /* u in [0, 1), a multiple of 2^-24, for pair (i, j) of the block keyed bkey */
-static inline float hr_attn_uniform(uint32_t bkey, uint64_t i, uint64_t j) {
+HR_HOST_DEVICE static inline float hr_attn_uniform(uint32_t bkey, uint64_t i, uint64_t j) {
     uint32_t x = hr_hash32(bkey ^ (uint32_t)(((i & 0xffffU) << 16) | (j & 0xffffU)));
     return (float)(x >> 8) * (1.0f / 16777216.0f);
 }

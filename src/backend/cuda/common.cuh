@@ -125,18 +125,12 @@ template <typename T> __device__ T hr_block_sum(T v, T *sh) {
     return hr_warp_sum(v);
 }
 
-/* op_list.h's hr_mix64 and hr_rng_uniform, bit for bit:
- * u(seed, stream, i) = splitmix64(key(seed, stream) + i) >> 40, times 2^-24
- * (docs/golden.md); tests/gpu/test_cuda_ops.c compares the masks exactly. */
-__device__ __forceinline__ uint64_t hr_dev_mix64(uint64_t x) {
-    x += 0x9E3779B97F4A7C15ULL;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
-    return x ^ (x >> 31);
-}
-
+/* core.h's hr_rng_uniform, bit for bit (hr_mix64 is core.h's own, compiled
+ * for the device too): u(seed, stream, i) = splitmix64(key(seed, stream) + i)
+ * >> 40, times 2^-24 (docs/golden.md); tests/gpu/test_cuda_ops.c compares
+ * Dropout's outputs with the CPU's exactly. */
 __device__ __forceinline__ float hr_dev_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
-    uint64_t x = hr_dev_mix64(((seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL)) + i);
+    uint64_t x = hr_mix64(((seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL)) + i);
     return (float)(x >> 40) * (1.0f / 16777216.0f);
 }
 
@@ -155,10 +149,8 @@ struct hr_attn_drop {
     int64_t H, T;
 };
 static inline hr_attn_drop hr_attn_drop_of(const hr_attention_args *a) {
-    return hr_attn_drop{a->pdrop,  a->pscale,      (uint32_t)ceil((double)a->pdrop * 16777216.0),
-                        a->seed,   a->stream,      a->stream_base,
-                        a->first,  a->dv,          a->H,
-                        a->T};
+    uint32_t thr = (uint32_t)ceil((double)a->pdrop * 16777216.0);
+    return hr_attn_drop{a->pdrop, a->pscale, thr, a->seed, a->stream, a->stream_base, a->first, a->dv, a->H, a->T};
 }
 /* the step's stream in a kernel: a replayed graph reads the step from dv */
 __device__ __forceinline__ uint64_t hr_attn_stream(const hr_attn_drop &d) {
@@ -167,22 +159,12 @@ __device__ __forceinline__ uint64_t hr_attn_stream(const hr_attn_drop &d) {
 /* the key of the 65536 x 65536 block of pairs that holds (i, j) */
 __device__ __forceinline__ uint32_t hr_attn_bkey(const hr_attn_drop &d, uint64_t stream, int64_t n, int64_t h,
                                                  int64_t i, int64_t j) {
-    uint64_t key = (d.seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL);
-    uint64_t at = (((d.first + (uint64_t)n) * (uint64_t)d.H + (uint64_t)h) << 32) | (((uint64_t)i >> 16) << 16) |
-                  ((uint64_t)j >> 16);
-    return (uint32_t)(hr_dev_mix64(key + at) >> 32);
-}
-/* core.h's hr_hash32 */
-__device__ __forceinline__ uint32_t hr_dev_hash32(uint32_t x) {
-    x ^= x >> 16;
-    x *= 0x7feb352dU;
-    x ^= x >> 15;
-    x *= 0x846ca68bU;
-    return x ^ (x >> 16);
+    return hr_attn_block_key(d.seed, stream, d.first + (uint64_t)n, (uint64_t)h, (uint64_t)d.H, (uint64_t)i,
+                             (uint64_t)j);
 }
 /* pair (i, j)'s factor, bkey its block's key: scale kept, 0 dropped */
 __device__ __forceinline__ float hr_attn_keep(const hr_attn_drop &d, uint32_t bkey, int64_t i, int64_t j) {
-    uint32_t x = hr_dev_hash32(bkey ^ ((((uint32_t)i & 0xffffU) << 16) | ((uint32_t)j & 0xffffU)));
+    uint32_t x = hr_hash32(bkey ^ ((((uint32_t)i & 0xffffU) << 16) | ((uint32_t)j & 0xffffU)));
     return (x >> 8) >= d.thr ? d.scale : 0.0f;
 }
 
