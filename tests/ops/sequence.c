@@ -486,7 +486,55 @@ static void test_linear_ce(int N, int in, int V) {
     free(c.x), free(c.w), free(c.lab), free(gx), free(gw);
 }
 
+/* The attention-drop draws as a generator (core.h, docs/golden.md): over a
+ * million pairs of two heads, the kept fraction is 1 - p within 5 standard
+ * errors, and a decision says nothing of its neighbours' (the next key, the
+ * next query, the other head; the pairs either side of a 65536 block edge):
+ * each correlation within 5 / sqrt(n). A weak mix (the pair's index itself,
+ * say) fails every line. */
+static double corr(const uint8_t *a, const uint8_t *b, int64_t n) {
+    double sa = 0, sb = 0, sab = 0;
+    for (int64_t i = 0; i < n; i++) sa += a[i], sb += b[i], sab += a[i] * b[i];
+    double ma = sa / n, mb = sb / n, va = ma * (1 - ma), vb = mb * (1 - mb);
+    return (sab / n - ma * mb) / sqrt(va * vb);
+}
+
+static void test_attn_draws(void) {
+    const int64_t R = 1024, n = R * R; /* queries x keys, two heads */
+    const float p = 0.2f;
+    uint8_t *k[5];
+    for (int c = 0; c < 5; c++) k[c] = malloc((size_t)n);
+    uint32_t b0 = hr_attn_block_key(7, 3, 0, 0, 2, 0, 0), b1 = hr_attn_block_key(7, 3, 0, 1, 2, 0, 0);
+    int64_t kept = 0;
+    for (int64_t i = 0; i < R; i++)
+        for (int64_t j = 0; j < R; j++) {
+            int64_t x = i * R + j;
+            k[0][x] = hr_attn_uniform(b0, (uint64_t)i, (uint64_t)j) >= p;           /* (i, j), head 0 */
+            k[1][x] = hr_attn_uniform(b0, (uint64_t)i, (uint64_t)j + 1) >= p;       /* the next key */
+            k[2][x] = hr_attn_uniform(b0, (uint64_t)i + 1, (uint64_t)j) >= p;       /* the next query */
+            k[3][x] = hr_attn_uniform(b1, (uint64_t)i, (uint64_t)j) >= p;           /* head 1 */
+            uint64_t e = 65536 - R / 2 + (uint64_t)j; /* keys across a block edge */
+            k[4][x] = hr_attn_uniform(hr_attn_block_key(7, 3, 0, 0, 2, (uint64_t)i, e), (uint64_t)i, e) >= p;
+            kept += k[0][x];
+        }
+    double frac = (double)kept / (double)n, se = sqrt(p * (1 - p) / (double)n), bound = 5 / sqrt((double)n);
+    printf("  attention drop draws: kept %.5f of %lld (want %.5f +- %.5f); correlations", frac, (long long)n,
+           1 - (double)p, 5 * se);
+    CHECK(fabs(frac - (1 - p)) < 5 * se, "attention drop draws: kept fraction %.5f, want %.5f", frac, 1 - (double)p);
+    static const char *what[4] = {"with the next key", "with the next query", "with the other head",
+                                  "across a block edge"};
+    for (int c = 1; c < 5; c++) {
+        /* the block edge: each decision against its neighbour key (x+1) */
+        double r = c < 4 ? corr(k[0], k[c], n) : corr(k[4], k[4] + 1, n - 1);
+        printf(" %.4f", r);
+        CHECK(fabs(r) < bound, "attention drop draws: correlation %s %.4f (bound %.4f)", what[c - 1], r, bound);
+    }
+    printf(" (bound %.4f)\n", bound);
+    for (int c = 0; c < 5; c++) free(k[c]);
+}
+
 void test_sequence(void) {
+    test_attn_draws();
     test_linear_ce(7, 5, 11);
     test_linear_ce(3, 4, 2); /* two classes */
     test_lr_schedule();
