@@ -50,7 +50,8 @@ for t in $GPU_TESTS; do
     run_one "$(basename "$t")" "$t"
 done
 # the same tests down the other paths: split-K on every Linear with k >= 32,
-# cuDNN's legacy API instead of its graph API, inputs sent whole
+# cuDNN's legacy API instead of its graph API, attention's own kernels,
+# inputs sent whole
 # CPU tests that take the GPU too
 run_one test_chunk.cuda HR_TEST_DEVICE=cuda "$BUILD/tests/test_chunk"
 run_one test_cuda_ops.splitk HR_CUDA_SPLITK=32 "$BUILD/tests/gpu/test_cuda_ops"
@@ -59,6 +60,9 @@ run_one test_cuda_ops.splitk HR_CUDA_SPLITK=32 "$BUILD/tests/gpu/test_cuda_ops"
 run_one test_cuda_ops.nolt HR_CUDA_LT=0 "$BUILD/tests/gpu/test_cuda_ops"
 run_one test_cuda_half.two_pass HR_CE_ONE_PASS=0 "$BUILD/tests/gpu/test_cuda_half"
 run_one test_cuda_golden.legacy HR_CUDNN_API=legacy "$BUILD/tests/gpu/test_cuda_golden"
+# half attention by the kernels alone, not cuDNN's fused attention
+run_one test_cuda_attention.kernels HR_CUDNN_ATTENTION=0 "$BUILD/tests/gpu/test_cuda_attention"
+run_one test_cuda_half.kernels HR_CUDNN_ATTENTION=0 "$BUILD/tests/gpu/test_cuda_half"
 run_one test_cuda_ops.whole HR_CUDA_PIECE_MIN=0 "$BUILD/tests/gpu/test_cuda_ops"
 # every batch input sent in pieces that the first node takes as they arrive
 run_one test_cuda_ops.pieces HR_CUDA_PIECE_MIN=1 "$BUILD/tests/gpu/test_cuda_ops"

@@ -173,6 +173,8 @@ typedef struct {
     long long cudnn_fast_ws_mib; /* HR_CUDNN_FASTEST_WS_MIB: a fastest-mode algorithm's largest workspace
                                     (0: the backend's default) */
     bool cudnn_legacy;      /* HR_CUDNN_API=legacy */
+    bool cudnn_attention;   /* HR_CUDNN_ATTENTION (default on; 0 off): half causal attention by cuDNN's fused
+                               flash attention where it has an engine */
     bool cudnn_half_reduction; /* HR_CUDNN_HALF_REDUCTION: half convolutions may reduce in the half type */
     bool cudnn_half_legacy; /* HR_CUDNN_HALF_LEGACY (default on; 0 off): half forward and backward-data
                                convolutions on the legacy API's algorithms */

@@ -45,6 +45,7 @@ hr_options hr_options_read(void) {
     o.cudnn_fast_ws_mib = fw > 0 ? (fw > (1LL << 30) ? 1LL << 30 : fw) : 0; /* at most 1 PiB: MiB << 20 fits */
     const char *api = env("HR_CUDNN_API");
     o.cudnn_legacy = api && !strcmp(api, "legacy");
+    o.cudnn_attention = flag("HR_CUDNN_ATTENTION", true);
     o.cudnn_half_reduction = flag("HR_CUDNN_HALF_REDUCTION", false);
     o.cudnn_half_legacy = flag("HR_CUDNN_HALF_LEGACY", true);
     /* 0 (or not a number) turns split-K off; N > 0 sets the shortest k */

@@ -176,6 +176,7 @@ static double compare(const char *what, const void *got, hr_dtype t, const doubl
     return worst;
 }
 
+static bool dnn_on; /* half types may go to cuDNN (HR_CUDNN_ATTENTION unset or not 0) */
 static double worst_of[3]; /* the worst error / bound: fp32, bf16, fp16 */
 
 static int tidx(hr_dtype t) { return t == HR_F32 ? 0 : t == HR_BF16 ? 1 : 2; }
@@ -221,10 +222,16 @@ static void one_case(int64_t N, int64_t T, int64_t C, int64_t H, hr_dtype t, flo
     b.op = HR_OP_ATTENTION_BWD;
     b.attn.y = NULL, b.attn.lse = NULL;
     b.attn.y_saved = dy_, b.attn.lse_saved = dl, b.attn.dy = ddy, b.attn.dqkv = dd;
-    size_t ws = be->workspace_size(be, &b);
-    CHECK(ws == sizeof(float) * (size_t)nl, "%s: backward workspace %zu bytes, want %zu", tag, ws, sizeof(float) * (size_t)nl);
+    /* the kernels' row sums D, or cuDNN's (half types): its F32 row sums and
+     * dQ sums, then its engine's own */
+    size_t ws = be->workspace_size(be, &b), own = sizeof(float) * (size_t)nl;
+    size_t dnn = ((own + 255) & ~(size_t)255) + ((own * (size_t)(C / H) + 255) & ~(size_t)255);
+    CHECK(ws == own || (t != HR_F32 && ws >= dnn && ws <= dnn + (64u << 20)),
+          "%s: backward workspace %zu bytes, want %zu (the kernels) or %zu + the engine's (cuDNN)", tag, ws, own, dnn);
     b.ws = dalloc(ws), b.ws_bytes = ws;
-    CHECK(be->workspace_size(be, &f) == 0, "%s: the forward wants a workspace", tag);
+    size_t fws = be->workspace_size(be, &f);
+    CHECK(fws == 0 || (t != HR_F32 && fws <= (64u << 20)), "%s: the forward wants %zu bytes of workspace", tag, fws);
+    f.ws = fws ? dalloc(fws) : NULL, f.ws_bytes = fws;
     CHECK(t == HR_F32 || be->takes_half(be, HR_OP_ATTENTION, t), "%s: takes_half says no", tag);
 
     hr_status st;
@@ -257,7 +264,9 @@ static void one_case(int64_t N, int64_t T, int64_t C, int64_t H, hr_dtype t, flo
     w = compare(what, gd, t, r.dqkv, r.adqkv, r.zdqkv, nq, T, C / H);
     worst_of[ti] = fmax(worst_of[ti], w);
 
-    /* y alone (no log-sum-exp), the same bits, the same drops if any */
+    /* y alone (no log-sum-exp): the kernels' training forward's bits, the
+     * same drops if any; cuDNN's training forward (half types, unless
+     * HR_CUDNN_ATTENTION=0) is held to the bound instead */
     hr_kargs fi = f;
     fi.attn.lse = NULL;
     up(dy_, nan, es * (size_t)ny);
@@ -266,16 +275,30 @@ static void one_case(int64_t N, int64_t T, int64_t C, int64_t H, hr_dtype t, flo
     CHECK(st == HR_OK, "%s inference forward: %s", tag, hr_last_error());
     if (st) goto out;
     down(gyi, dy_, es * (size_t)ny);
-    CHECK(!memcmp(gy, gyi, es * (size_t)ny), "%s: the inference forward differs from the training one", tag);
+    if (t == HR_F32 || !dnn_on) {
+        CHECK(!memcmp(gy, gyi, es * (size_t)ny), "%s: the inference forward differs from the training one", tag);
+    } else {
+        snprintf(what, sizeof what, "%s: y (inference)", tag);
+        worst_of[ti] = fmax(worst_of[ti], compare(what, gyi, t, r.y, r.ay, r.zy, ny, T, C / H));
+    }
 
-    /* acc: dqkv += the gradient (the sum rounded once) */
+    /* acc: dqkv += the gradient (the sum rounded once), against the gradient
+     * the adding backward itself gives on zeros (cuDNN's does not add: the
+     * kernels take it, whose gradient may differ from cuDNN's in the last bit) */
+    up(dy_, gy, es * (size_t)ny); /* y as saved */
+    b.attn.acc = true;
+    memset(hacc, 0, es * (size_t)nq);
+    up(dd, hacc, es * (size_t)nq);
+    st = be->run(be, &b);
+    if (st == HR_OK) st = be->sync(be);
+    CHECK(st == HR_OK, "%s backward, adding to zero: %s", tag, hr_last_error());
+    if (st) goto out;
+    down(gd, dd, es * (size_t)nq);
     for (int64_t i = 0; i < nq; i++) {
         double p = put(hacc, i, t, frand(-1, 1));
         acc_e[i] = p + get(gd, i, t); /* the kernel's own gradient plus what was there */
     }
     up(dd, hacc, es * (size_t)nq);
-    up(dy_, gy, es * (size_t)ny); /* y as saved */
-    b.attn.acc = true;
     st = be->run(be, &b);
     if (st == HR_OK) st = be->sync(be);
     CHECK(st == HR_OK, "%s backward, adding: %s", tag, hr_last_error());
@@ -327,6 +350,8 @@ static void timing(const char *name, int64_t N, int64_t T, int64_t C, int64_t H,
     b.attn.y_saved = y, b.attn.lse_saved = dl, b.attn.dy = dy, b.attn.dqkv = dd;
     b.ws_bytes = be->workspace_size(be, &b);
     b.ws = dalloc(b.ws_bytes);
+    f.ws_bytes = be->workspace_size(be, &f);
+    f.ws = f.ws_bytes ? dalloc(f.ws_bytes) : NULL;
     double tf[15], tb[15];
     for (int k = 0; k < 18; k++) {
         double t0 = now_ms();
@@ -351,6 +376,10 @@ int main(void) {
         printf("SKIP: no CUDA device (%s)\n", hr_backend_cuda_new(NULL) ? "?" : hr_last_error());
         TEST_END();
     }
+    const char *dv = getenv("HR_CUDNN_ATTENTION");
+    dnn_on = !(dv && *dv == '0');
+    printf("  half types by %s\n", dnn_on ? "cuDNN's fused attention where it has an engine (HR_CUDNN_ATTENTION=0: "
+                                            "the kernels alone)" : "the kernels alone (HR_CUDNN_ATTENTION=0)");
     hr_config_t cfg = hr_config_default();
     cfg.device = HR_DEVICE_CUDA;
     be = hr_backend_cuda_new(&cfg);

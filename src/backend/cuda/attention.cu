@@ -431,14 +431,23 @@ template <int D> static hr_status attn_bwd(const hr_attention_args *p, float *Dr
 
 extern "C" {
 
-/* the backward's row sums D, one float a (sequence, head, position) */
+/* cuDNN's fused attention where it runs the shape (cudnn_attention.c) */
+size_t hr_cuda_attention_workspace(hr_cuda *c, const hr_kargs *a) {
+    return a->dt != HR_F32 ? hr_cuda_sdpa_workspace(c, &a->attn, a->dt, false) : 0;
+}
+
+/* the backward's row sums D, one float a (sequence, head, position), or cuDNN's */
 size_t hr_cuda_attention_bwd_workspace(hr_cuda *c, const hr_kargs *a) {
     const hr_attention_args *p = &a->attn;
-    return sizeof(float) * (size_t)(p->N * p->H * p->T);
+    size_t own = sizeof(float) * (size_t)(p->N * p->H * p->T);
+    size_t dnn = a->dt != HR_F32 ? hr_cuda_sdpa_workspace(c, p, a->dt, true) : 0;
+    return own > dnn ? own : dnn;
 }
 
 hr_status hr_cuda_attention(void *ctx, const hr_kargs *a) {
     const hr_attention_args *p = &a->attn;
+    hr_status ds;
+    if (a->dt != HR_F32 && hr_cuda_sdpa_run((hr_cuda *)ctx, p, a->dt, false, a->ws, a->ws_bytes, &ds)) return ds;
     if (a->dt != HR_F32) return hr_cuda_attention_half(((hr_cuda *)ctx)->stream, p, a->dt); /* attention_half.cu */
     int D = attn_pad(p->C / p->H);
     if (!D)
@@ -454,6 +463,8 @@ hr_status hr_cuda_attention(void *ctx, const hr_kargs *a) {
 
 hr_status hr_cuda_attention_bwd(void *ctx, const hr_kargs *a) {
     const hr_attention_args *p = &a->attn;
+    hr_status ds;
+    if (a->dt != HR_F32 && hr_cuda_sdpa_run((hr_cuda *)ctx, p, a->dt, true, a->ws, a->ws_bytes, &ds)) return ds;
     if (a->dt != HR_F32) return hr_cuda_attention_half_bwd(((hr_cuda *)ctx)->stream, p, a->dt, (float *)a->ws);
     int D = attn_pad(p->C / p->H);
     if (!D) return hr_error_set(HR_ERR_UNSUPPORTED, "CausalSelfAttention: heads of more than 256 channels");

@@ -113,6 +113,7 @@ void hr_cuda_fini(hr_cuda *c) {
     hr_cuda_graph_free(c);
     hr_conv_cache_close(c);
     hr_cuda_conv_plans_free(c); /* their descriptors need the library: before it closes */
+    hr_cuda_sdpa_free(c);
     hr_cuda_dnn_close(c);
     hr_cuda_gemm_free(c);
     if (c->blas) cublasDestroy(c->blas);

@@ -1,21 +1,13 @@
-/* cudnn_graph.c — a convolution through cuDNN's graph (backend) API; see
- * cudnn_graph.h. Every descriptor is made, finalised and destroyed here; the
- * library is the one cudnn_load.c loaded. */
+/* cudnn_graph.c — a convolution through cuDNN's graph (backend) API, and
+ * the engine choice and running of any graph (cudnn_attention.c builds
+ * attention's); see cudnn_graph.h. The library is the one cudnn_load.c
+ * loaded. */
 #include "backend/cuda/cudnn_graph.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
 
-struct hr_cudnn_graph {
-    cudnnHandle_t h;
-    hr_cudnn_status (*Create)(int type, hr_cudnn_desc *d);
-    hr_cudnn_status (*Destroy)(hr_cudnn_desc d);
-    hr_cudnn_status (*Finalize)(hr_cudnn_desc d);
-    hr_cudnn_status (*Set)(hr_cudnn_desc d, int name, int type, int64_t count, const void *elems);
-    hr_cudnn_status (*Get)(hr_cudnn_desc d, int name, int type, int64_t want, int64_t *got, void *elems);
-    hr_cudnn_status (*Execute)(cudnnHandle_t h, hr_cudnn_desc plan, hr_cudnn_desc pack);
-};
 
 hr_cudnn_graph *hr_cudnn_graph_open(void *lib, cudnnHandle_t h) {
     hr_cudnn_graph *G = hr_calloc(1, sizeof *G);
@@ -40,19 +32,6 @@ hr_cudnn_graph *hr_cudnn_graph_open(void *lib, cudnnHandle_t h) {
 void hr_cudnn_graph_close(hr_cudnn_graph *G) { hr_free(G); }
 
 /* ---- building the operation graph ------------------------------------------ */
-/* Descriptors made while building one op (tensors, the operation, its graph,
- * the heuristics and their engine configurations): kept as long as the op
- * lives, since its execution plans were made from them, then destroyed
- * together. */
-#define MAX_KEEP 96
-typedef struct {
-    hr_cudnn_graph *G;
-    hr_cudnn_desc d[MAX_KEEP];
-    int n;
-    hr_cudnn_status err;
-    const char *where;
-} scope;
-
 #define MAX_PLANS 16
 
 typedef struct {
@@ -73,15 +52,17 @@ struct hr_cudnn_op {
     int n;                   /* candidates */
     cand c[MAX_PLANS];
     bool tuned;
-    scope *keep;             /* the descriptors the plans were made from */
+    hr_cudnn_scope *keep;             /* the descriptors the plans were made from */
     /* the variant pack of the last call, reused while the pointers stay */
     hr_cudnn_desc pack;
     const void *pa, *pb, *pout, *pws;
+    const void *pp[HR_CUDNN_MAX_PACK]; /* hr_cudnn_op_exec's pointers (pws its workspace) */
+    int pn;
 };
 
-static hr_cudnn_desc make(scope *s, int type) {
+hr_cudnn_desc hr_cudnn_make(hr_cudnn_scope *s, int type) {
     hr_cudnn_desc d = NULL;
-    if (s->err || s->n == MAX_KEEP) {
+    if (s->err || s->n == HR_CUDNN_MAX_KEEP) {
         if (!s->err) s->err = -1, s->where = "too many descriptors";
         return NULL;
     }
@@ -93,24 +74,38 @@ static hr_cudnn_desc make(scope *s, int type) {
     return s->d[s->n++] = d;
 }
 
-static void set(scope *s, hr_cudnn_desc d, int name, int type, int64_t count, const void *v, const char *what) {
+void hr_cudnn_set(hr_cudnn_scope *s, hr_cudnn_desc d, int name, int type, int64_t count, const void *v,
+                  const char *what) {
     if (s->err || !d) return;
     hr_cudnn_status st = s->G->Set(d, name, type, count, v);
     if (st) s->err = st, s->where = what;
 }
 
-static void fin(scope *s, hr_cudnn_desc d, const char *what) {
+void hr_cudnn_fin(hr_cudnn_scope *s, hr_cudnn_desc d, const char *what) {
     if (s->err || !d) return;
     hr_cudnn_status st = s->G->Finalize(d);
     if (st) s->err = st, s->where = what;
 }
 
-static void scope_end(scope *s) {
+static void scope_end(hr_cudnn_scope *s) {
     for (int i = s->n - 1; i >= 0; i--) s->G->Destroy(s->d[i]);
     s->n = 0;
 }
 
-static hr_cudnn_desc tensor(scope *s, int64_t uid, const int64_t dim[4], int64_t align, int dt) {
+hr_cudnn_desc hr_cudnn_graph_of(hr_cudnn_scope *s, const hr_cudnn_desc *ops, int n) {
+    hr_cudnn_desc g = hr_cudnn_make(s, HR_CUDNN_BK_OPERATIONGRAPH);
+    hr_cudnn_set(s, g, HR_CUDNN_ATTR_OPERATIONGRAPH_OPS, HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, n, ops, "graph ops");
+    hr_cudnn_set(s, g, HR_CUDNN_ATTR_OPERATIONGRAPH_HANDLE, HR_CUDNN_TYPE_HANDLE, 1, &s->G->h, "graph handle");
+    hr_cudnn_fin(s, g, "operation graph");
+    return g;
+}
+
+/* this file's short names for them */
+#define make hr_cudnn_make
+#define set hr_cudnn_set
+#define fin hr_cudnn_fin
+
+static hr_cudnn_desc tensor(hr_cudnn_scope *s, int64_t uid, const int64_t dim[4], int64_t align, int dt) {
     int64_t st[4] = {dim[1] * dim[2] * dim[3], dim[2] * dim[3], dim[3], 1};
     hr_cudnn_desc t = make(s, HR_CUDNN_BK_TENSOR);
     set(s, t, HR_CUDNN_ATTR_TENSOR_DATA_TYPE, HR_CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor data type");
@@ -125,7 +120,7 @@ static hr_cudnn_desc tensor(scope *s, int64_t uid, const int64_t dim[4], int64_t
 /* The tensors' ids in every variant pack: x (or dx), W (or dW), y (or dy). */
 enum { UID_X = 'x', UID_W = 'w', UID_Y = 'y' };
 
-static hr_cudnn_desc op_graph(scope *s, const hr_conv_dims *d, int which, float alpha, float beta) {
+static hr_cudnn_desc op_graph(hr_cudnn_scope *s, const hr_conv_dims *d, int which, float alpha, float beta) {
     int64_t groups = d->groups > 0 ? d->groups : 1; /* grouped: the filter's channels are a group's */
     int64_t xd[4] = {d->n, d->c, d->h, d->w}, wd[4] = {d->k, d->c / groups, d->r, d->s}, yd[4] = {d->n, d->k, d->oh, d->ow};
     hr_cudnn_desc x = tensor(s, UID_X, xd, d->align, d->dtype), w = tensor(s, UID_W, wd, d->align, d->dtype),
@@ -161,11 +156,7 @@ static hr_cudnn_desc op_graph(scope *s, const hr_conv_dims *d, int which, float 
     set(s, op, a[4], HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w, "operation w");
     set(s, op, a[5], HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "operation y");
     fin(s, op, "operation");
-    hr_cudnn_desc g = make(s, HR_CUDNN_BK_OPERATIONGRAPH);
-    set(s, g, HR_CUDNN_ATTR_OPERATIONGRAPH_OPS, HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op, "graph ops");
-    set(s, g, HR_CUDNN_ATTR_OPERATIONGRAPH_HANDLE, HR_CUDNN_TYPE_HANDLE, 1, &s->G->h, "graph handle");
-    fin(s, g, "operation graph");
-    return g;
+    return hr_cudnn_graph_of(s, &op, 1);
 }
 
 /* ---- candidates ---------------------------------------------------------- */
@@ -190,14 +181,14 @@ static bool acceptable(unsigned notes, unsigned behavior, unsigned flags) {
     if (!(flags & HR_ENGINE_ALLOW_TF32) && (notes & tf32)) return false;
     if ((flags & HR_ENGINE_PRECISE) && (notes & transform)) return false;
     if ((flags & HR_ENGINE_DETERMINISTIC) && (notes & 1u << HR_CUDNN_NOTE_NONDETERMINISTIC)) return false;
-    /* engines compiled at run time need NVRTC and take seconds: not here */
-    if (behavior & 1u << HR_CUDNN_BEHAVIOR_RUNTIME_COMPILATION) return false;
+    /* engines compiled at run time need NVRTC and take seconds: only where asked */
+    if (!(flags & HR_ENGINE_ALLOW_COMPILED) && (behavior & 1u << HR_CUDNN_BEHAVIOR_RUNTIME_COMPILATION)) return false;
     return true;
 }
 
 /* The engine configurations of one heuristics mode, in its order, offered to
  * `take` until it has had enough. */
-static void from_heuristics(scope *s, hr_cudnn_op *op, hr_cudnn_desc graph, int mode, unsigned flags, size_t ws_cap,
+static void from_heuristics(hr_cudnn_scope *s, hr_cudnn_op *op, hr_cudnn_desc graph, int mode, unsigned flags, size_t ws_cap,
                             int max_plans) {
     hr_cudnn_graph *G = s->G;
     hr_cudnn_desc heur = make(s, HR_CUDNN_BK_ENGINEHEUR);
@@ -258,27 +249,20 @@ static void drop_others(hr_cudnn_graph *G, hr_cudnn_op *op) {
         if (k != op->k && op->c[k].plan) G->Destroy(op->c[k].plan), op->c[k].plan = NULL;
 }
 
-hr_cudnn_op *hr_cudnn_op_new(hr_cudnn_graph *G, const hr_conv_dims *d, int which, float beta, unsigned flags,
-                             size_t ws_cap, int max_plans, char *why, size_t whylen) {
-    if (!G) return NULL;
+hr_cudnn_op *hr_cudnn_op_from(hr_cudnn_graph *G, hr_cudnn_scope *s, hr_cudnn_desc graph, int which, unsigned flags,
+                              size_t ws_cap, int max_plans, char *why, size_t whylen) {
     hr_cudnn_op *op = hr_calloc(1, sizeof *op);
     if (!op) {
         hr_error_clear();
         snprintf(why, whylen, "out of host memory");
+        scope_end(s);
+        hr_free(s);
         return NULL;
     }
     op->which = which;
+    op->keep = s;
     if (max_plans > MAX_PLANS) max_plans = MAX_PLANS;
     if (flags & HR_ENGINE_FIRST_ONLY) max_plans = 1;
-    scope *s = op->keep = hr_calloc(1, sizeof *s);
-    if (!s) {
-        hr_error_clear();
-        snprintf(why, whylen, "out of host memory");
-        hr_free(op);
-        return NULL;
-    }
-    s->G = G;
-    hr_cudnn_desc graph = op_graph(s, d, which, 1.0f, beta);
     hr_cudnn_status err = s->err;
     const char *where = s->where;
     if (!err) {
@@ -300,6 +284,20 @@ hr_cudnn_op *hr_cudnn_op_new(hr_cudnn_graph *G, const hr_conv_dims *d, int which
     choose(op, 0);
     op->tuned = op->n == 1;
     return op;
+}
+
+hr_cudnn_op *hr_cudnn_op_new(hr_cudnn_graph *G, const hr_conv_dims *d, int which, float beta, unsigned flags,
+                             size_t ws_cap, int max_plans, char *why, size_t whylen) {
+    if (!G) return NULL;
+    hr_cudnn_scope *s = hr_calloc(1, sizeof *s);
+    if (!s) {
+        hr_error_clear();
+        snprintf(why, whylen, "out of host memory");
+        return NULL;
+    }
+    s->G = G;
+    hr_cudnn_desc graph = op_graph(s, d, which, 1.0f, beta);
+    return hr_cudnn_op_from(G, s, graph, which, flags, ws_cap, max_plans, why, whylen);
 }
 
 void hr_cudnn_op_free(hr_cudnn_graph *G, hr_cudnn_op *op) {
@@ -346,7 +344,36 @@ static hr_status pack_for(hr_cudnn_graph *G, hr_cudnn_op *op, const void *a, con
         if (pk) G->Destroy(pk);
         return hr_error_set(HR_ERR_DEVICE, "cuDNN: making a variant pack failed (status %d)", st);
     }
-    op->pack = pk, op->pa = a, op->pb = b, op->pout = out, op->pws = ws;
+    op->pack = pk, op->pa = a, op->pb = b, op->pout = out, op->pws = ws, op->pn = 0;
+    return HR_OK;
+}
+
+hr_status hr_cudnn_op_exec(hr_cudnn_graph *G, hr_cudnn_op *op, int n, const int64_t *uids, void *const *ptrs,
+                           void *ws, size_t wsz) {
+    if (op->ws > wsz)
+        return hr_error_set(HR_ERR_INTERNAL, "cuDNN engine %lld needs %zu bytes of workspace, the plan gave %zu",
+                            (long long)op->engine, op->ws, wsz);
+    if (n > HR_CUDNN_MAX_PACK) return hr_error_set(HR_ERR_INTERNAL, "cuDNN: %d tensors in one pack", n);
+    bool same = op->pack && op->pn == n && op->pws == ws;
+    for (int i = 0; same && i < n; i++) same = op->pp[i] == ptrs[i];
+    if (!same) {
+        if (op->pack) G->Destroy(op->pack);
+        op->pack = NULL;
+        hr_cudnn_desc pk = NULL;
+        hr_cudnn_status st = G->Create(HR_CUDNN_BK_VARIANT_PACK, &pk);
+        if (!st) st = G->Set(pk, HR_CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, HR_CUDNN_TYPE_INT64, n, uids);
+        if (!st) st = G->Set(pk, HR_CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, HR_CUDNN_TYPE_VOID_PTR, n, ptrs);
+        if (!st) st = G->Set(pk, HR_CUDNN_ATTR_VARIANT_PACK_WORKSPACE, HR_CUDNN_TYPE_VOID_PTR, 1, &ws);
+        if (!st) st = G->Finalize(pk);
+        if (st) {
+            if (pk) G->Destroy(pk);
+            return hr_error_set(HR_ERR_DEVICE, "cuDNN: making a variant pack failed (status %d)", st);
+        }
+        op->pack = pk, op->pn = n, op->pws = ws, op->pa = op->pb = op->pout = NULL;
+        for (int i = 0; i < n; i++) op->pp[i] = ptrs[i];
+    }
+    hr_cudnn_status e = G->Execute(G->h, op->plan, op->pack);
+    if (e) return hr_error_set(HR_ERR_DEVICE, "cuDNN engine %lld failed to run (status %d)", (long long)op->engine, e);
     return HR_OK;
 }
 

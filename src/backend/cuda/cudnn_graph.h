@@ -29,8 +29,9 @@ enum {
     HR_ENGINE_FIRST_ONLY = 8,     /* the heuristics' first acceptable engine, not timed */
     HR_ENGINE_TENSOR_CORE = 16,   /* tensor-core engines, but none that converts inputs down or reduces
                                      in lower precision (half data with FP32 accumulation) */
-    HR_ENGINE_HALF_REDUCTION = 32 /* with HR_ENGINE_TENSOR_CORE: engines that reduce in the half type too
+    HR_ENGINE_HALF_REDUCTION = 32, /* with HR_ENGINE_TENSOR_CORE: engines that reduce in the half type too
                                      (HR_CUDNN_HALF_REDUCTION=1, as PyTorch allows them) */
+    HR_ENGINE_ALLOW_COMPILED = 64 /* engines cuDNN compiles at run time (NVRTC; seconds, once a plan) */
 };
 
 typedef struct {
@@ -55,6 +56,45 @@ void hr_cudnn_graph_close(hr_cudnn_graph *G);
 hr_cudnn_op *hr_cudnn_op_new(hr_cudnn_graph *G, const hr_conv_dims *d, int which, float beta, unsigned flags,
                              size_t ws_cap, int max_plans, char *why, size_t whylen);
 void hr_cudnn_op_free(hr_cudnn_graph *G, hr_cudnn_op *op);
+
+/* ---- graphs of other operations (cudnn_attention.c) ----------------------
+ * Descriptors made while building one graph (tensors, operations, the graph,
+ * the heuristics and their engine configurations) are kept in a scope as
+ * long as the op made from them lives, then destroyed together. The first
+ * failing call is kept in err (where: what it was), and every later call
+ * does nothing, so a builder checks once at the end. */
+struct hr_cudnn_graph {
+    cudnnHandle_t h;
+    hr_cudnn_status (*Create)(int type, hr_cudnn_desc *d);
+    hr_cudnn_status (*Destroy)(hr_cudnn_desc d);
+    hr_cudnn_status (*Finalize)(hr_cudnn_desc d);
+    hr_cudnn_status (*Set)(hr_cudnn_desc d, int name, int type, int64_t count, const void *elems);
+    hr_cudnn_status (*Get)(hr_cudnn_desc d, int name, int type, int64_t want, int64_t *got, void *elems);
+    hr_cudnn_status (*Execute)(cudnnHandle_t h, hr_cudnn_desc plan, hr_cudnn_desc pack);
+};
+#define HR_CUDNN_MAX_KEEP 160
+#define HR_CUDNN_MAX_PACK 16
+typedef struct {
+    hr_cudnn_graph *G;
+    hr_cudnn_desc d[HR_CUDNN_MAX_KEEP];
+    int n;
+    hr_cudnn_status err;
+    const char *where;
+} hr_cudnn_scope;
+hr_cudnn_desc hr_cudnn_make(hr_cudnn_scope *s, int type);
+void hr_cudnn_set(hr_cudnn_scope *s, hr_cudnn_desc d, int name, int type, int64_t count, const void *v,
+                  const char *what);
+void hr_cudnn_fin(hr_cudnn_scope *s, hr_cudnn_desc d, const char *what);
+/* The finalised operation graph of n operations. */
+hr_cudnn_desc hr_cudnn_graph_of(hr_cudnn_scope *s, const hr_cudnn_desc *ops, int n);
+/* The op of a built graph, as hr_cudnn_op_new; it owns s (hr_calloc'd) from
+ * here on, freeing it on failure too. `which` is the caller's label. */
+hr_cudnn_op *hr_cudnn_op_from(hr_cudnn_graph *G, hr_cudnn_scope *s, hr_cudnn_desc graph, int which, unsigned flags,
+                              size_t ws_cap, int max_plans, char *why, size_t whylen);
+/* Runs the chosen plan on n tensors (their ids and pointers; by-value
+ * tensors point at host values) and the workspace. */
+hr_status hr_cudnn_op_exec(hr_cudnn_graph *G, hr_cudnn_op *op, int n, const int64_t *uids, void *const *ptrs,
+                           void *ws, size_t wsz);
 
 /* Workspace bytes: the largest candidate's until tuned, the chosen one's after. */
 size_t hr_cudnn_op_workspace(const hr_cudnn_op *op);

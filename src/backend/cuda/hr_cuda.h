@@ -76,6 +76,9 @@ typedef struct hr_cuda {
     /* convolution plans by shape */
     hr_cuda_conv **conv;
     int nconv, capconv;
+    /* cuDNN's fused attention plans by shape (cudnn_attention.c) */
+    struct hr_cuda_sdpa **sdpa;
+    int nsdpa, capsdpa;
     /* the batch's input in pieces of samples, an event after each on the copy
      * stream, so that the node reading it can start on the samples that have
      * arrived (hr_cuda_*_pieces); every other node waits for the whole upload */
@@ -152,6 +155,12 @@ typedef size_t (*hr_cuda_ws_fn)(hr_cuda *c, const hr_kargs *a);
 
 /* ---- conv2d.c: Conv2d by plans made per shape while planning ---- */
 void hr_cuda_conv_plans_free(hr_cuda *c);
+/* ---- cudnn_attention.c: causal attention by cuDNN's fused flash attention
+ * where it has an engine (attention.cu asks first; false: the kernels run) */
+size_t hr_cuda_sdpa_workspace(hr_cuda *c, const hr_attention_args *p, hr_dtype dt, bool backward);
+bool hr_cuda_sdpa_run(hr_cuda *c, const hr_attention_args *p, hr_dtype dt, bool backward, void *ws, size_t wsz,
+                      hr_status *st);
+void hr_cuda_sdpa_free(hr_cuda *c);
 /* cuda_gemm.c: cuBLASLt's handle, made with cuBLAS's; freed with its choices */
 hr_status hr_cuda_gemm_init(hr_cuda *c);
 void hr_cuda_gemm_free(hr_cuda *c);
