@@ -74,12 +74,6 @@ float hr_f16_to_f32(uint16_t h) {
     return bits_f32(sign | ((e + 127 - 15) << 23) | (m << 13));
 }
 
-/* ---- random numbers -------------------------------------------------------- */
-float hr_rng_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
-    uint64_t x = hr_mix64(((seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL)) + i);
-    return (float)(x >> 40) * (1.0f / 16777216.0f);
-}
-
 /* ---- shapes ---------------------------------------------------------------- */
 hr_shape hr_shape_make(int ndim, const int64_t *d) {
     hr_shape s = {0};

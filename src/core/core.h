@@ -117,8 +117,15 @@ HR_HOST_DEVICE static inline uint64_t hr_mix64(uint64_t x) {
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
     return x ^ (x >> 31);
 }
-/* Uniform [0, 1) from (seed, stream, i), as scripts/hr_rng.py computes it. */
-float hr_rng_uniform(uint64_t seed, uint64_t stream, uint64_t i);
+/* The key of stream `stream` of generator `seed`. */
+HR_HOST_DEVICE static inline uint64_t hr_rng_key(uint64_t seed, uint64_t stream) {
+    return (seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL);
+}
+/* Uniform [0, 1) from (seed, stream, i), as scripts/hr_rng.py computes it:
+ * a multiple of 2^-24, the same bits on the host and the device. */
+HR_HOST_DEVICE static inline float hr_rng_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
+    return (float)(hr_mix64(hr_rng_key(seed, stream) + i) >> 40) * (1.0f / 16777216.0f);
+}
 
 /* Attention's drop draws (docs/golden.md), cheap enough for a kernel to make
  * one per probability: a 32-bit key per head and 65536 x 65536 block of
@@ -134,8 +141,7 @@ HR_HOST_DEVICE static inline uint32_t hr_hash32(uint32_t x) {
 }
 HR_HOST_DEVICE static inline uint32_t hr_attn_block_key(uint64_t seed, uint64_t stream, uint64_t n, uint64_t h,
                                                         uint64_t H, uint64_t i, uint64_t j) {
-    uint64_t key = (seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL);
-    return (uint32_t)(hr_mix64(key + (((n * H + h) << 32) | ((i >> 16) << 16) | (j >> 16))) >> 32);
+    return (uint32_t)(hr_mix64(hr_rng_key(seed, stream) + (((n * H + h) << 32) | ((i >> 16) << 16) | (j >> 16))) >> 32);
 }
 /* u in [0, 1), a multiple of 2^-24, for pair (i, j) of the block keyed bkey */
 HR_HOST_DEVICE static inline float hr_attn_uniform(uint32_t bkey, uint64_t i, uint64_t j) {

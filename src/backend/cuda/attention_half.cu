@@ -156,7 +156,7 @@ __device__ __forceinline__ void ha_load(uint16_t *s, const uint16_t *g, int64_t 
 
 /* ha_load's tile without waiting (vec: cp.async, 16 bytes a copy, zeros for
  * rows past `valid` and channels past hs; else ha_load itself): the block's
- * copies land once ha_wait has passed and a __syncthreads follows, so the
+ * copies land once hr_cp_async_wait_group has passed and a __syncthreads follows, so the
  * next tile arrives while the block works on this one. */
 __device__ __forceinline__ void ha_cp16(uint16_t *dst, const void *src, bool in) {
     unsigned a = (unsigned)__cvta_generic_to_shared(dst);
@@ -165,11 +165,6 @@ __device__ __forceinline__ void ha_cp16(uint16_t *dst, const void *src, bool in)
 __device__ __forceinline__ void ha_cp4(float *dst, const float *src, bool in) {
     unsigned a = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(a), "l"(src), "r"(in ? 4 : 0));
-}
-__device__ __forceinline__ void ha_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-/* the copies of every group but the last `pending` are in */
-template <int pending> __device__ __forceinline__ void ha_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
 }
 
 template <int D, int ROWS>
@@ -214,15 +209,15 @@ __global__ void __launch_bounds__(HA_THREADS)
     auto fetch = [&](int k, int b) {
         ha_load_async<D, BC>(sk + b * 2 * BC * S, base + k * ld + C, ld, T - k, (int)hs, vec);
         ha_load_async<D, BC>(sk + (b * 2 + 1) * BC * S, base + k * ld + 2 * C, ld, T - k, (int)hs, vec);
-        ha_commit();
+        hr_cp_async_commit();
     };
     fetch(0, 0);
     for (int k0 = 0, b = 0; k0 < kend; k0 += BC, b ^= 1) {
         if (k0 + BC < kend) {
             fetch(k0 + BC, b ^ 1);
-            ha_wait<1>();
+            hr_cp_async_wait_group<1>();
         } else {
-            ha_wait<0>();
+            hr_cp_async_wait_group<0>();
         }
         __syncthreads();
         const uint16_t *sk_ = sk + b * 2 * BC * S, *sv_ = sk_ + BC * S;
@@ -382,15 +377,15 @@ __global__ void __launch_bounds__(HA_THREADS, HA_DKV_BLOCKS(D))
             ha_cp4(sl + x, lse + at, in);
             ha_cp4(sl + BQ + x, Dr + at, in);
         }
-        ha_commit();
+        hr_cp_async_commit();
     };
     fetch(j0, 0);
     for (int i0 = j0, b = 0; i0 < T; i0 += BQ, b ^= 1) {
         if (i0 + BQ < T) {
             fetch(i0 + BQ, b ^ 1);
-            ha_wait<1>();
+            hr_cp_async_wait_group<1>();
         } else {
-            ha_wait<0>();
+            hr_cp_async_wait_group<0>();
         }
         __syncthreads();
         const uint16_t *sq = sqb + 2 * b * BQ * S, *sdy = sq + BQ * S;
@@ -473,15 +468,15 @@ __global__ void __launch_bounds__(HA_THREADS)
     auto fetch = [&](int k, int b) { /* key tile k0 + BK loads while k0 is used */
         ha_load_async<D, BK>(skb + 2 * b * BK * S, base + k * ld + C, ld, T - k, (int)hs, vec);
         ha_load_async<D, BK>(skb + (2 * b + 1) * BK * S, base + k * ld + 2 * C, ld, T - k, (int)hs, vec);
-        ha_commit();
+        hr_cp_async_commit();
     };
     fetch(0, 0);
     for (int k0 = 0, b = 0; k0 < kend; k0 += BK, b ^= 1) {
         if (k0 + BK < kend) {
             fetch(k0 + BK, b ^ 1);
-            ha_wait<1>();
+            hr_cp_async_wait_group<1>();
         } else {
-            ha_wait<0>();
+            hr_cp_async_wait_group<0>();
         }
         __syncthreads();
         const uint16_t *sk = skb + 2 * b * BK * S, *sv = sk + BK * S;

@@ -125,15 +125,6 @@ template <typename T> __device__ T hr_block_sum(T v, T *sh) {
     return hr_warp_sum(v);
 }
 
-/* core.h's hr_rng_uniform, bit for bit (hr_mix64 is core.h's own, compiled
- * for the device too): u(seed, stream, i) = splitmix64(key(seed, stream) + i)
- * >> 40, times 2^-24 (docs/golden.md); tests/gpu/test_cuda_ops.c compares
- * the draws' results with the CPU's exactly. */
-__device__ __forceinline__ float hr_dev_uniform(uint64_t seed, uint64_t stream, uint64_t i) {
-    uint64_t x = hr_mix64(((seed * 0x100000001B3ULL) ^ (stream * 0x9E3779B97F4A7C15ULL)) + i);
-    return (float)(x >> 40) * (1.0f / 16777216.0f);
-}
-
 /* Attention's drop decisions (hr_attention_args, op_list.h), as the CPU
  * draws them (core.h): probability (i, j) of sequence n, head h is kept when
  * hr_attn_uniform(hr_attn_block_key(seed, stream, first + n, h, H, i, j), i,

@@ -1,5 +1,5 @@
 /* dropout.cu — Dropout on the GPU, forward and backward, kernels and
- * entries, with the CPU's masks bit for bit (common.cuh's generator), on
+ * entries, with the CPU's masks bit for bit (core.h's generator, compiled for both), on
  * F32, BF16 or F16 activations (scaled in float, stored rounded). */
 #include "backend/cuda/common.cuh"
 
@@ -21,7 +21,7 @@ __global__ void k_dropout(const T *x, T *y, int64_t n, float p, float scale, uin
         if (BWD && acc) r = ((const vec *)y)[c];
 #pragma unroll
         for (int k = 0; k < V; k++) {
-            float f = hr_dev_uniform(seed, stream, first + (uint64_t)(V * c + k)) >= p ? scale : 0.0f;
+            float f = hr_rng_uniform(seed, stream, first + (uint64_t)(V * c + k)) >= p ? scale : 0.0f;
             float v = hr_f(a.v[k]) * f;
             r.v[k] = hr_to<T>(BWD && acc ? hr_f(r.v[k]) + v : v);
         }
@@ -29,7 +29,7 @@ __global__ void k_dropout(const T *x, T *y, int64_t n, float p, float scale, uin
     }
     int64_t i = n - n % V + (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) {
-        float v = hr_f(x[i]) * (hr_dev_uniform(seed, stream, first + (uint64_t)i) >= p ? scale : 0.0f);
+        float v = hr_f(x[i]) * (hr_rng_uniform(seed, stream, first + (uint64_t)i) >= p ? scale : 0.0f);
         y[i] = hr_to<T>(BWD && acc ? hr_f(y[i]) + v : v);
     }
 }
