@@ -62,6 +62,9 @@ run_one test_cuda_half.two_pass HR_CE_ONE_PASS=0 "$BUILD/tests/gpu/test_cuda_hal
 run_one test_cuda_golden.legacy HR_CUDNN_API=legacy "$BUILD/tests/gpu/test_cuda_golden"
 # half attention by the kernels alone, not cuDNN's fused attention
 run_one test_cuda_attention.kernels HR_CUDNN_ATTENTION=0 "$BUILD/tests/gpu/test_cuda_attention"
+# cuDNN's attention a sequence or two a call (a large batch's groups)
+run_one test_cuda_attention.groups HR_CUDNN_ATTENTION_GROUP=1 "$BUILD/tests/gpu/test_cuda_attention"
+run_one test_cuda_graph.groups HR_CUDNN_ATTENTION_GROUP=2 "$BUILD/tests/gpu/test_cuda_graph"
 run_one test_cuda_half.kernels HR_CUDNN_ATTENTION=0 "$BUILD/tests/gpu/test_cuda_half"
 run_one test_cuda_ops.whole HR_CUDA_PIECE_MIN=0 "$BUILD/tests/gpu/test_cuda_ops"
 # every batch input sent in pieces that the first node takes as they arrive

@@ -181,6 +181,8 @@ typedef struct {
     bool cudnn_legacy;      /* HR_CUDNN_API=legacy */
     bool cudnn_attention;   /* HR_CUDNN_ATTENTION (default on; 0 off): half causal attention by cuDNN's fused
                                flash attention where it has an engine */
+    int64_t cudnn_attention_group; /* HR_CUDNN_ATTENTION_GROUP: at most this many sequences a cuDNN attention
+                                      call (tests; 0: as many as 64 MiB of F32 dQ sums hold) */
     bool cudnn_half_reduction; /* HR_CUDNN_HALF_REDUCTION: half convolutions may reduce in the half type */
     bool cudnn_half_legacy; /* HR_CUDNN_HALF_LEGACY (default on; 0 off): half forward and backward-data
                                convolutions on the legacy API's algorithms */

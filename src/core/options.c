@@ -46,6 +46,8 @@ hr_options hr_options_read(void) {
     const char *api = env("HR_CUDNN_API");
     o.cudnn_legacy = api && !strcmp(api, "legacy");
     o.cudnn_attention = flag("HR_CUDNN_ATTENTION", true);
+    long long ag = number("HR_CUDNN_ATTENTION_GROUP", 0);
+    o.cudnn_attention_group = ag > 0 ? ag : 0;
     o.cudnn_half_reduction = flag("HR_CUDNN_HALF_REDUCTION", false);
     o.cudnn_half_legacy = flag("HR_CUDNN_HALF_LEGACY", true);
     /* 0 (or not a number) turns split-K off; N > 0 sets the shortest k */

@@ -176,7 +176,8 @@ static double compare(const char *what, const void *got, hr_dtype t, const doubl
     return worst;
 }
 
-static bool dnn_on; /* half types may go to cuDNN (HR_CUDNN_ATTENTION unset or not 0) */
+static bool dnn_on;   /* half types may go to cuDNN (HR_CUDNN_ATTENTION unset or not 0) */
+static int64_t group; /* HR_CUDNN_ATTENTION_GROUP: sequences a cuDNN call (0: all of these) */
 static double worst_of[3]; /* the worst error / bound: fp32, bf16, fp16 */
 
 static int tidx(hr_dtype t) { return t == HR_F32 ? 0 : t == HR_BF16 ? 1 : 2; }
@@ -225,7 +226,8 @@ static void one_case(int64_t N, int64_t T, int64_t C, int64_t H, hr_dtype t, flo
     /* the kernels' row sums D, or cuDNN's (half types): its F32 row sums and
      * dQ sums, then its engine's own */
     size_t ws = be->workspace_size(be, &b), own = sizeof(float) * (size_t)nl;
-    size_t dnn = ((own + 255) & ~(size_t)255) + ((own * (size_t)(C / H) + 255) & ~(size_t)255);
+    size_t gown = own / (size_t)N * (size_t)(group > 0 && group < N ? group : N); /* one call's rows */
+    size_t dnn = ((gown + 255) & ~(size_t)255) + ((gown * (size_t)(C / H) + 255) & ~(size_t)255);
     CHECK(ws == own || (t != HR_F32 && ws >= dnn && ws <= dnn + (64u << 20)),
           "%s: backward workspace %zu bytes, want %zu (the kernels) or %zu + the engine's (cuDNN)", tag, ws, own, dnn);
     b.ws = dalloc(ws), b.ws_bytes = ws;
@@ -378,6 +380,8 @@ int main(void) {
     }
     const char *dv = getenv("HR_CUDNN_ATTENTION");
     dnn_on = !(dv && *dv == '0');
+    const char *gv = getenv("HR_CUDNN_ATTENTION_GROUP");
+    group = gv ? atoll(gv) : 0;
     printf("  half types by %s\n", dnn_on ? "cuDNN's fused attention where it has an engine (HR_CUDNN_ATTENTION=0: "
                                             "the kernels alone)" : "the kernels alone (HR_CUDNN_ATTENTION=0)");
     hr_config_t cfg = hr_config_default();

@@ -22,21 +22,37 @@
  * The same lse as attention_half.cu's (natural log, F32, (N, H, T)), so a
  * forward of one kind and a backward of the other agree. What cuDNN's
  * backward does not do is taken by the kernels: attn_pdrop > 0 (cuDNN draws
- * other masks than hr_attn_uniform), a gradient added into dqkv (acc),
- * HR_CUDNN_ALGO=deterministic (cuDNN sums dQ with atomics), a forward
+ * other masks than hr_attn_uniform), a gradient added into dqkv (acc), the
+ * backward under HR_CUDNN_ALGO=deterministic (cuDNN sums dQ with atomics), a forward
  * without lse (inference), pointers off 16 bytes, heads that are not a
  * multiple of 8 channels or wider than 128. HR_CUDNN_ATTENTION=0: the
  * kernels always.
  *
  * Plans are made per shape while planning (the workspace query), since the
  * engine's workspace is part of the plan; cuDNN compiles these engines at
- * run time (NVRTC), once a shape, which takes a second or so. */
+ * run time (NVRTC), once a shape, which takes a second or so.
+ *
+ * The backward's F32 dQ sums are 4 N T C bytes: a large batch (fit's, 2,600
+ * GPT-2 sequences) would need gigabytes of workspace that the kernels do
+ * without. So both directions run on groups of at most HR_SDPA_GROUP_BYTES /
+ * (4 T C) sequences (GPT-2: 21), one call a group: the workspace stays under
+ * that bound whatever the batch, at one more plan for the last, shorter
+ * group. */
 #include "backend/cuda/cudnn_load.h"
 
 #include <math.h>
 #include <string.h>
 
 enum { SDPA_FWD = 0, SDPA_BWD = 1 };
+#define HR_SDPA_GROUP_BYTES ((int64_t)64 << 20) /* the F32 dQ sums of one call, at most */
+
+/* sequences a call: the whole batch, or groups whose dQ sums fit the bound
+ * (HR_CUDNN_ATTENTION_GROUP: at most that many, for tests) */
+static int64_t group_of(const hr_cuda *c, const hr_attention_args *p) {
+    int64_t per = 4 * p->T * p->C, g = per > 0 ? HR_SDPA_GROUP_BYTES / per : p->N;
+    if (c->opt.cudnn_attention_group > 0 && g > c->opt.cudnn_attention_group) g = c->opt.cudnn_attention_group;
+    return g < 1 ? 1 : g < p->N ? g : p->N;
+}
 
 struct hr_cuda_sdpa {
     int dir;
@@ -274,17 +290,19 @@ static bool usable(const hr_cuda *c, const hr_attention_args *p, hr_dtype dt, in
     if (!c->dnn || !c->dnn->G || !c->opt.cudnn_attention || (dt != HR_BF16 && dt != HR_F16)) return false;
     if (p->pdrop > 0 || hs % 8 || hs > 128 || p->C % 8 || p->N * p->H * p->T == 0) return false;
     if (dir == SDPA_FWD) return p->lse != NULL;
-    return !p->acc;
+    /* cuDNN's backward sums dQ with atomics whatever its engine's notes say
+     * (two GPT-2 runs part in the loss): not in the deterministic mode */
+    return !p->acc && c->opt.cudnn_algo != HR_ALGO_DETERMINISTIC;
 }
 
 /* the plan of this shape, made at the first ask; NULL (the kernels run)
  * when cuDNN has none, or when it would have to be made while a graph is
  * being captured */
-static struct hr_cuda_sdpa *plan_of(hr_cuda *c, const hr_attention_args *p, hr_dtype dt, int dir) {
+static struct hr_cuda_sdpa *plan_of(hr_cuda *c, const hr_attention_args *p, int64_t N, hr_dtype dt, int dir) {
     bool det = c->opt.cudnn_algo == HR_ALGO_DETERMINISTIC;
     for (int i = 0; i < c->nsdpa; i++) {
         struct hr_cuda_sdpa *e = c->sdpa[i];
-        if (e->dir == dir && e->dt == dt && e->N == p->N && e->T == p->T && e->C == p->C && e->H == p->H &&
+        if (e->dir == dir && e->dt == dt && e->N == N && e->T == p->T && e->C == p->C && e->H == p->H &&
             e->det == det)
             return e->op ? e : NULL;
     }
@@ -305,7 +323,7 @@ static struct hr_cuda_sdpa *plan_of(hr_cuda *c, const hr_attention_args *p, hr_d
         hr_error_clear();
         return NULL;
     }
-    e->dir = dir, e->dt = dt, e->N = p->N, e->T = p->T, e->C = p->C, e->H = p->H, e->det = det;
+    e->dir = dir, e->dt = dt, e->N = N, e->T = p->T, e->C = p->C, e->H = p->H, e->det = det;
     e->scale = p->scale, e->neginf = -INFINITY, e->one = 1.0f;
     c->sdpa[c->nsdpa++] = e;
     s->G = c->dnn->G;
@@ -318,21 +336,57 @@ static struct hr_cuda_sdpa *plan_of(hr_cuda *c, const hr_attention_args *p, hr_d
         char d[160] = "";
         if (e->op) hr_cudnn_op_describe(e->op, d, sizeof d);
         fprintf(stderr, "cuda: cudnn attention %s N%lld T%lld C%lld H%lld %s: %s\n", dir == SDPA_FWD ? "forward" : "backward",
-                (long long)p->N, (long long)p->T, (long long)p->C, (long long)p->H, hr_dtype_name(dt),
+                (long long)N, (long long)p->T, (long long)p->C, (long long)p->H, hr_dtype_name(dt),
                 e->op ? d : e->why);
     }
     return e->op ? e : NULL;
 }
 
+/* the workspace of one group's call: the backward's buffers, the engine's */
+static size_t need_of(const struct hr_cuda_sdpa *e) {
+    return (e->dir == SDPA_BWD ? bwd_buffers(e) : 0) + hr_cudnn_op_workspace(e->op);
+}
+
+/* The plans of the groups (the full ones', the last one's); false when
+ * cuDNN has no plan for either. */
+static bool plans_of(hr_cuda *c, const hr_attention_args *p, hr_dtype dt, int dir, struct hr_cuda_sdpa **full,
+                     struct hr_cuda_sdpa **last) {
+    int64_t g = group_of(c, p), rest = p->N % g;
+    *full = plan_of(c, p, g, dt, dir);
+    *last = rest && *full ? plan_of(c, p, rest, dt, dir) : *full;
+    return *full && *last;
+}
+
 size_t hr_cuda_sdpa_workspace(hr_cuda *c, const hr_attention_args *p, hr_dtype dt, bool backward) {
     int dir = backward ? SDPA_BWD : SDPA_FWD;
-    if (!usable(c, p, dt, dir)) return 0;
-    struct hr_cuda_sdpa *e = plan_of(c, p, dt, dir);
-    if (!e) return 0;
-    return (dir == SDPA_BWD ? bwd_buffers(e) : 0) + hr_cudnn_op_workspace(e->op);
+    struct hr_cuda_sdpa *full, *last;
+    if (!usable(c, p, dt, dir) || !plans_of(c, p, dt, dir, &full, &last)) return 0;
+    size_t a = need_of(full), b = need_of(last);
+    return a > b ? a : b;
 }
 
 static bool aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+/* one call on sequences [n0, n0 + e->N) */
+static hr_status run_group(hr_cuda *c, struct hr_cuda_sdpa *e, const hr_attention_args *p, int64_t n0, void *ws,
+                           size_t wsz) {
+    size_t el = 2, C = (size_t)p->C, T = (size_t)p->T, H = (size_t)p->H, n = (size_t)n0;
+    char *qkv = (char *)p->qkv + n * T * 3 * C * el;
+    if (e->dir == SDPA_FWD) {
+        int64_t uid[7] = {U_Q, U_K, U_V, U_O, U_LSE, U_SCALE, U_NEGINF};
+        void *ptr[7] = {qkv, qkv + C * el, qkv + 2 * C * el, (char *)p->y + n * T * C * el, p->lse + n * H * T,
+                        &e->scale, &e->neginf};
+        return hr_cudnn_op_exec(c->dnn->G, e->op, 7, uid, ptr, ws, wsz);
+    }
+    size_t rows = (size_t)(e->N * e->H * e->T), bufs = bwd_buffers(e);
+    char *dq = (char *)p->dqkv + n * T * 3 * C * el, *w = (char *)ws;
+    void *dsum = w, *acc = w + round256(rows * sizeof(float));
+    int64_t uid[14] = {U_Q, U_K, U_V, U_O, U_DO, U_LSE, U_DQ, U_DK, U_DV, U_DSUM, U_DQACC, U_SCALE, U_NEGINF, U_ONE};
+    void *ptr[14] = {qkv, qkv + C * el, qkv + 2 * C * el, (char *)p->y_saved + n * T * C * el,
+                     (char *)p->dy + n * T * C * el, (void *)(p->lse_saved + n * H * T), dq, dq + C * el,
+                     dq + 2 * C * el, dsum, acc, &e->scale, &e->neginf, &e->one};
+    return hr_cudnn_op_exec(c->dnn->G, e->op, 14, uid, ptr, w + bufs, wsz - bufs);
+}
 
 bool hr_cuda_sdpa_run(hr_cuda *c, const hr_attention_args *p, hr_dtype dt, bool backward, void *ws, size_t wsz,
                       hr_status *st) {
@@ -342,24 +396,11 @@ bool hr_cuda_sdpa_run(hr_cuda *c, const hr_attention_args *p, hr_dtype dt, bool 
     if (!aligned(p->qkv) || !aligned(backward ? p->y_saved : p->y) || !aligned(backward ? p->lse_saved : p->lse) ||
         (backward && (!aligned(p->dy) || !aligned(p->dqkv))) || ((uintptr_t)ws & 255))
         return false;
-    struct hr_cuda_sdpa *e = plan_of(c, p, dt, dir);
-    size_t bufs = e && dir == SDPA_BWD ? bwd_buffers(e) : 0;
-    if (!e || bufs + hr_cudnn_op_workspace(e->op) > wsz) return false;
-    size_t el = 2, C = (size_t)p->C;
-    char *qkv = (char *)p->qkv;
-    if (dir == SDPA_FWD) {
-        int64_t uid[7] = {U_Q, U_K, U_V, U_O, U_LSE, U_SCALE, U_NEGINF};
-        void *ptr[7] = {qkv, qkv + C * el, qkv + 2 * C * el, p->y, p->lse, &e->scale, &e->neginf};
-        *st = hr_cudnn_op_exec(c->dnn->G, e->op, 7, uid, ptr, ws, wsz);
-        return true;
-    }
-    size_t rows = (size_t)(p->N * p->H * p->T);
-    char *dq = (char *)p->dqkv, *w = (char *)ws;
-    void *dsum = w, *acc = w + round256(rows * sizeof(float));
-    int64_t uid[14] = {U_Q, U_K, U_V, U_O, U_DO, U_LSE, U_DQ, U_DK, U_DV, U_DSUM, U_DQACC, U_SCALE, U_NEGINF, U_ONE};
-    void *ptr[14] = {qkv, qkv + C * el, qkv + 2 * C * el, (void *)p->y_saved, (void *)p->dy, (void *)p->lse_saved,
-                     dq, dq + C * el, dq + 2 * C * el, dsum, acc, &e->scale, &e->neginf, &e->one};
-    *st = hr_cudnn_op_exec(c->dnn->G, e->op, 14, uid, ptr, w + bufs, wsz - bufs);
+    struct hr_cuda_sdpa *full, *last;
+    if (!plans_of(c, p, dt, dir, &full, &last) || need_of(full) > wsz || need_of(last) > wsz) return false;
+    if (full->N < p->N && (full->N * p->H * p->T) % 4) return false; /* a later group's lse off 16 bytes */
+    for (int64_t n0 = 0; n0 < p->N && *st == HR_OK; n0 += full->N)
+        *st = run_group(c, p->N - n0 >= full->N ? full : last, p, n0, ws, wsz);
     return true;
 }
 
