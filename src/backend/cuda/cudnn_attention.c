@@ -20,13 +20,13 @@
  * and dq, dk, dv written in place into its gradient, so nothing is copied.
  *
  * The same lse as attention_half.cu's (natural log, F32, (N, H, T)), so a
- * forward of one kind and a backward of the other agree. What cuDNN's
- * backward does not do is taken by the kernels: attn_pdrop > 0 (cuDNN draws
- * other masks than hr_attn_uniform), a gradient added into dqkv (acc), the
- * backward under HR_CUDNN_ALGO=deterministic (cuDNN sums dQ with atomics), a forward
- * without lse (inference), pointers off 16 bytes, heads that are not a
- * multiple of 8 channels or wider than 128. HR_CUDNN_ATTENTION=0: the
- * kernels always.
+ * forward of one kind and a backward of the other agree (inference keeps no
+ * lse: the forward writes it to its workspace). What cuDNN does not do is
+ * taken by the kernels: attn_pdrop > 0 (cuDNN draws other masks than
+ * hr_attn_uniform), a gradient added into dqkv (acc), the backward under
+ * HR_CUDNN_ALGO=deterministic (cuDNN sums dQ with atomics), pointers off 16
+ * bytes, heads that are not a multiple of 8 channels or wider than 128.
+ * HR_CUDNN_ATTENTION=0: the kernels always.
  *
  * Plans are made per shape while planning (the workspace query), since the
  * engine's workspace is part of the plan; cuDNN compiles these engines at
@@ -289,7 +289,7 @@ static bool usable(const hr_cuda *c, const hr_attention_args *p, hr_dtype dt, in
     int64_t hs = p->H > 0 ? p->C / p->H : 0;
     if (!c->dnn || !c->dnn->G || !c->opt.cudnn_attention || (dt != HR_BF16 && dt != HR_F16)) return false;
     if (p->pdrop > 0 || hs % 8 || hs > 128 || p->C % 8 || p->N * p->H * p->T == 0) return false;
-    if (dir == SDPA_FWD) return p->lse != NULL;
+    if (dir == SDPA_FWD) return true;
     /* cuDNN's backward sums dQ with atomics whatever its engine's notes say
      * (two GPT-2 runs part in the loss): not in the deterministic mode */
     return !p->acc && c->opt.cudnn_algo != HR_ALGO_DETERMINISTIC;
@@ -342,9 +342,15 @@ static struct hr_cuda_sdpa *plan_of(hr_cuda *c, const hr_attention_args *p, int6
     return e->op ? e : NULL;
 }
 
-/* the workspace of one group's call: the backward's buffers, the engine's */
-static size_t need_of(const struct hr_cuda_sdpa *e) {
-    return (e->dir == SDPA_BWD ? bwd_buffers(e) : 0) + hr_cudnn_op_workspace(e->op);
+/* the forward's lse where the node keeps none (inference): N H T floats */
+static size_t fwd_scratch(const struct hr_cuda_sdpa *e, const hr_attention_args *p) {
+    return p->lse ? 0 : round256((size_t)(e->N * e->H * e->T) * sizeof(float));
+}
+
+/* the workspace of one group's call: the backward's buffers or the
+ * forward's scratch lse, then the engine's */
+static size_t need_of(const struct hr_cuda_sdpa *e, const hr_attention_args *p) {
+    return (e->dir == SDPA_BWD ? bwd_buffers(e) : fwd_scratch(e, p)) + hr_cudnn_op_workspace(e->op);
 }
 
 /* The plans of the groups (the full ones', the last one's); false when
@@ -361,7 +367,7 @@ size_t hr_cuda_sdpa_workspace(hr_cuda *c, const hr_attention_args *p, hr_dtype d
     int dir = backward ? SDPA_BWD : SDPA_FWD;
     struct hr_cuda_sdpa *full, *last;
     if (!usable(c, p, dt, dir) || !plans_of(c, p, dt, dir, &full, &last)) return 0;
-    size_t a = need_of(full), b = need_of(last);
+    size_t a = need_of(full, p), b = need_of(last, p);
     return a > b ? a : b;
 }
 
@@ -373,10 +379,11 @@ static hr_status run_group(hr_cuda *c, struct hr_cuda_sdpa *e, const hr_attentio
     size_t el = 2, C = (size_t)p->C, T = (size_t)p->T, H = (size_t)p->H, n = (size_t)n0;
     char *qkv = (char *)p->qkv + n * T * 3 * C * el;
     if (e->dir == SDPA_FWD) {
+        size_t scratch = fwd_scratch(e, p);
         int64_t uid[7] = {U_Q, U_K, U_V, U_O, U_LSE, U_SCALE, U_NEGINF};
-        void *ptr[7] = {qkv, qkv + C * el, qkv + 2 * C * el, (char *)p->y + n * T * C * el, p->lse + n * H * T,
-                        &e->scale, &e->neginf};
-        return hr_cudnn_op_exec(c->dnn->G, e->op, 7, uid, ptr, ws, wsz);
+        void *ptr[7] = {qkv, qkv + C * el, qkv + 2 * C * el, (char *)p->y + n * T * C * el,
+                        p->lse ? (void *)(p->lse + n * H * T) : ws, &e->scale, &e->neginf};
+        return hr_cudnn_op_exec(c->dnn->G, e->op, 7, uid, ptr, (char *)ws + scratch, wsz - scratch);
     }
     size_t rows = (size_t)(e->N * e->H * e->T), bufs = bwd_buffers(e);
     char *dq = (char *)p->dqkv + n * T * 3 * C * el, *w = (char *)ws;
@@ -393,11 +400,12 @@ bool hr_cuda_sdpa_run(hr_cuda *c, const hr_attention_args *p, hr_dtype dt, bool 
     int dir = backward ? SDPA_BWD : SDPA_FWD;
     *st = HR_OK;
     if (!usable(c, p, dt, dir)) return false;
-    if (!aligned(p->qkv) || !aligned(backward ? p->y_saved : p->y) || !aligned(backward ? p->lse_saved : p->lse) ||
+    const float *lse = backward ? p->lse_saved : p->lse;
+    if (!aligned(p->qkv) || !aligned(backward ? p->y_saved : p->y) || (lse && !aligned(lse)) ||
         (backward && (!aligned(p->dy) || !aligned(p->dqkv))) || ((uintptr_t)ws & 255))
         return false;
     struct hr_cuda_sdpa *full, *last;
-    if (!plans_of(c, p, dt, dir, &full, &last) || need_of(full) > wsz || need_of(last) > wsz) return false;
+    if (!plans_of(c, p, dt, dir, &full, &last) || need_of(full, p) > wsz || need_of(last, p) > wsz) return false;
     if (full->N < p->N && (full->N * p->H * p->T) % 4) return false; /* a later group's lse off 16 bytes */
     for (int64_t n0 = 0; n0 < p->N && *st == HR_OK; n0 += full->N)
         *st = run_group(c, p->N - n0 >= full->N ? full : last, p, n0, ws, wsz);
