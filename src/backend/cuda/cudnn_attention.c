@@ -73,32 +73,20 @@ typedef struct {
     int io;       /* cuDNN's half type */
 } build;
 
-static hr_cudnn_desc tensor(build *b, int64_t uid, int dt, const int64_t dim[4], const int64_t str[4], bool virt,
-                            bool by_value) {
-    hr_cudnn_scope *s = b->s;
-    int64_t align = 16;
-    hr_cudnn_desc t = hr_cudnn_make(s, HR_CUDNN_BK_TENSOR);
-    hr_cudnn_set(s, t, HR_CUDNN_ATTR_TENSOR_DATA_TYPE, HR_CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor data type");
-    hr_cudnn_set(s, t, HR_CUDNN_ATTR_TENSOR_DIMENSIONS, HR_CUDNN_TYPE_INT64, 4, dim, "tensor dimensions");
-    hr_cudnn_set(s, t, HR_CUDNN_ATTR_TENSOR_STRIDES, HR_CUDNN_TYPE_INT64, 4, str, "tensor strides");
-    hr_cudnn_set(s, t, HR_CUDNN_ATTR_TENSOR_UNIQUE_ID, HR_CUDNN_TYPE_INT64, 1, &uid, "tensor id");
-    hr_cudnn_set(s, t, HR_CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, HR_CUDNN_TYPE_INT64, 1, &align, "tensor alignment");
-    bool yes = true;
-    if (virt) hr_cudnn_set(s, t, HR_CUDNN_ATTR_TENSOR_IS_VIRTUAL, HR_CUDNN_TYPE_BOOLEAN, 1, &yes, "virtual tensor");
-    if (by_value) hr_cudnn_set(s, t, HR_CUDNN_ATTR_TENSOR_IS_BY_VALUE, HR_CUDNN_TYPE_BOOLEAN, 1, &yes, "scalar tensor");
-    hr_cudnn_fin(s, t, "tensor");
-    return t;
+/* q, k, v and their gradients are 16-byte aligned (checked before a run) */
+static hr_cudnn_desc tensor(build *b, int64_t uid, int dt, const int64_t dim[4], const int64_t str[4], unsigned kind) {
+    return hr_cudnn_tensor(b->s, uid, dt, dim, str, 16, kind);
 }
 
 /* a virtual tensor of dims `dim`, packed (or with strides `str`) */
 static hr_cudnn_desc virt(build *b, int dt, const int64_t dim[4], const int64_t *str) {
     int64_t packed[4] = {dim[1] * dim[2] * dim[3], dim[2] * dim[3], dim[3], 1};
-    return tensor(b, b->next++, dt, dim, str ? str : packed, true, false);
+    return tensor(b, b->next++, dt, dim, str ? str : packed, HR_CUDNN_VIRTUAL);
 }
 
 static hr_cudnn_desc scalar(build *b, int64_t uid) {
     static const int64_t one[4] = {1, 1, 1, 1};
-    return tensor(b, uid, HR_CUDNN_DATA_FLOAT, one, one, false, true);
+    return tensor(b, uid, HR_CUDNN_DATA_FLOAT, one, one, HR_CUDNN_BY_VALUE);
 }
 
 /* y = mode(x, b, t): b, t NULL where the mode takes fewer; axis for GEN_INDEX */
@@ -115,8 +103,9 @@ static hr_cudnn_desc pointwise(build *b, int mode, hr_cudnn_desc x, hr_cudnn_des
     hr_cudnn_set(s, op, HR_CUDNN_ATTR_OP_POINTWISE_PW_DESCRIPTOR, HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw,
                  "pointwise op");
     hr_cudnn_set(s, op, HR_CUDNN_ATTR_OP_POINTWISE_XDESC, HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "pointwise x");
-    if (in2) hr_cudnn_set(s, op, HR_CUDNN_ATTR_OP_POINTWISE_BDESC, HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &in2, "pointwise b");
-    if (in3) hr_cudnn_set(s, op, HR_CUDNN_ATTR_OP_POINTWISE_TDESC, HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &in3, "pointwise t");
+    const int D = HR_CUDNN_TYPE_BACKEND_DESCRIPTOR;
+    if (in2) hr_cudnn_set(s, op, HR_CUDNN_ATTR_OP_POINTWISE_BDESC, D, 1, &in2, "pointwise b");
+    if (in3) hr_cudnn_set(s, op, HR_CUDNN_ATTR_OP_POINTWISE_TDESC, D, 1, &in3, "pointwise t");
     hr_cudnn_set(s, op, HR_CUDNN_ATTR_OP_POINTWISE_YDESC, HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "pointwise y");
     hr_cudnn_fin(s, op, "pointwise operation");
     return op;
@@ -198,11 +187,11 @@ static hr_cudnn_desc fwd_graph(build *b, const struct hr_cuda_sdpa *e) {
     const int F = HR_CUDNN_DATA_FLOAT, io = b->io;
     hr_cudnn_desc ops[24];
     int n = 0;
-    hr_cudnn_desc Q = tensor(b, U_Q, io, z.bhtd, z.qkv, false, false);
-    hr_cudnn_desc KT = tensor(b, U_K, io, z.bhdt, z.qkvT, false, false);
-    hr_cudnn_desc V = tensor(b, U_V, io, z.bhtd, z.qkv, false, false);
-    hr_cudnn_desc O = tensor(b, U_O, io, z.bhtd, z.out, false, false);
-    hr_cudnn_desc L = tensor(b, U_LSE, F, z.bht1, z.lse, false, false);
+    hr_cudnn_desc Q = tensor(b, U_Q, io, z.bhtd, z.qkv, 0);
+    hr_cudnn_desc KT = tensor(b, U_K, io, z.bhdt, z.qkvT, 0);
+    hr_cudnn_desc V = tensor(b, U_V, io, z.bhtd, z.qkv, 0);
+    hr_cudnn_desc O = tensor(b, U_O, io, z.bhtd, z.out, 0);
+    hr_cudnn_desc L = tensor(b, U_LSE, F, z.bht1, z.lse, 0);
     hr_cudnn_desc scale = scalar(b, U_SCALE), neginf = scalar(b, U_NEGINF);
 
     hr_cudnn_desc S0 = virt(b, F, z.bhtt, NULL), S1 = virt(b, F, z.bhtt, NULL);
@@ -227,17 +216,17 @@ static hr_cudnn_desc bwd_graph(build *b, const struct hr_cuda_sdpa *e) {
     const int F = HR_CUDNN_DATA_FLOAT, io = b->io;
     hr_cudnn_desc ops[32];
     int n = 0;
-    hr_cudnn_desc Q = tensor(b, U_Q, io, z.bhtd, z.qkv, false, false);
-    hr_cudnn_desc KT = tensor(b, U_K, io, z.bhdt, z.qkvT, false, false);
-    hr_cudnn_desc VT = tensor(b, U_V, io, z.bhdt, z.qkvT, false, false);
-    hr_cudnn_desc O = tensor(b, U_O, io, z.bhtd, z.out, false, false);
-    hr_cudnn_desc dO = tensor(b, U_DO, io, z.bhtd, z.out, false, false);
-    hr_cudnn_desc L = tensor(b, U_LSE, F, z.bht1, z.lse, false, false);
-    hr_cudnn_desc dQ = tensor(b, U_DQ, io, z.bhtd, z.qkv, false, false);
-    hr_cudnn_desc dK = tensor(b, U_DK, io, z.bhtd, z.qkv, false, false);
-    hr_cudnn_desc dV = tensor(b, U_DV, io, z.bhtd, z.qkv, false, false);
-    hr_cudnn_desc Dsum = tensor(b, U_DSUM, F, z.bht1, z.lse, false, false);
-    hr_cudnn_desc dQacc = tensor(b, U_DQACC, F, z.bhtd, z.acc, false, false);
+    hr_cudnn_desc Q = tensor(b, U_Q, io, z.bhtd, z.qkv, 0);
+    hr_cudnn_desc KT = tensor(b, U_K, io, z.bhdt, z.qkvT, 0);
+    hr_cudnn_desc VT = tensor(b, U_V, io, z.bhdt, z.qkvT, 0);
+    hr_cudnn_desc O = tensor(b, U_O, io, z.bhtd, z.out, 0);
+    hr_cudnn_desc dO = tensor(b, U_DO, io, z.bhtd, z.out, 0);
+    hr_cudnn_desc L = tensor(b, U_LSE, F, z.bht1, z.lse, 0);
+    hr_cudnn_desc dQ = tensor(b, U_DQ, io, z.bhtd, z.qkv, 0);
+    hr_cudnn_desc dK = tensor(b, U_DK, io, z.bhtd, z.qkv, 0);
+    hr_cudnn_desc dV = tensor(b, U_DV, io, z.bhtd, z.qkv, 0);
+    hr_cudnn_desc Dsum = tensor(b, U_DSUM, F, z.bht1, z.lse, 0);
+    hr_cudnn_desc dQacc = tensor(b, U_DQACC, F, z.bhtd, z.acc, 0);
     hr_cudnn_desc scale = scalar(b, U_SCALE), neginf = scalar(b, U_NEGINF), one = scalar(b, U_ONE);
 
     /* Dsum = rowsum(dO * O) */
@@ -335,9 +324,9 @@ static struct hr_cuda_sdpa *plan_of(hr_cuda *c, const hr_attention_args *p, int6
     if (c->opt.cuda_verbose) {
         char d[160] = "";
         if (e->op) hr_cudnn_op_describe(e->op, d, sizeof d);
-        fprintf(stderr, "cuda: cudnn attention %s N%lld T%lld C%lld H%lld %s: %s\n", dir == SDPA_FWD ? "forward" : "backward",
-                (long long)N, (long long)p->T, (long long)p->C, (long long)p->H, hr_dtype_name(dt),
-                e->op ? d : e->why);
+        fprintf(stderr, "cuda: cudnn attention %s N%lld T%lld C%lld H%lld %s: %s\n",
+                dir == SDPA_FWD ? "forward" : "backward", (long long)N, (long long)p->T, (long long)p->C,
+                (long long)p->H, hr_dtype_name(dt), e->op ? d : e->why);
     }
     return e->op ? e : NULL;
 }

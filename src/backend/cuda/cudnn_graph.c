@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 hr_cudnn_graph *hr_cudnn_graph_open(void *lib, cudnnHandle_t h) {
     hr_cudnn_graph *G = hr_calloc(1, sizeof *G);
     if (!G) {
@@ -52,7 +51,7 @@ struct hr_cudnn_op {
     int n;                   /* candidates */
     cand c[MAX_PLANS];
     bool tuned;
-    hr_cudnn_scope *keep;             /* the descriptors the plans were made from */
+    hr_cudnn_scope *keep;    /* the descriptors the plans were made from */
     /* the variant pack of the last call, reused while the pointers stay */
     hr_cudnn_desc pack;
     const void *pa, *pb, *pout, *pws;
@@ -100,21 +99,27 @@ hr_cudnn_desc hr_cudnn_graph_of(hr_cudnn_scope *s, const hr_cudnn_desc *ops, int
     return g;
 }
 
-/* this file's short names for them */
-#define make hr_cudnn_make
-#define set hr_cudnn_set
-#define fin hr_cudnn_fin
+hr_cudnn_desc hr_cudnn_tensor(hr_cudnn_scope *s, int64_t uid, int dt, const int64_t dim[4], const int64_t str[4],
+                              int64_t align, unsigned kind) {
+    bool yes = true;
+    hr_cudnn_desc t = hr_cudnn_make(s, HR_CUDNN_BK_TENSOR);
+    hr_cudnn_set(s, t, HR_CUDNN_ATTR_TENSOR_DATA_TYPE, HR_CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor data type");
+    hr_cudnn_set(s, t, HR_CUDNN_ATTR_TENSOR_DIMENSIONS, HR_CUDNN_TYPE_INT64, 4, dim, "tensor dimensions");
+    hr_cudnn_set(s, t, HR_CUDNN_ATTR_TENSOR_STRIDES, HR_CUDNN_TYPE_INT64, 4, str, "tensor strides");
+    hr_cudnn_set(s, t, HR_CUDNN_ATTR_TENSOR_UNIQUE_ID, HR_CUDNN_TYPE_INT64, 1, &uid, "tensor id");
+    hr_cudnn_set(s, t, HR_CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, HR_CUDNN_TYPE_INT64, 1, &align, "tensor alignment");
+    if (kind & HR_CUDNN_VIRTUAL)
+        hr_cudnn_set(s, t, HR_CUDNN_ATTR_TENSOR_IS_VIRTUAL, HR_CUDNN_TYPE_BOOLEAN, 1, &yes, "virtual tensor");
+    if (kind & HR_CUDNN_BY_VALUE)
+        hr_cudnn_set(s, t, HR_CUDNN_ATTR_TENSOR_IS_BY_VALUE, HR_CUDNN_TYPE_BOOLEAN, 1, &yes, "scalar tensor");
+    hr_cudnn_fin(s, t, "tensor");
+    return t;
+}
 
+/* a packed NCHW tensor */
 static hr_cudnn_desc tensor(hr_cudnn_scope *s, int64_t uid, const int64_t dim[4], int64_t align, int dt) {
     int64_t st[4] = {dim[1] * dim[2] * dim[3], dim[2] * dim[3], dim[3], 1};
-    hr_cudnn_desc t = make(s, HR_CUDNN_BK_TENSOR);
-    set(s, t, HR_CUDNN_ATTR_TENSOR_DATA_TYPE, HR_CUDNN_TYPE_DATA_TYPE, 1, &dt, "tensor data type");
-    set(s, t, HR_CUDNN_ATTR_TENSOR_DIMENSIONS, HR_CUDNN_TYPE_INT64, 4, dim, "tensor dimensions");
-    set(s, t, HR_CUDNN_ATTR_TENSOR_STRIDES, HR_CUDNN_TYPE_INT64, 4, st, "tensor strides");
-    set(s, t, HR_CUDNN_ATTR_TENSOR_UNIQUE_ID, HR_CUDNN_TYPE_INT64, 1, &uid, "tensor id");
-    set(s, t, HR_CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, HR_CUDNN_TYPE_INT64, 1, &align, "tensor alignment");
-    fin(s, t, "tensor");
-    return t;
+    return hr_cudnn_tensor(s, uid, dt, dim, st, align, 0);
 }
 
 /* The tensors' ids in every variant pack: x (or dx), W (or dW), y (or dy). */
@@ -127,15 +132,15 @@ static hr_cudnn_desc op_graph(hr_cudnn_scope *s, const hr_conv_dims *d, int whic
                   y = tensor(s, UID_Y, yd, d->align, d->dtype);
     int64_t two = 2, dil[2] = {d->dil[0] > 0 ? d->dil[0] : 1, d->dil[1] > 0 ? d->dil[1] : 1};
     int comp = HR_CUDNN_DATA_FLOAT, mode = HR_CUDNN_CROSS_CORRELATION;
-    hr_cudnn_desc conv = make(s, HR_CUDNN_BK_CONVOLUTION);
-    set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, HR_CUDNN_TYPE_INT64, 1, &two, "spatial dims");
-    set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_COMP_TYPE, HR_CUDNN_TYPE_DATA_TYPE, 1, &comp, "compute type");
-    set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_CONV_MODE, HR_CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, "mode");
-    set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_DILATIONS, HR_CUDNN_TYPE_INT64, 2, dil, "dilations");
-    set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, HR_CUDNN_TYPE_INT64, 2, d->stride, "strides");
-    set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, HR_CUDNN_TYPE_INT64, 2, d->pad, "paddings");
-    set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, HR_CUDNN_TYPE_INT64, 2, d->pad, "paddings");
-    fin(s, conv, "convolution");
+    hr_cudnn_desc conv = hr_cudnn_make(s, HR_CUDNN_BK_CONVOLUTION);
+    hr_cudnn_set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, HR_CUDNN_TYPE_INT64, 1, &two, "spatial dims");
+    hr_cudnn_set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_COMP_TYPE, HR_CUDNN_TYPE_DATA_TYPE, 1, &comp, "compute type");
+    hr_cudnn_set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_CONV_MODE, HR_CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode, "mode");
+    hr_cudnn_set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_DILATIONS, HR_CUDNN_TYPE_INT64, 2, dil, "dilations");
+    hr_cudnn_set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, HR_CUDNN_TYPE_INT64, 2, d->stride, "strides");
+    hr_cudnn_set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, HR_CUDNN_TYPE_INT64, 2, d->pad, "paddings");
+    hr_cudnn_set(s, conv, HR_CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, HR_CUDNN_TYPE_INT64, 2, d->pad, "paddings");
+    hr_cudnn_fin(s, conv, "convolution");
     static const int type[3] = {HR_CUDNN_BK_OP_CONV_FORWARD, HR_CUDNN_BK_OP_CONV_BWD_DATA,
                                 HR_CUDNN_BK_OP_CONV_BWD_FILTER};
     /* attribute names per op: alpha, beta, conv, then x, W, y in their roles */
@@ -148,14 +153,14 @@ static hr_cudnn_desc op_graph(hr_cudnn_scope *s, const hr_conv_dims *d, int whic
          HR_CUDNN_ATTR_CONV_BWD_FILTER_CONV_DESC, HR_CUDNN_ATTR_CONV_BWD_FILTER_X, HR_CUDNN_ATTR_CONV_BWD_FILTER_DW,
          HR_CUDNN_ATTR_CONV_BWD_FILTER_DY}};
     const int *a = attr[which];
-    hr_cudnn_desc op = make(s, type[which]);
-    set(s, op, a[0], HR_CUDNN_TYPE_FLOAT, 1, &alpha, "alpha");
-    set(s, op, a[1], HR_CUDNN_TYPE_FLOAT, 1, &beta, "beta");
-    set(s, op, a[2], HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv, "operation convolution");
-    set(s, op, a[3], HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "operation x");
-    set(s, op, a[4], HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w, "operation w");
-    set(s, op, a[5], HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "operation y");
-    fin(s, op, "operation");
+    hr_cudnn_desc op = hr_cudnn_make(s, type[which]);
+    hr_cudnn_set(s, op, a[0], HR_CUDNN_TYPE_FLOAT, 1, &alpha, "alpha");
+    hr_cudnn_set(s, op, a[1], HR_CUDNN_TYPE_FLOAT, 1, &beta, "beta");
+    hr_cudnn_set(s, op, a[2], HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv, "operation convolution");
+    hr_cudnn_set(s, op, a[3], HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x, "operation x");
+    hr_cudnn_set(s, op, a[4], HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w, "operation w");
+    hr_cudnn_set(s, op, a[5], HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y, "operation y");
+    hr_cudnn_fin(s, op, "operation");
     return hr_cudnn_graph_of(s, &op, 1);
 }
 
@@ -188,10 +193,10 @@ static bool acceptable(unsigned notes, unsigned behavior, unsigned flags) {
 
 /* The engine configurations of one heuristics mode, in its order, offered to
  * `take` until it has had enough. */
-static void from_heuristics(hr_cudnn_scope *s, hr_cudnn_op *op, hr_cudnn_desc graph, int mode, unsigned flags, size_t ws_cap,
-                            int max_plans) {
+static void from_heuristics(hr_cudnn_scope *s, hr_cudnn_op *op, hr_cudnn_desc graph, int mode, unsigned flags,
+                            size_t ws_cap, int max_plans) {
     hr_cudnn_graph *G = s->G;
-    hr_cudnn_desc heur = make(s, HR_CUDNN_BK_ENGINEHEUR);
+    hr_cudnn_desc heur = hr_cudnn_make(s, HR_CUDNN_BK_ENGINEHEUR);
     if (!heur) return;
     int64_t count = 0;
     hr_cudnn_desc cfg[32] = {0};
@@ -202,7 +207,7 @@ static void from_heuristics(hr_cudnn_scope *s, hr_cudnn_op *op, hr_cudnn_desc gr
         goto done;
     if (count > 32) count = 32;
     for (ncfg = 0; ncfg < count; ncfg++)
-        if (!(cfg[ncfg] = make(s, HR_CUDNN_BK_ENGINECFG))) break;
+        if (!(cfg[ncfg] = hr_cudnn_make(s, HR_CUDNN_BK_ENGINECFG))) break;
     if (G->Get(heur, HR_CUDNN_ATTR_ENGINEHEUR_RESULTS, HR_CUDNN_TYPE_BACKEND_DESCRIPTOR, ncfg, &count, cfg)) goto done;
     for (int64_t i = 0; i < count && i < ncfg && op->n < max_plans; i++) {
         hr_cudnn_desc engine = NULL, plan = NULL;

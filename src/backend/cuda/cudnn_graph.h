@@ -85,6 +85,12 @@ hr_cudnn_desc hr_cudnn_make(hr_cudnn_scope *s, int type);
 void hr_cudnn_set(hr_cudnn_scope *s, hr_cudnn_desc d, int name, int type, int64_t count, const void *v,
                   const char *what);
 void hr_cudnn_fin(hr_cudnn_scope *s, hr_cudnn_desc d, const char *what);
+/* A tensor: dimensions and strides (elements), its id in variant packs;
+ * kind: HR_CUDNN_VIRTUAL (only inside the graph), HR_CUDNN_BY_VALUE (a host
+ * scalar), or 0. */
+enum { HR_CUDNN_VIRTUAL = 1, HR_CUDNN_BY_VALUE = 2 };
+hr_cudnn_desc hr_cudnn_tensor(hr_cudnn_scope *s, int64_t uid, int dt, const int64_t dim[4], const int64_t str[4],
+                              int64_t align, unsigned kind);
 /* The finalised operation graph of n operations. */
 hr_cudnn_desc hr_cudnn_graph_of(hr_cudnn_scope *s, const hr_cudnn_desc *ops, int n);
 /* The op of a built graph, as hr_cudnn_op_new; it owns s (hr_calloc'd) from
