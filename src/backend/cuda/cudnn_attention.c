@@ -29,8 +29,9 @@
  * HR_CUDNN_ATTENTION=0: the kernels always.
  *
  * Plans are made per shape while planning (the workspace query), since the
- * engine's workspace is part of the plan; cuDNN compiles these engines at
- * run time (NVRTC), once a shape, which takes a second or so.
+ * engine's workspace is part of the plan, and never while a CUDA graph is
+ * being captured (the kernels run then); cuDNN compiles these engines at
+ * run time (NVRTC) as their plan is made.
  *
  * The backward's F32 dQ sums are 4 N T C bytes: a large batch (fit's, 2,600
  * GPT-2 sequences) would need gigabytes of workspace that the kernels do
@@ -41,7 +42,6 @@
 #include "backend/cuda/cudnn_load.h"
 
 #include <math.h>
-#include <string.h>
 
 enum { SDPA_FWD = 0, SDPA_BWD = 1 };
 #define HR_SDPA_GROUP_BYTES ((int64_t)64 << 20) /* the F32 dQ sums of one call, at most */
