@@ -1,4 +1,7 @@
-/* test_cuda_attention.c — the CUDA backend's causal self-attention kernels,
+/* test_cuda_attention.c — the CUDA backend's causal self-attention (its
+ * kernels, and for BF16 and F16 cuDNN's fused attention where cuDNN has an
+ * engine: gpu_test.sh runs this test again with HR_CUDNN_ATTENTION=0 and
+ * with HR_CUDNN_ATTENTION_GROUP=1, a sequence a cuDNN call),
  * forward and backward, in F32, BF16 and F16, against a float64 reference
  * on the host computed from the same (rounded) inputs, on shapes that cut
  * the kernels' tiles every way: T of 1, 7, 64, 100, 257, head sizes 1 to
