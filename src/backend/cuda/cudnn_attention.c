@@ -284,15 +284,15 @@ static bool usable(const hr_cuda *c, const hr_attention_args *p, hr_dtype dt, in
     return !p->acc && c->opt.cudnn_algo != HR_ALGO_DETERMINISTIC;
 }
 
-/* the plan of this shape, made at the first ask; NULL (the kernels run)
- * when cuDNN has none, or when it would have to be made while a graph is
- * being captured */
+/* the plan of this shape and scale (the plan holds the scale its variant
+ * packs point at), made at the first ask; NULL (the kernels run) when cuDNN
+ * has none, or when it would have to be made while a graph is being captured */
 static struct hr_cuda_sdpa *plan_of(hr_cuda *c, const hr_attention_args *p, int64_t N, hr_dtype dt, int dir) {
     bool det = c->opt.cudnn_algo == HR_ALGO_DETERMINISTIC;
     for (int i = 0; i < c->nsdpa; i++) {
         struct hr_cuda_sdpa *e = c->sdpa[i];
         if (e->dir == dir && e->dt == dt && e->N == N && e->T == p->T && e->C == p->C && e->H == p->H &&
-            e->det == det)
+            e->det == det && e->scale == p->scale)
             return e->op ? e : NULL;
     }
     if (c->capturing) return NULL;
