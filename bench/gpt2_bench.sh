@@ -49,7 +49,7 @@ has() { case " $PARTS " in *" $1 "*) return 0 ;; esac; return 1; }
 M=examples/gpt2.model
 T=1024
 HR=("$BUILD/bench/bench_step")
-TG=("$PY" bench/torch_gpt.py --random-tokens --vocab 50257 --block $T --layers 12 --heads 12 --width 768 --bias
+TG=("$PY" bench/torch_gpt.py --random-tokens --vocab 50257 --block $T --layers 12 --heads 12 --width 768 --bias --gelu tanh
     --dropout 0 --precision bf16 --lr 1e-3)
 [ "$FUSED" = 1 ] && TG+=(--fused)
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)

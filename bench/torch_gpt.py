@@ -31,7 +31,7 @@ host clock after a synchronize: what headroom's step is and how it is timed.
 GPT-2 124M, as examples/gpt2.model:
 
     python3 bench/torch_gpt.py --random-tokens --vocab 50257 --block 1024 --layers 12 \
-        --heads 12 --width 768 --bias --dropout 0 --batch 8 --steps 20 --warmup 5 \
+        --heads 12 --width 768 --bias --dropout 0 --gelu tanh --batch 8 --steps 20 --warmup 5 \
         --precision bf16 --fused [--compile]
 
 --compile (with --random-tokens): torch.compile's default mode over the
@@ -105,22 +105,23 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, c, bias):
+    def __init__(self, c, bias, gelu="none"):
         super().__init__()
         self.c_fc = nn.Linear(c, 4 * c, bias=bias)
         self.c_proj = nn.Linear(4 * c, c, bias=bias)
+        self.gelu = gelu
 
     def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x)))
+        return self.c_proj(F.gelu(self.c_fc(x), approximate=self.gelu))
 
 
 class Block(nn.Module):
-    def __init__(self, c, heads, bias, p):
+    def __init__(self, c, heads, bias, p, gelu="none"):
         super().__init__()
         self.ln_1 = layer_norm(c, bias)
         self.attn = Attention(c, heads, bias, p)
         self.ln_2 = layer_norm(c, bias)
-        self.mlp = MLP(c, bias)
+        self.mlp = MLP(c, bias, gelu)
         self.drop1, self.drop2 = dropout(p), dropout(p)
 
     def forward(self, x):
@@ -129,11 +130,11 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, vocab=256, block=256, layers=6, heads=6, c=384, bias=False, p=0.2):
+    def __init__(self, vocab=256, block=256, layers=6, heads=6, c=384, bias=False, p=0.2, gelu="none"):
         super().__init__()
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(vocab, c), wpe=nn.Embedding(block, c), drop=dropout(p),
-            h=nn.ModuleList([Block(c, heads, bias, p) for _ in range(layers)]),
+            h=nn.ModuleList([Block(c, heads, bias, p, gelu) for _ in range(layers)]),
             ln_f=layer_norm(c, bias)))
         self.lm_head = nn.Linear(c, vocab, bias=False)
         self.transformer.wte.weight = self.lm_head.weight  # tied, as nanoGPT
@@ -336,7 +337,7 @@ def random_timing(a, dev):
     cuda = dev.type == "cuda"
     t0 = time.perf_counter()
     model = GPT(vocab=a.vocab, block=a.block, layers=a.layers, heads=a.heads, c=a.width, bias=a.bias,
-                p=a.dropout).to(dev)
+                p=a.dropout, gelu=a.gelu).to(dev)
     opt = make_optimizer(model, a, dev)
     step_fn = forward_loss(model, a.compile)
     amp = amp_of(a, dev)
@@ -379,7 +380,7 @@ def largest(a, dev):
     cuda = dev.type == "cuda"
     t0 = time.perf_counter()
     model = GPT(vocab=a.vocab, block=a.block, layers=a.layers, heads=a.heads, c=a.width, bias=a.bias,
-                p=a.dropout).to(dev)
+                p=a.dropout, gelu=a.gelu).to(dev)
     opt = make_optimizer(model, a, dev)
     step_fn = forward_loss(model, a.compile)
     amp = amp_of(a, dev)
@@ -453,6 +454,8 @@ def main():
     ap.add_argument("--heads", type=int, default=6)
     ap.add_argument("--width", type=int, default=384)
     ap.add_argument("--dropout", type=float, default=0.2)
+    ap.add_argument("--gelu", choices=["none", "tanh"], default="none",
+                    help="GELU's approximate= (GPT-2's is tanh: examples/gpt2.model; char_gpt's none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -469,7 +472,7 @@ def main():
     t0 = time.perf_counter()
     tr, va = windows(a.text, a.block)
     model = GPT(vocab=a.vocab, block=a.block, layers=a.layers, heads=a.heads, c=a.width, bias=a.bias,
-                p=a.dropout).to(dev)
+                p=a.dropout, gelu=a.gelu).to(dev)
     if a.check:
         model.load_state_dict(read_safetensors(a.check), strict=True)
         print(json.dumps({"impl": "pytorch", "check": a.check, "val_loss": round(val_loss(model, va, dev, a.batch), 4)}))

@@ -58,6 +58,7 @@ run_one test_cuda_ops.splitk HR_CUDA_SPLITK=32 "$BUILD/tests/gpu/test_cuda_ops"
 # Linear's bias filled into y before its product, not in cuBLASLt's
 # epilogue; LinearCrossEntropy's pieces read twice
 run_one test_cuda_ops.nolt HR_CUDA_LT=0 "$BUILD/tests/gpu/test_cuda_ops"
+run_one test_cuda_linear_gelu.nolt HR_CUDA_LT=0 "$BUILD/tests/gpu/test_cuda_linear_gelu"
 run_one test_cuda_half.two_pass HR_CE_ONE_PASS=0 "$BUILD/tests/gpu/test_cuda_half"
 run_one test_cuda_golden.legacy HR_CUDNN_API=legacy "$BUILD/tests/gpu/test_cuda_golden"
 # half attention by the kernels alone, not cuDNN's fused attention

@@ -190,6 +190,8 @@ typedef struct {
     bool no_lt;             /* HR_CUDA_LT=0: Linear's bias filled before the product, not in cuBLASLt's epilogue */
     bool ce_two_pass;       /* HR_CE_ONE_PASS=0: LinearCrossEntropy's pieces read twice (statistics, then the
                                gradient), not staged a row a block in shared memory */
+    bool no_fuse_act;       /* HR_FUSE_ACT=0: an activation stays a node of its own each way rather than going
+                               into the epilogue of the Linear before it (ops/activation.c says which do) */
     bool no_fold;           /* HR_FOLD_CASTS=0: mixed precision keeps a norm's cast to half (half_out) a node of its own */
     int64_t piece_min;      /* HR_CUDA_PIECE_MIN: smallest input sent in pieces, bytes (default 2 MiB); 0 never */
     int stage_threads;      /* HR_STAGE_THREADS: threads staging a batch (default 16) */

@@ -102,7 +102,7 @@ hr_status hr_nan_find(hr_session_t *s, const float *x, const void *labels, hr_na
             const hr_node *n = &g->n[j];
             st = hr_node_exec(be, g, n, s->ptr, &si, &s->args[j]);
             if (st) {
-                st = hr_error_prefix("finding the first non-finite value: node %d (%s)", j, hr_op_name(n->op));
+                st = hr_error_prefix("finding the first non-finite value: node %d (%s)", j, hr_node_op_name(n));
                 break;
             }
             for (int o = 0; o < n->nout && !st && !found; o++) {

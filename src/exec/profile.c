@@ -140,10 +140,10 @@ static void print_table(const hr_profile *p, const hr_session_t *s) {
         const hr_node *n = &g->n[k];
         const char *layer = n->layer >= 0 ? g->l[n->layer].name : "";
         if (k < group_end) {
-            fprintf(stderr, "  %3d %-28s %-8s    (in node %d's launch)\n", k, hr_op_name(n->op), layer, group);
+            fprintf(stderr, "  %3d %-28s %-8s    (in node %d's launch)\n", k, hr_node_op_name(n), layer, group);
             continue;
         }
-        fprintf(stderr, "  %3d %-28s %-8s %9.3f ms %5.1f%%", k, hr_op_name(n->op), layer, 1e3 * p->sec[k] / runs,
+        fprintf(stderr, "  %3d %-28s %-8s %9.3f ms %5.1f%%", k, hr_node_op_name(n), layer, 1e3 * p->sec[k] / runs,
                 total > 0 ? 100 * p->sec[k] / total : 0);
         if (p->span[k] > 1) {
             group = k;
@@ -290,8 +290,8 @@ hr_status hr_profile_print_sorted(const hr_session_t *s, FILE *f) {
         const prof_row *r = &row[i];
         const hr_node *n = &g->n[r->k];
         char op[40], roof[16] = "?";
-        if (r->span > 1) snprintf(op, sizeof op, "%s x%d", hr_op_name(n->op), r->span);
-        else snprintf(op, sizeof op, "%s", hr_op_name(n->op));
+        if (r->span > 1) snprintf(op, sizeof op, "%s x%d", hr_node_op_name(n), r->span);
+        else snprintf(op, sizeof op, "%s", hr_node_op_name(n));
         if (r->roof > 0 && r->sec > 0) snprintf(roof, sizeof roof, "%.0f%%", 100 * r->roof / r->sec);
         fprintf(f, "  %4d %5d %-24s %-10.10s %10.3f %6.1f%% %9.2f %9.2f %8s\n", i + 1, r->k, op,
                 n->layer >= 0 && g->l[n->layer].name ? g->l[n->layer].name : "-", 1e3 * r->sec,

@@ -356,7 +356,7 @@ hr_status hr_run_range(hr_session_t *s, int from, int to, const hr_step_info *ba
         if (st != HR_OK) {
             char grp[64] = "";
             if (cnt > 1) snprintf(grp, sizeof grp, ", launched with the %d update nodes after it", cnt - 1);
-            return hr_error_prefix("step %lld, node %d (%s%s%s%s)", (long long)s->t + 1, k, hr_op_name(n->op),
+            return hr_error_prefix("step %lld, node %d (%s%s%s%s)", (long long)s->t + 1, k, hr_node_op_name(n),
                                    n->layer >= 0 ? ", layer " : "", n->layer >= 0 ? g->l[n->layer].name : "", grp);
         }
     }

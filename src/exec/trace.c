@@ -236,7 +236,7 @@ hr_status hr_trace_attach(hr_trace *t, hr_session_t *s) {
     for (int k = 0; k < g->nn; k++) {
         const hr_node *n = &g->n[k];
         const hr_layer *l = n->layer >= 0 ? &g->l[n->layer] : NULL;
-        t->node[k].op = hr_op_name(n->op);
+        t->node[k].op = hr_node_op_name(n);
         t->node[k].part = k < p->n_fwd ? 0 : k < p->n_bwd_end ? 1 : 2;
         if (!(t->node[k].layer = dup_or_empty(l ? l->name : NULL)) || !(t->node[k].type = dup_or_empty(l ? l->type : NULL)))
             return hr_error_set(HR_ERR_OOM, "trace: out of host memory");

@@ -13,6 +13,21 @@ _Static_assert(sizeof op_names / sizeof *op_names == HR_OP_COUNT, "a name for ev
 
 const char *hr_op_name(hr_op op) { return (unsigned)op < HR_OP_COUNT && op_names[op] ? op_names[op] : "?"; }
 
+/* What a node runs, for people (profiles, traces, errors): the op's name, or
+ * the pair a Linear with an activation in its epilogue runs. */
+#define HR_X_LINEAR_WITH(E, id, k, name) "Linear+" name,
+#define HR_X_LINEAR_BWD_WITH(E, id, k, name) "Linear.backward+" name ".backward",
+static const char *const linear_with[] = {HR_OP_LIST(HR_X_LINEAR_WITH)};
+static const char *const linear_bwd_with[] = {HR_OP_LIST(HR_X_LINEAR_BWD_WITH)};
+#undef HR_X_LINEAR_WITH
+#undef HR_X_LINEAR_BWD_WITH
+
+const char *hr_node_op_name(const hr_node *n) {
+    if (n->op == HR_OP_LINEAR && n->a.act > 0 && n->a.act < HR_OP_COUNT) return linear_with[n->a.act];
+    if (n->op == HR_OP_LINEAR_BWD && n->a.dact > 0 && n->a.dact < HR_OP_COUNT) return linear_bwd_with[n->a.dact];
+    return hr_op_name(n->op);
+}
+
 void hr_graph_free(hr_graph *g) {
     for (int i = 0; i < g->nt; i++) hr_free(g->t[i].name);
     for (int i = 0; i < g->nl; i++) {

@@ -39,6 +39,11 @@ typedef struct {
     int64_t offset;               /* a join's backward: the first channel of this input */
     float alpha;                  /* LeakyReLU: negative_slope */
     bool approx;                  /* the tanh approximation of an activation */
+    int act;                      /* Linear: the activation (an hr_op; 0, Linear, none) its product's epilogue
+                                     applies, y = act(pre), pre kept as out[1], with `approx` its form;
+                                     ops/activation.c fuses them */
+    int dact;                     /* Linear.backward: the activation whose output x is (0 none): dx times its
+                                     derivative at in[3], that activation's backward fused in */
     bool affine;                  /* a norm's elementwise_affine */
     int norm_dims;                /* how many trailing dims a norm normalises */
     int index;                    /* optimizer: parameter index (for its RNG stream, reports) */
@@ -104,6 +109,8 @@ hr_node hr_node_make(hr_op op, int layer);
 /* Does any node but node `but` read tensor t? (A rewrite that folds two
  * nodes into one asks it of the tensor between them.) */
 bool hr_graph_read_elsewhere(const hr_graph *g, int t, int but);
+/* The op a node runs as people read it: hr_op_name, or a fused pair's names. */
+const char *hr_node_op_name(const hr_node *n);
 
 struct hr_model {
     char *name;

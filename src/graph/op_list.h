@@ -104,13 +104,19 @@ const char *hr_op_name(hr_op op);
  * copies (exec/node.c); one that runs dt natively says so in `takes_half`. */
 #define HR_PLANNED ((void *)(uintptr_t)256)
 
-/* Linear: y = x W^T + b; backward: dx = dy W, dW = dy^T x, db = sum dy */
+/* Linear: y = x W^T + b; backward: dx = dy W, dW = dy^T x, db = sum dy; with an
+ * activation fused on either side (act: ops/activation.c) */
 typedef struct {
     const float *x, *w, *b, *dy; /* x (N, in), w (out, in), b (out) or NULL, dy (N, out) */
     float *y, *dx, *dw, *db;
     int64_t N, in, out;
     bool acc_dx, acc_dw, acc_db;
     bool batch_input;            /* x is the batch's input (it may arrive in pieces) */
+    float *pre;                  /* act: the product (+ b) the activation took, written forward; read backward */
+    int act;                     /* 0, or an activation (hr_op) in the product's epilogue: forward y = act(pre),
+                                    pre = x W^T + b; backward dx = (dy W) act'(pre), no acc_dx */
+    int act_bwd;                 /* act's backward op (hr_act_grad_op) */
+    bool act_approx;             /* its tanh form */
 } hr_linear_args;
 
 /* Conv2d, NCHW: x (N, C, H, W), w (K, C/groups, kh, kw), y (N, K, OH, OW);

@@ -2,6 +2,8 @@
  * Sigmoid, Tanh (PyTorch's modules), their backward nodes and what each keeps. */
 #include "ops/ops.h"
 
+#include <string.h>
+
 /* Every activation: in {x}, out {y}, and may write y over x. What the
  * backward keeps: ReLU and LeakyReLU one bit a value (x > 0), added in
  * training by autodiff as out[1]; GELU and SiLU their input; Sigmoid and
@@ -80,6 +82,86 @@ static hr_status sigmoid_backward(hr_autodiff *ad, const hr_node *f) {
 }
 static hr_status tanh_backward(hr_autodiff *ad, const hr_node *f) {
     return hr_ad_simple(ad, f, HR_OP_TANH_BWD, f->out[0], -1);
+}
+
+hr_op hr_act_grad_op(hr_op act) {
+    switch (act) {
+    case HR_OP_RELU: return HR_OP_RELU_BWD;
+    case HR_OP_LEAKY_RELU: return HR_OP_LEAKY_RELU_BWD;
+    case HR_OP_GELU: return HR_OP_GELU_BWD;
+    case HR_OP_SILU: return HR_OP_SILU_BWD;
+    case HR_OP_SIGMOID: return HR_OP_SIGMOID_BWD;
+    case HR_OP_TANH: return HR_OP_TANH_BWD;
+    default: return act;
+    }
+}
+
+/* ---- into the Linear before it --------------------------------------------------
+ * A matrix product's epilogue can apply an activation to its F32 sums
+ * before their one rounding, and its derivative to the product that makes
+ * the activation's gradient: cuBLASLt's GELU_AUX(_BIAS) and DGELU, for
+ * GELU(approximate='tanh') (its GELU is that form). GPT-2's MLP then reads
+ * and writes its 3072-wide activations once less each way. Which activations
+ * go in is decided here; the Linear runs them (a.act forward, a.dact
+ * backward): on the CPU, and where cuBLASLt has no kernel, as the product
+ * then this file's kernels, the values the pair computes (in a half type the
+ * fused node rounds once where the pair rounded twice). */
+static bool fuses(const hr_node *n) { return n->op == HR_OP_GELU && n->a.approx && n->nin == 1 && n->nout == 1; }
+
+static void remove_node(hr_graph *g, int s) {
+    memmove(&g->n[s], &g->n[s + 1], sizeof(hr_node) * (size_t)(g->nn - s - 1));
+    g->nn--;
+}
+
+hr_status hr_act_fuse(hr_graph *g, int keep, const bool *alone) {
+    for (int s = 0; s < g->nn; s++) {
+        hr_node *k = &g->n[s];
+        if (k->op != HR_OP_LINEAR || k->a.act || k->nout != 1 || k->out[0] == keep) continue;
+        int pre = k->out[0], j = -1;
+        for (int q = s + 1; q < g->nn && j < 0; q++)
+            for (int i = 0; i < g->n[q].nin; i++)
+                if (g->n[q].in[i] == pre) j = q;
+        if (j < 0 || !fuses(&g->n[j]) || hr_graph_read_elsewhere(g, pre, j) || (alone && g->n[j].layer >= 0 && alone[g->n[j].layer]))
+            continue;
+        k->a.act = g->n[j].op;
+        k->a.approx = g->n[j].a.approx;
+        k->out[1] = pre;
+        k->out[0] = g->n[j].out[0];
+        k->nout = 2;
+        remove_node(g, j);
+    }
+    return HR_OK;
+}
+
+/* The node that writes tensor t in [from, nn), -1: none or more than one. */
+static int only_writer(const hr_graph *g, int t, int from) {
+    int w = -1;
+    for (int s = from; s < g->nn; s++)
+        for (int i = 0; i < g->n[s].nout; i++)
+            if (g->n[s].out[i] == t) {
+                if (w >= 0) return -1;
+                w = s;
+            }
+    return w;
+}
+
+hr_status hr_act_fuse_backward(hr_graph *g, int from) {
+    for (int s = from; s < g->nn; s++) {
+        const hr_node *gb = &g->n[s];
+        if (gb->op != HR_OP_GELU_BWD || !gb->a.approx || gb->nin != 2 || gb->accum[0] || gb->out[0] < 0) continue;
+        int dy = gb->in[1], w = only_writer(g, dy, from);
+        if (w < 0 || w > s || hr_graph_read_elsewhere(g, dy, s)) continue;
+        hr_node *L = &g->n[w];
+        if (L->op != HR_OP_LINEAR_BWD || L->a.dact || L->out[0] != dy || L->accum[0] || L->nin != 3) continue;
+        L->a.dact = HR_OP_GELU;
+        L->a.approx = gb->a.approx;
+        L->in[3] = gb->in[0];
+        L->nin = 4;
+        L->out[0] = gb->out[0];
+        remove_node(g, s);
+        s--;
+    }
+    return HR_OK;
 }
 
 /* ---- kernel arguments ------------------------------------------------------------ */

@@ -1,5 +1,6 @@
 /* linear.c — Linear (nn.Linear): its model-file signature, shape rule,
- * parameters and their init, backward node and kernel arguments. */
+ * parameters and their init, backward node and kernel arguments (with an
+ * activation in its product's epilogue, as ops/activation.c fuses it). */
 #include "ops/ops.h"
 
 #include <string.h>
@@ -123,7 +124,28 @@ hr_status hr_weighted_backward(hr_autodiff *ad, const hr_node *f, hr_op op) {
     return hr_ad_emit(ad, &n) < 0 ? HR_ERR_OOM : HR_OK;
 }
 
-static hr_status backward(hr_autodiff *ad, const hr_node *n) { return hr_weighted_backward(ad, n, HR_OP_LINEAR_BWD); }
+/* A Linear with an activation in its epilogue (out {y, pre}): the two
+ * backward nodes the pair would have had, the activation's (pre's gradient
+ * from y's) then Linear's (from pre's). hr_act_fuse_backward may then put
+ * the first into the Linear backward that makes y's gradient. */
+static hr_status backward(hr_autodiff *ad, const hr_node *n) {
+    if (!n->a.act) return hr_weighted_backward(ad, n, HR_OP_LINEAR_BWD);
+    int y = n->out[0], pre = n->out[1];
+    hr_node act = hr_node_make((hr_op)n->a.act, ad->g->t[y].layer);
+    act.a.approx = n->a.approx;
+    act.in[0] = pre;
+    act.out[0] = y;
+    act.nin = act.nout = 1;
+    ad->needs_grad[pre] = ad->needs_grad[y];
+    hr_status st = hr_op_descs[act.op]->backward(ad, &act);
+    if (st) return st;
+    hr_node lin = *n;
+    lin.a.act = 0;
+    lin.a.approx = false;
+    lin.out[0] = pre;
+    lin.nout = 1;
+    return hr_weighted_backward(ad, &lin, HR_OP_LINEAR_BWD);
+}
 
 /* Weight and bias: U(-1/sqrt(in), 1/sqrt(in)), as nn.Linear.reset_parameters. */
 static void init(const hr_graph *g, const hr_node *n, int slot, uint64_t seed, uint64_t stream, float *v) {
@@ -142,8 +164,15 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     if (!bwd) {
         l->b = n->nin > 2 ? hr_ptr(ptr, n->in[2]) : NULL;
         l->y = hr_ptr(ptr, n->out[0]);
-        return;
+        l->act = n->a.act;
+        l->pre = l->act ? hr_ptr(ptr, n->out[1]) : NULL;
+    } else {
+        l->act = n->a.dact;
+        l->pre = l->act ? hr_ptr(ptr, n->in[3]) : NULL;
     }
+    l->act_bwd = l->act ? hr_act_grad_op((hr_op)l->act) : 0;
+    l->act_approx = l->act && n->a.approx;
+    if (!bwd) return;
     l->dy = hr_ptr(ptr, n->in[2]);
     l->dx = hr_ptr(ptr, n->out[0]);
     l->dw = hr_ptr(ptr, n->out[1]);
@@ -163,6 +192,14 @@ static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
         w->flops = prod + (l->b ? bias : 0);
     else
         w->flops = (l->dx ? prod : 0) + (l->dw ? prod : 0) + (l->db ? bias : 0);
+    if (l->act) { /* the activation's own count, on the rows it takes */
+        hr_node act = hr_node_make((hr_op)(n->op == HR_OP_LINEAR ? l->act : l->act_bwd), n->layer);
+        hr_work aw = {0};
+        act.in[0] = n->op == HR_OP_LINEAR ? n->out[1] : n->in[3];
+        act.nin = 1;
+        hr_op_descs[act.op]->work(g, &act, &aw);
+        w->flops += aw.flops;
+    }
     w->bytes = hr_work_io_bytes(g, n);
     w->matmul = true;
 }

@@ -121,6 +121,16 @@ hr_status hr_ad_copy(hr_autodiff *ad, int layer, int dy, int x);
  * one LinearCrossEntropy, when they are a language model's head whose
  * logits nothing else reads. */
 hr_status hr_linear_ce_fuse(hr_graph *g, int loss_node);
+/* activation.c: an activation into the epilogue of the Linear before it
+ * (a.act), in a graph of forward nodes (`keep` is read after the step:
+ * never fused away; the activation layers `alone` names, may be NULL, stay
+ * nodes); its backward into the Linear backward that alone makes its dy
+ * (a.dact), in the backward nodes from `from` on. Which activations: those a
+ * product's epilogue has (activation.c names them). hr_act_grad_op: an activation's
+ * backward op. */
+hr_status hr_act_fuse(hr_graph *g, int keep, const bool *alone);
+hr_status hr_act_fuse_backward(hr_graph *g, int from);
+hr_op hr_act_grad_op(hr_op act);
 
 /* ---- work: what a node computes and moves (the cost model's estimates) ------- */
 typedef struct {

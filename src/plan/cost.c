@@ -140,7 +140,7 @@ static bool in_place(const hr_graph *g, const hr_node *n) {
 const char *hr_cost_key(const hr_graph *g, const hr_node *n, char *buf, size_t n_buf) {
     hr_kargs a;
     hr_op_unpack(g, n, NULL, NULL, &a);
-    size_t k = put(buf, n_buf, 0, "%s:%s", hr_op_name(n->op), hr_dtype_name(a.dt));
+    size_t k = put(buf, n_buf, 0, "%s:%s", hr_node_op_name(n), hr_dtype_name(a.dt));
     for (int i = 0; i < n->nin; i++) k = put_tensor(buf, n_buf, k, g, n->in[i]);
     k = put(buf, n_buf, k, " ->");
     for (int i = 0; i < n->nout; i++) k = put_tensor(buf, n_buf, k, g, n->out[i]);
@@ -283,11 +283,11 @@ double hr_cost_step(const hr_cost_model *cm, const hr_program *p) {
 hr_status hr_cost_record(hr_cost_model *cm, const hr_graph *g, const hr_node *n, double seconds) {
     if (!cm || !(seconds >= 0) || !isfinite(seconds))
         return hr_error_set(HR_ERR_INVALID_ARG, "cost record: %s for %s; a time must be finite and >= 0",
-                            cm ? "bad seconds" : "no model", hr_op_name(n->op));
+                            cm ? "bad seconds" : "no model", hr_node_op_name(n));
     char key[KEY_MAX];
     hr_cost_key(g, n, key, sizeof key);
     hr_cost_entry *e = insert(cm, key);
-    if (!e) return hr_error_prefix("cost model: recording %s", hr_op_name(n->op));
+    if (!e) return hr_error_prefix("cost model: recording %s", hr_node_op_name(n));
     hr_work w = hr_cost_work(g, n);
     e->sec = e->fresh ? (e->sec * e->fresh + seconds) / (e->fresh + 1) : seconds;
     e->fresh++;

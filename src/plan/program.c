@@ -58,6 +58,25 @@ static hr_status recompute(hr_program *p, const char *list, const bool *sliced) 
     return st;
 }
 
+/* The layers a list names for recomputation (not auto, min, all or none),
+ * per layer, on the forward graph as it stands: an activation among them is
+ * recomputed alone (llm.c's -r 1), so it does not go into its Linear.
+ * NULL: none named, or a list recompute() will refuse with its message. */
+static bool *named_recompute(hr_program *p, const char *list) {
+    if (!list || !*list || !strcmp(list, "none") || !strcmp(list, "all") || !strcmp(list, "auto") || !strcmp(list, "min"))
+        return NULL;
+    bool *sel = hr_calloc((size_t)p->g.nl + 1, 1);
+    int nf = p->n_fwd;
+    p->n_fwd = p->g.nn; /* the forward nodes, for hr_recompute_layer_ok */
+    if (sel && hr_recompute_parse(p, list, sel) != HR_OK) {
+        hr_error_clear();
+        hr_free(sel);
+        sel = NULL;
+    }
+    p->n_fwd = nf;
+    return sel;
+}
+
 /* Gives tensor t its batch dimension when it is batched; checks the bytes fit int64. */
 static hr_status batch_one(hr_tensor *t, int64_t batch) {
     if (t->batched) {
@@ -370,6 +389,14 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
     if ((st = hr_autocast_fold(&p->g, 0, p->output)) != HR_OK) goto fail;
     /* a language model's head and loss as one node, unless the logits are read after the step */
     if (train && !cfg->keep_output && (st = hr_linear_ce_fuse(&p->g, p->g.nn - 1)) != HR_OK) goto fail;
+    /* an activation in the epilogue of the Linear before it (not in a batch cut in chunks) */
+    bool act_fuse = train && cfg->chunks <= 1 && !hr_options_read().no_fuse_act;
+    if (act_fuse) {
+        bool *alone = named_recompute(p, cfg->recompute);
+        st = hr_act_fuse(&p->g, p->output, alone);
+        hr_free(alone);
+        if (st) goto fail;
+    }
     if (train && cfg->chunks > 1) {
         if (!(sliced = hr_calloc((size_t)p->g.nl + 1, 1))) {
             st = HR_ERR_OOM;
@@ -386,6 +413,7 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
     p->n_fwd = p->g.nn;
     if (train) {
         if ((st = build_backward(p)) != HR_OK) goto fail;
+        if (act_fuse && (st = hr_act_fuse_backward(&p->g, p->n_fwd)) != HR_OK) goto fail;
         p->n_bwd_end = p->g.nn;
         if ((st = build_update(p)) != HR_OK) goto fail;
     } else {

@@ -129,30 +129,38 @@ typedef struct {
     const int *producer; /* per original tensor: the forward node that makes it, -1 */
     const bool *redo;    /* per forward node: recomputed */
     int *clone;          /* per original tensor: its clone, -1 */
-    bool *done, *pending;
-    int *stack;
+    bool *done;
+    int *stack, stack_cap;
     hr_node *out;        /* the new schedule */
     int m, nt0;
 } rewrite;
 
 /* The clone of tensor t's producer is needed: the clones it reads first,
- * then it (depth first, without recursion: models may be deep). */
+ * then it (depth first, without recursion: models may be deep). A clone
+ * that waits lower in the stack for another reader (a residual's two
+ * branches both read the stream) is pushed again on top, so it is made
+ * before this reader; its lower entry is then passed over. The graph has no
+ * cycles, so a node never waits for itself; each push is one input edge of
+ * a node, which bounds the stack. */
 static hr_status need(rewrite *w, int t) {
     if (t < 0 || t >= w->nt0 || w->producer[t] < 0 || !w->redo[w->producer[t]] || w->done[w->producer[t]]) return HR_OK;
     int sp = 0;
     w->stack[sp++] = w->producer[t];
-    w->pending[w->producer[t]] = true;
     while (sp) {
         int k = w->stack[sp - 1];
+        if (w->done[k]) {
+            sp--;
+            continue;
+        }
         hr_node n = w->g->n[k];
         bool waits = false;
         for (int i = 0; i < n.nin; i++) {
             int u = n.in[i];
             if (u < 0 || u >= w->nt0) continue;
             int q = w->producer[u];
-            if (q >= 0 && w->redo[q] && !w->done[q] && !w->pending[q]) {
+            if (q >= 0 && w->redo[q] && !w->done[q]) {
+                if (sp >= w->stack_cap) return hr_error_set(HR_ERR_INTERNAL, "recomputation: clone stack overflow");
                 w->stack[sp++] = q;
-                w->pending[q] = true;
                 waits = true;
             }
         }
@@ -172,7 +180,6 @@ static hr_status need(rewrite *w, int t) {
         n.a.recompute = true;
         w->out[w->m++] = n;
         w->done[k] = true;
-        w->pending[k] = false;
         sp--;
     }
     return HR_OK;
@@ -186,11 +193,11 @@ hr_status hr_recompute_apply(hr_program *p, const bool *sel) {
     bool *redo = hr_calloc((size_t)nf + 1, 1);
     w.clone = hr_malloc(sizeof(int) * (size_t)(nt0 ? nt0 : 1));
     w.done = hr_calloc((size_t)nf + 1, 1);
-    w.pending = hr_calloc((size_t)nf + 1, 1);
-    w.stack = hr_malloc(sizeof(int) * ((size_t)nf + 1));
+    w.stack_cap = nf * HR_NODE_MAX_IO + 1;
+    w.stack = hr_malloc(sizeof(int) * (size_t)w.stack_cap);
     w.out = hr_malloc(sizeof(hr_node) * ((size_t)nn + (size_t)nf + 1));
     hr_status st = HR_OK;
-    if (!producer || !redo || !w.clone || !w.done || !w.pending || !w.stack || !w.out) {
+    if (!producer || !redo || !w.clone || !w.done || !w.stack || !w.out) {
         st = HR_ERR_OOM;
         goto done;
     }
@@ -234,7 +241,6 @@ done:
     hr_free(redo);
     hr_free(w.clone);
     hr_free(w.done);
-    hr_free(w.pending);
     hr_free(w.stack);
     hr_free(w.out);
     if (st == HR_ERR_OOM) hr_error_prefix("recomputation");

@@ -62,21 +62,36 @@ void hr_cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const floa
     }
 }
 
-/* y (N,out) = x (N,in) W^T + b */
+/* The activation in a Linear's epilogue (ops/activation.c), by the
+ * activation kernels: forward y = act(pre); backward dx = dx act'(pre), in place. */
+static hr_status epilogue_act(void *ctx, const hr_linear_args *l, bool backward) {
+    hr_kargs g;
+    memset(&g, 0, sizeof g);
+    g.op = (hr_op)(backward ? l->act_bwd : l->act);
+    g.dt = HR_F32;
+    g.act.n = l->N * (backward ? l->in : l->out);
+    g.act.tanh_approx = l->act_approx;
+    g.act.x = l->pre;
+    g.act.dy = l->dx;
+    g.act.out = backward ? l->dx : l->y;
+    return backward ? hr_cpu_act_bwd(ctx, &g) : hr_cpu_act(ctx, &g);
+}
+
+/* y (N,out) = x (N,in) W^T + b; with act, into pre and then y = act(pre) */
 hr_status hr_cpu_linear(void *ctx, const hr_kargs *a) {
     const hr_linear_args *l = &a->linear;
     int N = (int)l->N, in = (int)l->in, out = (int)l->out;
-    float *y = l->y;
+    float *y = l->act ? l->pre : l->y;
     float beta = 0.0f;
     if (l->b) {
         for (int i = 0; i < N; i++) memcpy(y + (size_t)i * out, l->b, sizeof(float) * (size_t)out);
         beta = 1.0f;
     }
     hr_cpu_sgemm(false, true, N, out, in, 1.0f, l->x, in, l->w, in, beta, y, out);
-    return HR_OK;
+    return l->act ? epilogue_act(ctx, l, false) : HR_OK;
 }
 
-/* dx = dy W, dW = dy^T x, db = sum dy */
+/* dx = dy W (then times act'(pre)), dW = dy^T x, db = sum dy */
 hr_status hr_cpu_linear_bwd(void *ctx, const hr_kargs *a) {
     const hr_linear_args *l = &a->linear;
     int N = (int)l->N, in = (int)l->in, out = (int)l->out;
@@ -92,7 +107,7 @@ hr_status hr_cpu_linear_bwd(void *ctx, const hr_kargs *a) {
     }
     /* dx last: the planner may give it the bytes of x */
     if (l->dx) hr_cpu_sgemm(false, false, N, in, out, 1.0f, dy, out, l->w, in, l->acc_dx ? 1.0f : 0.0f, l->dx, in);
-    return HR_OK;
+    return l->dx && l->act ? epilogue_act(ctx, l, true) : HR_OK;
 }
 
 /* ---- Conv2d ---------------------------------------------------------------- */

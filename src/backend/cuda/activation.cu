@@ -7,6 +7,8 @@
  * linkage. */
 #include "backend/cuda/common.cuh"
 
+#include <cublasLt.h>
+
 /* Every kernel is bandwidth-bound: where all its value pointers are 16-byte
  * aligned (the arena aligns tensors to 256 bytes) a thread moves 16 bytes (4
  * floats or 8 halves) and the grid's first threads do the last values one by
@@ -288,6 +290,15 @@ static cudaError_t act_bwd_mask(cudaStream_t s, const uint8_t *mask, const void 
 #define BWD_MASK(b) HR_DT_CALL(a->dt, act_bwd_mask, s, p->mask, p->dy, p->out, n, acc, b)
 
 extern "C" {
+
+/* cuBLASLt's GELU is the tanh form (GELU_AUX: the input written beside the
+ * output; DGELU: the derivative times the product, from that input). */
+bool hr_cuda_act_epilogue(int act, bool approx, bool backward, bool bias, int *epi) {
+    if (act != HR_OP_GELU || !approx) return false;
+    *epi = backward ? (bias ? -1 : (int)CUBLASLT_EPILOGUE_DGELU)
+                    : (int)(bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX);
+    return *epi >= 0;
+}
 
 HR_CUDA_TAKES_HALF(act)
 HR_CUDA_TAKES_HALF(act_bwd)

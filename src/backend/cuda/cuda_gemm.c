@@ -91,11 +91,13 @@ static void lt_descs_free(lt_descs *d) {
 
 /* C (m, n; ldc, ct) = op(A) (m, k) op(B) (k, n) + beta C, with epilogue epi
  * and its vector `vecp` (the bias added: m values of ct; the bias gradient
- * written: n values of ct). *done false: no algorithm for it, nothing queued
- * (the caller takes the plain form). */
+ * written: n values of ct) and matrix `aux` (an activation's input, laid out
+ * as C: written forward, read backward). *done false: no algorithm for it,
+ * nothing queued (the caller takes the plain form). */
 static hr_status lt_product(hr_cuda *c, cublasLtEpilogue_t epi, gemm_types ty, cublasOperation_t ta,
                             cublasOperation_t tb, int m, int n, int k, const void *A, int lda, const void *B, int ldb,
-                            const void *vecp, float beta, void *C, int ldc, void *ws, size_t ws_bytes, bool *done) {
+                            const void *vecp, const void *aux, float beta, void *C, int ldc, void *ws, size_t ws_bytes,
+                            bool *done) {
     *done = false;
     struct hr_lt_algo *e = NULL;
     for (int i = 0; i < c->nlt && !e; i++) {
@@ -111,6 +113,9 @@ static hr_status lt_product(hr_cuda *c, cublasLtEpilogue_t epi, gemm_types ty, c
     if (!bad) bad = cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
     if (!bad) bad = cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
     if (!bad) bad = cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vecp, sizeof vecp);
+    int64_t aux_ld = ldc; /* the activation's input beside C, in C's layout and type */
+    if (!bad && aux) bad = cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
+    if (!bad && aux) bad = cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
     if (!bad) bad = cublasLtMatrixLayoutCreate(&d.a, cuda_type(ty.ab), ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda);
     if (!bad) bad = cublasLtMatrixLayoutCreate(&d.b, cuda_type(ty.ab), tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb);
     if (!bad) bad = cublasLtMatrixLayoutCreate(&d.y, cuda_type(ty.ct), m, n, ldc);
@@ -408,8 +413,8 @@ static hr_status product(hr_cuda *c, const node_scratch *s, gemm_types ty, cubla
     const void *b_dt = ty.ct == HR_F32 ? (const void *)bias : s->db_part; /* the bias in C's type */
     if (bias && b_dt && ty.ab == ty.ct && ta == CUBLAS_OP_T && tb == CUBLAS_OP_N && beta == 0.0f && !c->opt.no_lt) {
         bool done;
-        hr_status st = lt_product(c, CUBLASLT_EPILOGUE_BIAS, ty, ta, tb, m, n, k, A, lda, B, ldb, b_dt, 0.0f, C, ldc,
-                                  s->blas, s->blas_bytes, &done);
+        hr_status st = lt_product(c, CUBLASLT_EPILOGUE_BIAS, ty, ta, tb, m, n, k, A, lda, B, ldb, b_dt, NULL, 0.0f, C,
+                                  ldc, s->blas, s->blas_bytes, &done);
         if (st || done) return st;
     }
     if (bias) { /* C (m, n) with ldc == m: rows of the row-major (n, m) */
@@ -417,6 +422,41 @@ static hr_status product(hr_cuda *c, const node_scratch *s, gemm_types ty, cubla
         beta = 1.0f;
     }
     return gemm(c, ty, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* ---- an activation in the product's epilogue (ops/activation.c) -------------
+ * Forward: y^T = act(W x^T + b), pre^T = W x^T + b beside it (the epilogue
+ * activation.cu names: act of the F32 sums, both rounded once). Backward:
+ * dx^T = act'(pre^T) (W dy^T). Where cuBLASLt has no such kernel (or split-K
+ * would take the product, rows not a multiple of 8 wide, HR_CUDA_LT=0), the
+ * product and then the activation's kernel, as the two nodes would. */
+static hr_status act_rows(hr_cuda *c, hr_dtype dt, const hr_linear_args *l, bool backward, const void *pre, void *io,
+                          void *y, int64_t n) {
+    hr_kargs g;
+    memset(&g, 0, sizeof g);
+    g.op = (hr_op)(backward ? l->act_bwd : l->act);
+    g.dt = dt;
+    g.act.n = n;
+    g.act.tanh_approx = l->act_approx;
+    g.act.x = pre;
+    g.act.dy = io;
+    g.act.out = backward ? io : y;
+    return backward ? hr_cuda_act_bwd(c, &g) : hr_cuda_act(c, &g);
+}
+
+/* C (m, n) = the product with the activation's epilogue, aux = pre (ld m);
+ * *done false: nothing queued. */
+static hr_status act_product(hr_cuda *c, const node_scratch *s, gemm_types ty, const hr_linear_args *l, bool backward,
+                             int m, int n, int k, const void *A, int lda, const void *B, int ldb, const void *bias,
+                             const void *pre, void *C, bool *done) {
+    *done = false;
+    splitk_plan p = splitk_plan_for(c, m, n, k);
+    int epi;
+    if (c->opt.no_lt || m % 8 || (p.parts > 0 && p.bytes <= s->part_bytes) || ((uintptr_t)pre | (uintptr_t)C) % 16 ||
+        !hr_cuda_act_epilogue(l->act, l->act_approx, backward, bias != NULL, &epi))
+        return HR_OK;
+    return lt_product(c, (cublasLtEpilogue_t)epi, ty, backward ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, A,
+                      lda, B, ldb, bias, pre, 0.0f, C, m, s->blas, s->blas_bytes, done);
 }
 
 /* y (N,out) = x (N,in) W^T + b: y^T = W x^T, plus b. */
@@ -454,6 +494,20 @@ static hr_status linear_rows(hr_cuda *c, const hr_kargs *a, bool pieces) {
                                         cudaMemcpyDeviceToDevice, c->stream));
                 continue;
             }
+            if (l->act) { /* y = act(pre): in the product's epilogue, or after it */
+                void *pre = (void *)at(l->pre, r * out, dt);
+                const void *b_dt = !b ? NULL : dt == HR_F32 ? (const void *)b : s.db_part;
+                bool done = false;
+                if ((!b || b_dt) &&
+                    (st = act_product(c, &s, ty, l, false, (int)out, rows, (int)in, l->w, (int)in, at(l->x, r * in, dt),
+                                      (int)in, b_dt, pre, y, &done)))
+                    return st;
+                if (!done && ((st = product(c, &s, ty, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, rows, (int)in, l->w, (int)in,
+                                            at(l->x, r * in, dt), (int)in, b, 0.0f, pre, (int)out)) ||
+                              (st = act_rows(c, dt, l, false, pre, NULL, y, rows * out))))
+                    return st;
+                continue;
+            }
             if ((st = product(c, &s, ty, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, rows, (int)in, l->w, (int)in,
                               at(l->x, r * in, dt), (int)in, b, 0.0f, y, (int)out)))
                 return st;
@@ -478,7 +532,7 @@ hr_status hr_cuda_linear_pieces(hr_cuda *c, const hr_kargs *a) {
     return st ? st : hr_cuda_settle(c);
 }
 
-/* dx = dy W, dW = dy^T x, db = sum dy, each when wanted. db and each chunk's
+/* dx = dy W (times act'(pre)), dW = dy^T x, db = sum dy, each when wanted. db and each chunk's
  * dW come before its dx: the planner may give dx the bytes of x. (db in dW's
  * product, cuBLASLt's BGRADB epilogue, was tried: GPT-2's c_fc backward took
  * 0.260 ms against 0.249, the step no faster, H200.) */
@@ -518,8 +572,15 @@ hr_status hr_cuda_linear_bwd(void *ctx, const hr_kargs *a) {
                 return st;
         }
         if (l->dx) { /* dx^T (in, rows) = W^T-as-stored (in, out) . dy^T (out, rows) */
-            if ((st = product(c, &s, tx, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, rows, (int)kout, w, (int)in, dyr,
-                              (int)ldy, NULL, l->acc_dx ? 1.0f : 0.0f, (void *)at(l->dx, r * in, dt), (int)in)))
+            void *dxr = (void *)at(l->dx, r * in, dt);
+            bool done = false;
+            if (l->act && (st = act_product(c, &s, tx, l, true, (int)in, rows, (int)kout, w, (int)in, dyr, (int)ldy,
+                                            NULL, at(l->pre, r * in, dt), dxr, &done)))
+                return st;
+            if (!done && (st = product(c, &s, tx, CUBLAS_OP_N, CUBLAS_OP_N, (int)in, rows, (int)kout, w, (int)in, dyr,
+                                        (int)ldy, NULL, l->acc_dx ? 1.0f : 0.0f, dxr, (int)in)))
+                return st;
+            if (!done && l->act && (st = act_rows(c, dt, l, true, at(l->pre, r * in, dt), dxr, NULL, rows * in)))
                 return st;
         }
     }

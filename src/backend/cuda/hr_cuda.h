@@ -163,6 +163,11 @@ bool hr_cuda_sdpa_run(hr_cuda *c, const hr_attention_args *p, hr_dtype dt, bool 
 void hr_cuda_sdpa_free(hr_cuda *c);
 /* cuda_gemm.c: cuBLASLt's handle, made with cuBLAS's; freed with its choices */
 hr_status hr_cuda_gemm_init(hr_cuda *c);
+/* activation.cu: the cuBLASLt epilogue (a cublasLtEpilogue_t) that applies
+ * activation `act` (an hr_op, tanh form when approx) to a product's sums,
+ * writing its input beside them (forward, with the bias added first when
+ * `bias`), or its derivative to the product (backward); false: none does. */
+bool hr_cuda_act_epilogue(int act, bool approx, bool backward, bool bias, int *epi);
 void hr_cuda_gemm_free(hr_cuda *c);
 /* The forward pass on an input arriving in pieces (c->piece_*); returns with
  * the compute stream past the whole upload. */
