@@ -439,7 +439,36 @@ static void test_patterns(void) {
     }
 }
 
+/* A residual whose two branches wait for one clone: the Add reads the
+ * stream (wpe's output) and the MLP's output, a Linear's backward reads the
+ * Add's output, and the MLP's first clone (ln) reads the stream too. The stream's clone, pushed first, waits below
+ * the MLP's; it must be made before ln's clone reads it (it once was not:
+ * ln's clone read a tensor no node had made). With the GELUs in their
+ * Linears (the default) and apart. */
+static void test_diamond(void) {
+    hr_model_t *m = hr_model_new("diamond");
+    int x = hr_input(m, "tokens", 1, (int64_t[]){8});
+    int e = hr_embedding(m, "wte", x, 20, 16);
+    e = hr_position_embedding(m, "wpe", e, 8, 16);
+    int h = hr_layernorm(m, "ln", e, 1, (int64_t[]){16}, 1e-5f, true, true);
+    h = hr_gelu(m, "g1", hr_linear(m, "fc1", h, 16, 32, true), true);
+    h = hr_gelu(m, "g2", hr_linear(m, "fc2", h, 32, 16, true), true);
+    h = hr_add(m, "r", e, h); /* the stream first: its clone is pushed below the MLP's */
+    h = hr_linear(m, "fc3", h, 16, 16, true); /* its backward reads r's output: r's clone is needed */
+    CHECK(hr_loss_cross_entropy(m, hr_linear(m, "head", h, 16, 20, false), 20) >= 0, "diamond: %s", hr_last_error());
+    hr_config_t cfg = hr_config_default();
+    cfg.batch = 4;
+    for (int apart = 0; apart < 2; apart++) {
+        if (apart) setenv("HR_FUSE_ACT", "0", 1);
+        CHECK(same_training(apart ? "diamond, activations apart, all" : "diamond, all", m, cfg, "all", 3) > 0,
+              "diamond: nothing recomputed");
+        unsetenv("HR_FUSE_ACT");
+    }
+    hr_model_free(m);
+}
+
 int main(void) {
+    test_diamond();
     test_fit();
     test_patterns();
     test_attention_drops();

@@ -565,9 +565,9 @@ static hr_status build_report(hr_program *p, hr_plan *pl, const block *b, int nb
     r->n_steps = g->nn;
     const hr_node *pn = g->nn ? &g->n[peak] : NULL;
     if (pn && pn->layer >= 0)
-        snprintf(pl->peak_op, sizeof pl->peak_op, "%s (layer %s)", hr_op_name(pn->op), g->l[pn->layer].name);
+        snprintf(pl->peak_op, sizeof pl->peak_op, "%s (layer %s)", hr_node_op_name(pn), g->l[pn->layer].name);
     else
-        snprintf(pl->peak_op, sizeof pl->peak_op, "%s", pn ? hr_op_name(pn->op) : "none");
+        snprintf(pl->peak_op, sizeof pl->peak_op, "%s", pn ? hr_node_op_name(pn) : "none");
     r->peak_op = pl->peak_op;
     /* categories: a shared group counts once, under its root's category (a
      * saved member makes the group saved) */
