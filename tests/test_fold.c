@@ -1,7 +1,8 @@
 /* test_fold.c — mixed precision folds a LayerNorm's cast into the norm: under
  * bf16 and fp16 a LayerNorm whose F32 output only its half copy reads (the
  * norm before a product) writes the half tensor itself, and its backward
- * reads the half gradient. The copy's values are the F32 result rounded
+ * reads the half gradient; a LayerNorm backward whose dx (the residual
+ * stream's gradient) is then cast to half for a product writes that copy too. The copy's values are the F32 result rounded
  * once, as the Cast rounded it, so the folded program must give the unfolded
  * one's (HR_FOLD_CASTS=0) losses, gradients and outputs bit for bit, in
  * training (three steps, with accumulation) and in inference. A norm whose
@@ -76,6 +77,14 @@ static int half_norms(const hr_session_t *s) {
     return k;
 }
 
+/* backward LayerNorms writing their dx's half copy too (the gradient's cast folded in) */
+static int half_dx_norms(const hr_session_t *s) {
+    const hr_graph *g = &hr_session_program(s)->g;
+    int k = 0;
+    for (int i = 0; i < g->nn; i++) k += g->n[i].op == HR_OP_LAYERNORM_BWD && g->n[i].nout > 3 && g->n[i].out[3] >= 0;
+    return k;
+}
+
 static void batch(int step, float *x, int32_t *lab) {
     for (int i = 0; i < B * T; i++) {
         x[i] = (float)((i * 31 + step * 17) % V);
@@ -89,10 +98,14 @@ static void train(int W, hr_precision p, int acc) {
     hr_session_t *f = compile(m, p, HR_MODE_TRAIN, acc, true), *u = compile(m, p, HR_MODE_TRAIN, acc, false);
     hr_model_free(m);
     if (!f || !u) goto done;
-    /* ln_1 and ln_f fold; ln_2's output is also added in F32 */
-    CHECK(half_norms(f) == 2 && half_norms(u) == 0 && count_op(u, HR_OP_CAST) - count_op(f, HR_OP_CAST) == 4,
-          "%s W=%d: two norms write half (%d), four casts fewer, two a pass (%d against %d)", pn, W, half_norms(f),
-          count_op(f, HR_OP_CAST), count_op(u, HR_OP_CAST));
+    /* ln_1 and ln_f fold; ln_2's output is also added in F32. Backward, the
+       two residual streams' gradients go to the half products (proj, fc2)
+       through casts that ln_2's and ln_f's backward nodes write instead */
+    CHECK(half_norms(f) == 2 && half_norms(u) == 0 && half_dx_norms(f) == 2 && half_dx_norms(u) == 0 &&
+              count_op(u, HR_OP_CAST) - count_op(f, HR_OP_CAST) == 6,
+          "%s W=%d: two norms write half (%d), two norm backwards a half dx too (%d), six casts fewer: two a pass and "
+          "the two gradients' (%d against %d)", pn, W, half_norms(f), half_dx_norms(f), count_op(f, HR_OP_CAST),
+          count_op(u, HR_OP_CAST));
     float x[B * T];
     int32_t lab[B * T];
     for (int step = 0; step < 3; step++) {

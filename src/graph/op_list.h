@@ -189,6 +189,8 @@ typedef struct {
     float eps;
     hr_dtype y_dt, dy_dt;
     bool acc_dx, acc_dgamma, acc_dbeta;
+    void *dx_half;      /* backward: dx (after acc_dx's add) rounded to dx_half_dt too, or NULL */
+    hr_dtype dx_half_dt;
 } hr_layernorm_args;
 
 /* A training step's scalars in device memory, for a step captured once and

@@ -113,6 +113,7 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     l->dgamma = hr_ptr(ptr, n->out[1]);
     l->dbeta = hr_ptr(ptr, n->out[2]);
     l->acc_dx = n->accum[0], l->acc_dgamma = n->accum[1], l->acc_dbeta = n->accum[2];
+    if (n->nout > 3 && n->out[3] >= 0) l->dx_half = hr_ptr(ptr, n->out[3]), l->dx_half_dt = g->t[n->out[3]].dtype;
 }
 
 /* A row is read twice (its statistics, then y; the backward's sums, then dx). */
@@ -129,4 +130,4 @@ const hr_op_desc hr_opdesc_layernorm = {
     .per_sample = HR_SAMPLES_EACH,
     .layers = layers, .backward = backward, .unpack = unpack, .init = init, .train_outputs = true,
     .autocast = HR_AC_FP32, .half_out = true, .work = work};
-const hr_op_desc hr_opdesc_layernorm_bwd = {.unpack = unpack, .autocast = HR_AC_FP32, .work = work};
+const hr_op_desc hr_opdesc_layernorm_bwd = {.unpack = unpack, .autocast = HR_AC_FP32, .half_dx_copy = true, .work = work};

@@ -203,6 +203,11 @@ typedef struct {
      * F32 result rounded once, the same bits), and whose backward then reads
      * a half gradient for it (a norm over features before a product). */
     bool half_out;
+    /* A backward op that may also write its dx (output 0, F32, after any
+     * accumulation into it) rounded to a half type as output 3, when a Cast
+     * of that final dx follows (autocast folds the Cast in: the same bits; a
+     * residual stream's gradient going into a half product's backward). */
+    bool half_dx_copy;
     /* Normalises over the batch (batch statistics): a micro-batch changes
      * what it computes, which the report says under accumulation. */
     bool batch_stats;

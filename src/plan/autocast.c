@@ -147,6 +147,45 @@ static bool fold_norm(hr_graph *g, int from, int c, int keep) {
     return true;
 }
 
+/* A gradient's cast: the last node before it that writes its F32 input x
+ * (an op with half_dx_copy, x its output 0) writes the half copy y too, as
+ * output 3, from the final value (after its own accumulation into x). No
+ * node between them writes x; x stays for its other readers. */
+static bool fold_grad(hr_graph *g, int from, int c) {
+    const hr_node *cn = &g->n[c];
+    int x = cn->in[0], y = cn->out[0];
+    if (g->t[x].dtype != HR_F32 || !hr_dtype_is_half(g->t[y].dtype) || g->t[x].kind != HR_T_ACT_GRAD || cn->accum[0])
+        return false;
+    int p = c - 1;
+    for (; p >= from; p--) {
+        const hr_node *q = &g->n[p];
+        bool writes = false;
+        for (int i = 0; i < q->nout; i++) writes |= q->out[i] == x || q->out[i] == y;
+        if (writes) break;
+    }
+    if (p < from) return false;
+    hr_node *pn = &g->n[p];
+    if (!hr_op_descs[pn->op]->half_dx_copy || pn->out[0] != x || pn->nout != 3) return false;
+    for (int k = c + 1; k < g->nn; k++) /* y: the cast's alone */
+        for (int i = 0; i < g->n[k].nout; i++)
+            if (g->n[k].out[i] == y) return false;
+    pn->out[3] = y;
+    pn->accum[3] = false;
+    pn->nout = 4;
+    return true;
+}
+
+hr_status hr_autocast_fold_grads(hr_graph *g, int from) {
+    if (hr_options_read().no_fold) return HR_OK;
+    for (int c = from; c < g->nn; c++) {
+        if (g->n[c].op != HR_OP_CAST || !fold_grad(g, from, c)) continue;
+        memmove(&g->n[c], &g->n[c + 1], sizeof(hr_node) * (size_t)(g->nn - c - 1));
+        g->nn--;
+        c--;
+    }
+    return HR_OK;
+}
+
 hr_status hr_autocast_fold(hr_graph *g, int from, int keep) {
     if (hr_options_read().no_fold) return HR_OK;
     for (int c = from; c < g->nn; c++) {

@@ -17,5 +17,11 @@ hr_status hr_autocast(hr_graph *g, int from, hr_precision prec, const char *pref
  * `keep` (the pass's output) is never folded. HR_FOLD_CASTS=0 leaves the
  * casts (for comparisons). */
 hr_status hr_autocast_fold(hr_graph *g, int from, int keep);
+/* After autodiff, on the backward nodes [from, g->nn): a Cast to half of an
+ * F32 gradient goes into the op with half_dx_copy that last wrote it (a
+ * norm's backward writing the residual stream's gradient, which a half
+ * product's backward then reads): it writes the half copy too. The same
+ * bits; HR_FOLD_CASTS=0 leaves the casts. */
+hr_status hr_autocast_fold_grads(hr_graph *g, int from);
 
 #endif

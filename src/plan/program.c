@@ -414,6 +414,7 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
     if (train) {
         if ((st = build_backward(p)) != HR_OK) goto fail;
         if (act_fuse && (st = hr_act_fuse_backward(&p->g, p->n_fwd)) != HR_OK) goto fail;
+        if ((st = hr_autocast_fold_grads(&p->g, p->n_fwd)) != HR_OK) goto fail;
         p->n_bwd_end = p->g.nn;
         if ((st = build_update(p)) != HR_OK) goto fail;
     } else {

@@ -187,7 +187,7 @@ size_t hr_cpu_norm_workspace(const hr_cpu *c, const hr_kargs *a) {
 /* With g = dy gamma and xhat = (x - mean) rstd:
  * dx = rstd (g - mean_j(g) - xhat mean_j(g xhat)). A half dy is widened a
  * row at a time into the thread's row of the planned workspace (dx is F32,
- * like x). */
+ * like x); dx_half gets each final row rounded. */
 hr_status hr_cpu_layernorm_bwd(void *ctx, const hr_kargs *a) {
     const hr_cpu *cp = ctx;
     const hr_layernorm_args *ln = &a->ln;
@@ -225,6 +225,8 @@ hr_status hr_cpu_layernorm_bwd(void *ctx, const hr_kargs *a) {
                 float v = rs * (g - mg - (xr[j] - m) * rs * mgx);
                 dr[j] = acc ? dr[j] + v : v;
             }
+            if (ln->dx_half) /* the final dx rounded, as the Cast it replaces rounded it */
+                for (int64_t j = 0; j < C; j++) hr_store_f(ln->dx_half, ln->dx_half_dt, r * C + j, dr[j]);
         }
     }
     return HR_OK;

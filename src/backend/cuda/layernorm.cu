@@ -82,10 +82,12 @@ __device__ __forceinline__ void ln_fwd_row(G g, const float *xr, const float *ga
 /* One row of dx = rstd (g - mean_j(g) - xhat mean_j(g xhat)), g = dy gamma
  * (or dy), xhat = (x - mean) rstd. Both row sums are complete before any dx is
  * written, and each dx[j] is written after its own inputs are read, so dx may
- * be dy or x. */
+ * be dy or x. dxh (type ht), when given, gets the final dx rounded (the cast
+ * autocast folded in). */
 template <class G>
 __device__ __forceinline__ void ln_bwd_row(G g, const float *xr, const float *gamma, const void *dy, hr_dtype dt,
-                                           int64_t off, float *dxr, float mu, float rs, int64_t cols, bool acc) {
+                                           int64_t off, float *dxr, void *dxh, hr_dtype ht, float mu, float rs,
+                                           int64_t cols, bool acc) {
     int64_t end = g.live ? cols : 0;
     double sg = 0, sgx = 0;
     for (int64_t j = g.t; j < end; j += g.n) {
@@ -101,7 +103,9 @@ __device__ __forceinline__ void ln_bwd_row(G g, const float *xr, const float *ga
         float xh = (xr[j] - mu) * rs;
         float d = ln_ld(dy, off + j, dt), gj = gamma ? d * gamma[j] : d;
         float v = rs * (gj - mg - xh * mgx);
-        dxr[j] = acc ? dxr[j] + v : v;
+        v = acc ? dxr[j] + v : v;
+        dxr[j] = v;
+        if (dxh) ln_st(dxh, off + j, v, ht);
     }
 }
 
@@ -136,24 +140,25 @@ static __global__ void __launch_bounds__(1024)
 /* ---- backward, dx ---- */
 template <int L>
 static __global__ void k_ln_dx_lanes(const float *x, const float *gamma, const float *mean, const float *rstd,
-                                     const void *dy, hr_dtype dt, float *dx, int64_t rows, int64_t cols, bool acc) {
+                                     const void *dy, hr_dtype dt, float *dx, void *dxh, hr_dtype ht, int64_t rows,
+                                     int64_t cols, bool acc) {
     int64_t rpw = 32 / L, w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
     for (int64_t base = w * rpw; base < rows; base += nw * rpw) {
         int64_t r = base + (threadIdx.x & 31) / L;
         LnLanes<L> g{(int)(threadIdx.x & (L - 1)), r < rows};
         if (!g.live) r = 0;
-        ln_bwd_row(g, x + r * cols, gamma, dy, dt, r * cols, dx + r * cols, mean[r], rstd[r], cols, acc);
+        ln_bwd_row(g, x + r * cols, gamma, dy, dt, r * cols, dx + r * cols, dxh, ht, mean[r], rstd[r], cols, acc);
     }
 }
 
 static __global__ void __launch_bounds__(1024)
     k_ln_dx_block(const float *x, const float *gamma, const float *mean, const float *rstd, const void *dy, hr_dtype dt,
-                  float *dx, int64_t rows, int64_t cols, bool acc) {
+                  float *dx, void *dxh, hr_dtype ht, int64_t rows, int64_t cols, bool acc) {
     __shared__ double sh[32];
     LnBlock g{(int)threadIdx.x, (int)blockDim.x, sh};
     for (int64_t r = blockIdx.x; r < rows; r += gridDim.x)
-        ln_bwd_row(g, x + r * cols, gamma, dy, dt, r * cols, dx + r * cols, mean[r], rstd[r], cols, acc);
+        ln_bwd_row(g, x + r * cols, gamma, dy, dt, r * cols, dx + r * cols, dxh, ht, mean[r], rstd[r], cols, acc);
 }
 
 /* ---- rows of 128 NV floats (NV <= 8: GPT-2's 768, the char GPT's 384), a
@@ -248,7 +253,8 @@ static __global__ void k_ln_fwd_vec(const float *x, const float *gamma, const fl
 
 template <int NV>
 static __global__ void k_ln_dx_vec(const float *x, const float *gamma, const float *mean, const float *rstd,
-                                   const void *dy, hr_dtype dt, float *dx, int64_t rows, int64_t cols, bool acc) {
+                                   const void *dy, hr_dtype dt, float *dx, void *dxh, hr_dtype ht, int64_t rows,
+                                   int64_t cols, bool acc) {
     int lane = threadIdx.x & 31;
     int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += nw) {
@@ -283,6 +289,7 @@ static __global__ void k_ln_dx_vec(const float *x, const float *gamma, const flo
                 ln_set(o, k, acc ? ln_c(o, k) + v : v);
             }
             xo[j] = o;
+            if (dxh) ln_st4(dxh, r * cols / 4 + j, o, ht);
         }
     }
 }
@@ -369,7 +376,8 @@ template <int L> static void ln_fwd_lanes(cudaStream_t s, const hr_layernorm_arg
 }
 template <int L> static void ln_dx_lanes(cudaStream_t s, const hr_layernorm_args *p) {
     k_ln_dx_lanes<L><<<ln_lane_grid(p->rows, L), HR_THREADS, 0, s>>>(p->x, p->gamma, p->saved_mean, p->saved_rstd,
-                                                                     p->dy, p->dy_dt, p->dx, p->rows, p->cols, p->acc_dx);
+                                                                     p->dy, p->dy_dt, p->dx, p->dx_half, p->dx_half_dt,
+                                                                     p->rows, p->cols, p->acc_dx);
 }
 typedef void (*ln_launch)(cudaStream_t, const hr_layernorm_args *);
 static const ln_launch ln_fwd_by_lg[6] = {ln_fwd_lanes<1>, ln_fwd_lanes<2>,  ln_fwd_lanes<4>,
@@ -468,15 +476,17 @@ hr_status hr_cuda_layernorm_bwd(void *ctx, const hr_kargs *a) {
     }
     if (!p->dx) return HR_OK;
     int nv = ln_vec_nv(p, p->x, p->dy, p->dx);
+    if (p->dx_half && !hr_al(p->dx_half, 8)) nv = 0; /* its rows of 4 halves as 8-byte stores */
     unsigned grid = hr_grid(rows * 32);
     if (nv)
-        LN_VEC_CASES(k_ln_dx_vec,
-                     (p->x, p->gamma, p->saved_mean, p->saved_rstd, p->dy, p->dy_dt, p->dx, rows, cols, p->acc_dx))
+        LN_VEC_CASES(k_ln_dx_vec, (p->x, p->gamma, p->saved_mean, p->saved_rstd, p->dy, p->dy_dt, p->dx, p->dx_half,
+                                   p->dx_half_dt, rows, cols, p->acc_dx))
     else if (cols <= LN_WARP_COLS)
         ln_dx_by_lg[ln_lanes_lg(cols)](s, p);
     else
         k_ln_dx_block<<<ln_row_grid(rows), ln_row_threads(cols), 0, s>>>(p->x, p->gamma, p->saved_mean, p->saved_rstd,
-                                                                         p->dy, p->dy_dt, p->dx, rows, cols, p->acc_dx);
+                                                                         p->dy, p->dy_dt, p->dx, p->dx_half,
+                                                                         p->dx_half_dt, rows, cols, p->acc_dx);
     e = cudaGetLastError();
     if (e != cudaSuccess)
         return hr_cuda_fail(__FILE__, __LINE__, "LayerNorm.backward dx kernel", cudaGetErrorString(e));
