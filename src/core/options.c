@@ -56,6 +56,8 @@ hr_options hr_options_read(void) {
     o.splitk_min_k = k > 0 ? k : 0;
     o.no_lt = !flag("HR_CUDA_LT", true);
     o.ce_two_pass = !flag("HR_CE_ONE_PASS", true);
+    long long cp = number("HR_CE_PIECE_MIB", 0);
+    o.ce_piece_mib = cp > 0 && cp <= (1LL << 20) ? cp : 0; /* at most 1 TiB */
     o.no_fold = !flag("HR_FOLD_CASTS", true);
     o.no_fuse_act = !flag("HR_FUSE_ACT", true);
     long long pm = number("HR_CUDA_PIECE_MIN", 2LL << 20);

@@ -592,7 +592,7 @@ hr_status hr_cuda_linear_bwd(void *ctx, const hr_kargs *a) {
 /* ---- LinearCrossEntropy: the head's logits a piece of rows at a time -------
  * The scratch: the weight in outp rows (outp = out rounded up to 8, the
  * extra rows zero; none when out is a multiple of 8), the piece (R rows,
- * outp wide, in dt: at most HR_PAD_BYTES), each row's log-sum-exp (R floats)
+ * outp wide, in dt: at most HR_PAD_BYTES, or HR_CE_PIECE_MIB), each row's log-sum-exp (R floats)
  * and loss term (N doubles), the split-K partials and cuBLAS's workspace.
  * dW is formed in two products when out is not a multiple of 8: its first
  * out8 = out rounded down to 8 rows (aligned: cuBLAS's fast kernels), then
@@ -608,7 +608,8 @@ static lce_plan lce_plan_for(hr_cuda *c, const hr_kargs *a) {
     size_t es = hr_dtype_size(a->dt);
     p.outp = (l->out + 7) / 8 * 8;
     p.out8 = l->out / 8 * 8;
-    int64_t r = (int64_t)(HR_PAD_BYTES / ((size_t)p.outp * es)), step = rows_per_call(c, l->in, p.outp);
+    size_t piece = c->opt.ce_piece_mib > 0 ? (size_t)c->opt.ce_piece_mib << 20 : HR_PAD_BYTES;
+    int64_t r = (int64_t)(piece / ((size_t)p.outp * es)), step = rows_per_call(c, l->in, p.outp);
     r = r < step ? r : step;
     r = r < l->N ? r : l->N;
     p.R = r > 0 ? r : 1;
