@@ -189,7 +189,7 @@ typedef struct {
     int64_t splitk_min_k;   /* HR_CUDA_SPLITK: shortest k split (default HR_SPLITK_DEFAULT); 0 off */
     bool no_lt;             /* HR_CUDA_LT=0: Linear's bias filled before the product, not in cuBLASLt's epilogue */
     int64_t ce_piece_mib;   /* HR_CE_PIECE_MIB: LinearCrossEntropy's piece of logits on the GPU, MiB (0: the
-                               default, 256; larger pieces: fewer passes over its F32 dW, more workspace) */
+                               default, 512; larger pieces: fewer passes over its F32 dW, more workspace) */
     bool ce_two_pass;       /* HR_CE_ONE_PASS=0: LinearCrossEntropy's pieces read twice (statistics, then the
                                gradient), not staged a row a block in shared memory */
     bool no_fuse_act;       /* HR_FUSE_ACT=0: an activation stays a node of its own each way rather than going
