@@ -604,10 +604,9 @@ static void set_prod(hr_kargs *a, bool half, void *ctx) {
     void *y = PTR(c->y, half), *dx = PTR(c->dx, half);
     float *dw = c->dw[half], *db = c->b ? c->db[half] : NULL;
     if (a->op == HR_OP_LINEAR || a->op == HR_OP_LINEAR_BWD) {
-        a->linear = (hr_linear_args){.x = x, .w = w, .b = fwd ? c->b : NULL, .dy = fwd ? NULL : dy,
-                                     .y = fwd ? y : NULL, .dx = fwd ? NULL : dx, .dw = fwd ? NULL : dw,
-                                     .db = fwd ? NULL : db, .N = c->g.N, .in = c->g.C, .out = c->g.K,
-                                     .acc_dx = c->acc, .acc_dw = c->acc, .acc_db = c->acc};
+        a->linear = (hr_linear_args){.x = x, .w = w, .b = fwd ? c->b : NULL, .dy = fwd ? NULL : dy, .y = fwd ? y : NULL,
+                                     .dx = fwd ? NULL : dx, .dw = fwd ? NULL : dw, .db = fwd ? NULL : db, .N = c->g.N,
+                                     .in = c->g.C, .out = c->g.K, .acc_dx = c->acc, .acc_dw = c->acc, .acc_db = c->acc};
         return;
     }
     a->conv = c->g;
