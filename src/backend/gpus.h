@@ -25,4 +25,13 @@ const char *hr_gpu_keys(void);
  * every op that autocast may hand a half type (its rule is not HR_AC_FP32). */
 bool hr_gpu_takes_half(hr_op op, hr_dtype dt);
 
+/* LinearCrossEntropy's piece of logits on the GPU (backend/cuda/cuda_gemm.c):
+ * 512 MiB of rows at most unless HR_CE_PIECE_MIB says. */
+#define HR_GPU_CE_PIECE_BYTES ((size_t)512 << 20)
+/* The workspace the CUDA backend plans for a node, where its size needs no
+ * GPU: LinearCrossEntropy's (the padded weight, the piece, each row's
+ * log-sum-exp and loss term, cuBLAS's 4 MiB: 582 MiB for GPT-2's head at
+ * batch 16); else 0. A plan for a GPU made on the CPU counts it. */
+size_t hr_gpu_workspace(const hr_kargs *a);
+
 #endif

@@ -28,12 +28,14 @@ int hr_cmd_plan(const hr_cli_opts *o) {
      * chosen by the search looks for a plan within it */
     cfg.device_budget = hr_recompute_searched(cfg.recompute) && o->budget_set ? o->budget : 0;
     /* A plan never needs the device: without one, CUDA plans use the CPU's
-     * workspace sizes, and the overhead comes from --gpu's measurement. */
+     * workspace sizes and the GPU's known without it (backend/gpus.h), and
+     * the overhead comes from --gpu's measurement. */
     if (cfg.device == HR_DEVICE_AUTO) cfg.device = gpu ? HR_DEVICE_CUDA : HR_DEVICE_CPU;
     bool want_cuda = cfg.device == HR_DEVICE_CUDA;
     hr_session_t *s = hr_compile(m, &cfg);
     if (!s && want_cuda) {
-        fprintf(stderr, "headroom plan: %s; planning with the CPU backend's workspace sizes instead\n", hr_last_error());
+        fprintf(stderr, "headroom plan: %s; planning with the CPU backend's workspace sizes and the GPU's that are "
+                        "known without one (the head's piece of logits) instead\n", hr_last_error());
         /* a CPU backend made for the CUDA config: it plans the GPU's half kernels */
         hr_backend *be = hr_backend_cpu_new(&cfg);
         cfg.device = HR_DEVICE_CPU;

@@ -21,9 +21,13 @@ _Static_assert(sizeof cpu_kernels / sizeof cpu_kernels[0] == HR_OP_COUNT, "one C
 
 /* The larger of the two conv paths' needs: the path is chosen at the first
  * run, and the plan stays exact either way. */
+/* A backend that plans for a GPU (takes_half set: made for a CUDA config)
+ * counts what the GPU's kernels take where that is known without one. */
 static size_t cpu_workspace(hr_backend *be, const hr_kargs *a) {
     size_t w = hr_cpu_workspace_size(be->ctx, a), d = hr_cpu_dnnl_workspace_size(be->ctx, a);
-    return w > d ? w : d;
+    size_t g = be->takes_half ? hr_gpu_workspace(a) : 0;
+    w = w > d ? w : d;
+    return w > g ? w : g;
 }
 
 static hr_status cpu_arena_alloc(hr_backend *be, size_t bytes, void **base) {

@@ -13,6 +13,7 @@
  * 1, so the sum is formed in FP32 and rounded once; split-K's reduction adds
  * the FP32 bias itself. */
 #include "backend/cuda/hr_cuda.h"
+#include "backend/gpus.h"
 
 #include <cublasLt.h>
 #include <cublas_v2.h>
@@ -592,17 +593,17 @@ hr_status hr_cuda_linear_bwd(void *ctx, const hr_kargs *a) {
 /* ---- LinearCrossEntropy: the head's logits a piece of rows at a time -------
  * The scratch: the weight in outp rows (outp = out rounded up to 8, the
  * extra rows zero; none when out is a multiple of 8), the piece (R rows,
- * outp wide, in dt: at most HR_CE_PIECE_BYTES, or HR_CE_PIECE_MIB), each row's log-sum-exp (R floats)
+ * outp wide, in dt: at most HR_GPU_CE_PIECE_BYTES, or HR_CE_PIECE_MIB), each row's log-sum-exp (R floats)
  * and loss term (N doubles), the split-K partials and cuBLAS's workspace.
  * dW is formed in two products when out is not a multiple of 8: its first
  * out8 = out rounded down to 8 rows (aligned: cuBLAS's fast kernels), then
  * the last few; no padded copy of dW. */
-/* The piece: 512 MiB of logits (GPT-2 at batch 16: 5,340 rows, 4 pieces)
- * took 33.47 ms a step on an H100 against 34.40 with 256 MiB (7 pieces),
- * for 256 MiB more workspace: each piece passes once over the F32 dW (154
- * MB read and written for GPT-2) and its products are wider; 1 GiB gained
- * nothing more (33.44-33.53 ms). */
-#define HR_CE_PIECE_BYTES ((size_t)512 << 20)
+/* The piece: HR_GPU_CE_PIECE_BYTES (backend/gpus.h, which plans made
+ * without a GPU count too), 512 MiB of logits (GPT-2 at batch 16: 5,340
+ * rows, 4 pieces) took 33.47 ms a step on an H100 against 34.40 with 256 MiB
+ * (7 pieces), for 256 MiB more workspace: each piece passes once over the
+ * F32 dW (154 MB read and written for GPT-2) and its products are wider; 1
+ * GiB gained nothing more (33.44-33.53 ms). */
 
 typedef struct {
     int64_t outp, out8, R;
@@ -615,7 +616,7 @@ static lce_plan lce_plan_for(hr_cuda *c, const hr_kargs *a) {
     size_t es = hr_dtype_size(a->dt);
     p.outp = (l->out + 7) / 8 * 8;
     p.out8 = l->out / 8 * 8;
-    size_t piece = c->opt.ce_piece_mib > 0 ? (size_t)c->opt.ce_piece_mib << 20 : HR_CE_PIECE_BYTES;
+    size_t piece = c->opt.ce_piece_mib > 0 ? (size_t)c->opt.ce_piece_mib << 20 : HR_GPU_CE_PIECE_BYTES;
     int64_t r = (int64_t)(piece / ((size_t)p.outp * es)), step = rows_per_call(c, l->in, p.outp);
     r = r < step ? r : step;
     r = r < l->N ? r : l->N;
