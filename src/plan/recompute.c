@@ -130,41 +130,35 @@ typedef struct {
     const bool *redo;    /* per forward node: recomputed */
     int *clone;          /* per original tensor: its clone, -1 */
     bool *done;
-    int *stack, stack_cap;
+    int *stack, *next; /* need()'s path of producers, and each one's next input */
     hr_node *out;        /* the new schedule */
     int m, nt0;
 } rewrite;
 
 /* The clone of tensor t's producer is needed: the clones it reads first,
- * then it (depth first, without recursion: models may be deep). A clone
- * that waits lower in the stack for another reader (a residual's two
- * branches both read the stream) is pushed again on top, so it is made
- * before this reader; its lower entry is then passed over. The graph has no
- * cycles, so a node never waits for itself; each push is one input edge of
- * a node, which bounds the stack. */
+ * then it (depth first, without recursion: models may be deep). The stack is
+ * the path from t's producer down; each frame resumes at its next input (the
+ * last input first), so every clone a node reads is made before it, even
+ * where two readers wait for one clone (a residual's stream and its
+ * branch). The graph has no cycles: the path has at most nf nodes. */
 static hr_status need(rewrite *w, int t) {
     if (t < 0 || t >= w->nt0 || w->producer[t] < 0 || !w->redo[w->producer[t]] || w->done[w->producer[t]]) return HR_OK;
     int sp = 0;
-    w->stack[sp++] = w->producer[t];
+    w->stack[sp] = w->producer[t];
+    w->next[sp++] = w->g->n[w->producer[t]].nin - 1;
     while (sp) {
-        int k = w->stack[sp - 1];
-        if (w->done[k]) {
-            sp--;
+        int k = w->stack[sp - 1], q = -1;
+        while (w->next[sp - 1] >= 0 && q < 0) { /* its next input whose clone is still to make */
+            int u = w->g->n[k].in[w->next[sp - 1]--];
+            if (u >= 0 && u < w->nt0 && w->producer[u] >= 0 && w->redo[w->producer[u]] && !w->done[w->producer[u]])
+                q = w->producer[u];
+        }
+        if (q >= 0) {
+            w->stack[sp] = q;
+            w->next[sp++] = w->g->n[q].nin - 1;
             continue;
         }
         hr_node n = w->g->n[k];
-        bool waits = false;
-        for (int i = 0; i < n.nin; i++) {
-            int u = n.in[i];
-            if (u < 0 || u >= w->nt0) continue;
-            int q = w->producer[u];
-            if (q >= 0 && w->redo[q] && !w->done[q]) {
-                if (sp >= w->stack_cap) return hr_error_set(HR_ERR_INTERNAL, "recomputation: clone stack overflow");
-                w->stack[sp++] = q;
-                waits = true;
-            }
-        }
-        if (waits) continue;
         for (int i = 0; i < n.nin; i++) {
             int u = n.in[i];
             if (u >= 0 && u < w->nt0 && w->producer[u] >= 0 && w->redo[w->producer[u]]) n.in[i] = w->clone[u];
@@ -193,11 +187,11 @@ hr_status hr_recompute_apply(hr_program *p, const bool *sel) {
     bool *redo = hr_calloc((size_t)nf + 1, 1);
     w.clone = hr_malloc(sizeof(int) * (size_t)(nt0 ? nt0 : 1));
     w.done = hr_calloc((size_t)nf + 1, 1);
-    w.stack_cap = nf * HR_NODE_MAX_IO + 1;
-    w.stack = hr_malloc(sizeof(int) * (size_t)w.stack_cap);
+    w.stack = hr_malloc(sizeof(int) * ((size_t)nf + 1));
+    w.next = hr_malloc(sizeof(int) * ((size_t)nf + 1));
     w.out = hr_malloc(sizeof(hr_node) * ((size_t)nn + (size_t)nf + 1));
     hr_status st = HR_OK;
-    if (!producer || !redo || !w.clone || !w.done || !w.stack || !w.out) {
+    if (!producer || !redo || !w.clone || !w.done || !w.stack || !w.next || !w.out) {
         st = HR_ERR_OOM;
         goto done;
     }
@@ -242,6 +236,7 @@ done:
     hr_free(w.clone);
     hr_free(w.done);
     hr_free(w.stack);
+    hr_free(w.next);
     hr_free(w.out);
     if (st == HR_ERR_OOM) hr_error_prefix("recomputation");
     return st;
