@@ -147,6 +147,20 @@ static hr_status backward(hr_autodiff *ad, const hr_node *n) {
     return hr_weighted_backward(ad, &lin, HR_OP_LINEAR_BWD);
 }
 
+hr_kargs hr_linear_act_kargs(const hr_linear_args *l, bool backward, hr_dtype dt, const void *pre, void *io, void *y,
+                             int64_t n) {
+    hr_kargs g;
+    memset(&g, 0, sizeof g);
+    g.op = (hr_op)(backward ? l->act_bwd : l->act);
+    g.dt = dt;
+    g.act.n = n;
+    g.act.tanh_approx = l->act_approx;
+    g.act.x = pre;
+    g.act.dy = io;
+    g.act.out = backward ? io : y;
+    return g;
+}
+
 /* Weight and bias: U(-1/sqrt(in), 1/sqrt(in)), as nn.Linear.reset_parameters. */
 static void init(const hr_graph *g, const hr_node *n, int slot, uint64_t seed, uint64_t stream, float *v) {
     hr_init_fan_in(&g->t[n->in[1]], hr_shape_numel(&g->t[n->in[slot]].shape), seed, stream, v);

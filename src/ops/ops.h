@@ -131,6 +131,12 @@ hr_status hr_linear_ce_fuse(hr_graph *g, int loss_node);
 hr_status hr_act_fuse(hr_graph *g, int keep, const bool *alone);
 hr_status hr_act_fuse_backward(hr_graph *g, int from);
 hr_op hr_act_grad_op(hr_op act);
+/* linear.c: a Linear's epilogue activation as its own kernel's arguments,
+ * for a backend that runs the product and then the activation: over n
+ * values of type dt, forward y = act(pre), backward io = io act'(pre) in
+ * place. */
+hr_kargs hr_linear_act_kargs(const hr_linear_args *l, bool backward, hr_dtype dt, const void *pre, void *io, void *y,
+                             int64_t n);
 
 /* ---- work: what a node computes and moves (the cost model's estimates) ------- */
 typedef struct {

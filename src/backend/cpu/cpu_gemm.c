@@ -1,6 +1,7 @@
 /* cpu_gemm.c — Linear and Conv2d on the CPU: matrix products by oneDNN's or OpenBLAS's sgemm,
  * convolution as im2col + GEMM with its columns in the planned workspace. */
 #include "backend/cpu/cpu.h"
+#include "ops/ops.h"
 
 #include <cblas.h>
 #include <pthread.h>
@@ -65,15 +66,7 @@ void hr_cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const floa
 /* The activation in a Linear's epilogue (ops/activation.c), by the
  * activation kernels: forward y = act(pre); backward dx = dx act'(pre), in place. */
 static hr_status epilogue_act(void *ctx, const hr_linear_args *l, bool backward) {
-    hr_kargs g;
-    memset(&g, 0, sizeof g);
-    g.op = (hr_op)(backward ? l->act_bwd : l->act);
-    g.dt = HR_F32;
-    g.act.n = l->N * (backward ? l->in : l->out);
-    g.act.tanh_approx = l->act_approx;
-    g.act.x = l->pre;
-    g.act.dy = l->dx;
-    g.act.out = backward ? l->dx : l->y;
+    hr_kargs g = hr_linear_act_kargs(l, backward, HR_F32, l->pre, l->dx, l->y, l->N * (backward ? l->in : l->out));
     return backward ? hr_cpu_act_bwd(ctx, &g) : hr_cpu_act(ctx, &g);
 }
 

@@ -433,15 +433,7 @@ static hr_status product(hr_cuda *c, const node_scratch *s, gemm_types ty, cubla
  * product and then the activation's kernel, as the two nodes would. */
 static hr_status act_rows(hr_cuda *c, hr_dtype dt, const hr_linear_args *l, bool backward, const void *pre, void *io,
                           void *y, int64_t n) {
-    hr_kargs g;
-    memset(&g, 0, sizeof g);
-    g.op = (hr_op)(backward ? l->act_bwd : l->act);
-    g.dt = dt;
-    g.act.n = n;
-    g.act.tanh_approx = l->act_approx;
-    g.act.x = pre;
-    g.act.dy = io;
-    g.act.out = backward ? io : y;
+    hr_kargs g = hr_linear_act_kargs(l, backward, dt, pre, io, y, n);
     return backward ? hr_cuda_act_bwd(c, &g) : hr_cuda_act(c, &g);
 }
 
