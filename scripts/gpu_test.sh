@@ -60,6 +60,8 @@ run_one test_cuda_ops.splitk HR_CUDA_SPLITK=32 "$BUILD/tests/gpu/test_cuda_ops"
 run_one test_cuda_ops.nolt HR_CUDA_LT=0 "$BUILD/tests/gpu/test_cuda_ops"
 run_one test_cuda_linear_gelu.nolt HR_CUDA_LT=0 "$BUILD/tests/gpu/test_cuda_linear_gelu"
 run_one test_cuda_half.two_pass HR_CE_ONE_PASS=0 "$BUILD/tests/gpu/test_cuda_half"
+# LayerNorm's backward as its two kernels (dx, then the column sums)
+run_one test_cuda_ops.ln_two HR_LN_ONE_PASS=0 "$BUILD/tests/gpu/test_cuda_ops"
 run_one test_cuda_golden.legacy HR_CUDNN_API=legacy "$BUILD/tests/gpu/test_cuda_golden"
 # half attention by the kernels alone, not cuDNN's fused attention
 run_one test_cuda_attention.kernels HR_CUDNN_ATTENTION=0 "$BUILD/tests/gpu/test_cuda_attention"

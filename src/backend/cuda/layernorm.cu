@@ -294,6 +294,134 @@ static __global__ void k_ln_dx_vec(const float *x, const float *gamma, const flo
     }
 }
 
+/* ---- backward in one pass: dx, and dgamma and dbeta's column sums from
+ * the same loads (rows of 128 NV floats, x and dy read once where the two
+ * kernels below read them twice). A block of 32 NV threads takes R rows,
+ * LN_TILE_B at a time; thread t owns the four columns 4t .. 4t+3 of every
+ * row, so its share of the column sums stays in its registers all along,
+ * and LN_TILE_B rows' loads are in flight together. A row's two sums are
+ * added across the warp (float: each lane's four terms) and across the
+ * block's warps in warp order (double), through shared memory. The block
+ * writes its column partials ([S][cols] floats) and k_ln_bwd_finish adds
+ * them in block order; R comes from the shape alone (ln_bwd_rows), so the
+ * sums are deterministic. Each element is written by the thread that read
+ * it, after it read it, so dx may be dy or x. (A warp a row with the column
+ * sums in registers, as the register form, held too few rows in flight.) */
+#define LN_TILE_B 4        /* rows a batch */
+#define LN_BWD_BLOCKS 1024 /* at most: R grows past rows / (32 * 1024) */
+
+static int64_t ln_bwd_rows(int64_t rows) {
+    int64_t r = (rows + LN_BWD_BLOCKS - 1) / LN_BWD_BLOCKS;
+    r = (r + LN_TILE_B - 1) / LN_TILE_B * LN_TILE_B;
+    return r < 32 ? 32 : r;
+}
+
+template <int NV>
+static __global__ void __launch_bounds__(32 * NV, 2)
+    k_ln_bwd_tile(const float *x, const float *gamma, const float *mean, const float *rstd, const void *dy, hr_dtype dt,
+                  float *dx, void *dxh, hr_dtype ht, float *pg, float *pb, int64_t rows, int64_t cols, int64_t R,
+                  bool acc) {
+    __shared__ float sh[2][2][LN_TILE_B][NV]; /* [batch parity][sum][row][warp] */
+    int t = threadIdx.x, lane = t & 31, w = t >> 5;
+    int64_t c4 = cols / 4;
+    float4 gm = gamma ? ((const float4 *)gamma)[t] : make_float4(1, 1, 1, 1);
+    float4 ag = make_float4(0, 0, 0, 0), ab = ag;
+    int64_t r0 = (int64_t)blockIdx.x * R, r1 = r0 + R < rows ? r0 + R : rows;
+    int par = 0;
+    for (int64_t rb = r0; rb < r1; rb += LN_TILE_B, par ^= 1) {
+        float4 xv[LN_TILE_B], dv[LN_TILE_B], ov[LN_TILE_B];
+        float mu[LN_TILE_B], rs[LN_TILE_B];
+#pragma unroll
+        for (int b = 0; b < LN_TILE_B; b++) { /* a dead row (past r1) reads nothing and adds zeros */
+            int64_t r = rb + b;
+            bool live = r < r1;
+            xv[b] = live ? ((const float4 *)x)[r * c4 + t] : make_float4(0, 0, 0, 0);
+            dv[b] = live ? ln_ld4(dy, r * c4 + t, dt) : make_float4(0, 0, 0, 0);
+            ov[b] = live && acc && dx ? ((const float4 *)dx)[r * c4 + t] : make_float4(0, 0, 0, 0);
+            mu[b] = live ? mean[r] : 0.0f;
+            rs[b] = live ? rstd[r] : 0.0f;
+        }
+        float sg[LN_TILE_B], sgx[LN_TILE_B];
+#pragma unroll
+        for (int b = 0; b < LN_TILE_B; b++) {
+            sg[b] = sgx[b] = 0.0f;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float h = (ln_c(xv[b], k) - mu[b]) * rs[b], d = ln_c(dv[b], k), gj = d * ln_c(gm, k);
+                ln_set(ab, k, ln_c(ab, k) + d);
+                ln_set(ag, k, fmaf(d, h, ln_c(ag, k)));
+                sg[b] += gj;
+                sgx[b] = fmaf(gj, h, sgx[b]);
+            }
+        }
+        if (!dx) continue;
+#pragma unroll
+        for (int b = 0; b < LN_TILE_B; b++) {
+            float u = hr_warp_sum(sg[b]), v = hr_warp_sum(sgx[b]);
+            if (lane == 0) {
+                sh[par][0][b][w] = u;
+                sh[par][1][b][w] = v;
+            }
+        }
+        __syncthreads(); /* the other parity's buffer is free: every thread passed this sync after reading it */
+#pragma unroll
+        for (int b = 0; b < LN_TILE_B; b++) {
+            double tg = 0, tgx = 0;
+#pragma unroll
+            for (int q = 0; q < NV; q++) {
+                tg += sh[par][0][b][q];
+                tgx += sh[par][1][b][q];
+            }
+            int64_t r = rb + b;
+            if (r >= r1) break;
+            float mg = (float)(tg / (double)cols), mgx = (float)(tgx / (double)cols);
+            float4 o;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                float h = (ln_c(xv[b], k) - mu[b]) * rs[b], gj = ln_c(dv[b], k) * ln_c(gm, k);
+                float e = rs[b] * (gj - mg - h * mgx);
+                ln_set(o, k, acc ? ln_c(ov[b], k) + e : e);
+            }
+            ((float4 *)dx)[r * c4 + t] = o;
+            if (dxh) ln_st4(dxh, r * c4 + t, o, ht);
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        if (pg) pg[blockIdx.x * cols + 4 * t + k] = ln_c(ag, k);
+        if (pb) pb[blockIdx.x * cols + 4 * t + k] = ln_c(ab, k);
+    }
+}
+
+/* The one-pass form's partials added: a block of 32 x 32 threads a 32
+ * columns, thread (c, q) adding the partials q, q + 32, ... of column c in
+ * double, then the 32 sums in q order: the order is fixed by the shape. */
+static __global__ void __launch_bounds__(1024)
+    k_ln_bwd_finish(const float *pg, const float *pb, float *dg, float *db, int64_t cols, int64_t S, bool acc_g,
+                    bool acc_b) {
+    __shared__ double sh[2][32][33];
+    int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+    int64_t c = (int64_t)blockIdx.x * 32 + tx;
+    double tg = 0, tb = 0;
+    if (c < cols && dg)
+#pragma unroll 8
+        for (int64_t k = ty; k < S; k += 32) tg += pg[k * cols + c];
+    if (c < cols && db)
+#pragma unroll 8
+        for (int64_t k = ty; k < S; k += 32) tb += pb[k * cols + c];
+    sh[0][ty][tx] = tg;
+    sh[1][ty][tx] = tb;
+    __syncthreads();
+    if (ty != 0 || c >= cols) return;
+    tg = tb = 0;
+    for (int q = 0; q < 32; q++) {
+        tg += sh[0][q][tx];
+        tb += sh[1][q][tx];
+    }
+    if (dg) dg[c] = (acc_g ? dg[c] : 0.0f) + (float)tg;
+    if (db) db[c] = (acc_b ? db[c] : 0.0f) + (float)tb;
+}
+
 /* ---- backward, dgamma and dbeta: column sums over the rows ----
  * Block (bx, k) owns columns [32 bx, 32 bx + 32) and the rows
  * [k rows / S, (k+1) rows / S): its 8 warps each read whole 128-byte row
@@ -423,9 +551,19 @@ static size_t ln_bwd_ws(int64_t rows, int64_t cols) {
     return S > 1 ? (size_t)(2 * S * cols) * sizeof(double) : 0;
 }
 
+/* The one-pass form's blocks (k_ln_bwd_tile), 0 where its register form cannot
+ * take the rows (the alignment is checked at the launch) or it is switched
+ * off; its workspace is 8 S cols bytes, at most 8 MiB. */
+static int64_t ln_bwd_blocks(const hr_cuda *c, int64_t rows, int64_t cols) {
+    if (c->opt.ln_two_kernels || rows <= 0 || cols % 128 || cols > 1024) return 0;
+    int64_t R = ln_bwd_rows(rows);
+    return (rows + R - 1) / R;
+}
+
 size_t hr_cuda_layernorm_bwd_workspace(hr_cuda *c, const hr_kargs *a) {
-    (void)c;
-    return ln_bwd_ws(a->ln.rows, a->ln.cols);
+    size_t two = ln_bwd_ws(a->ln.rows, a->ln.cols);
+    size_t one = (size_t)(2 * ln_bwd_blocks(c, a->ln.rows, a->ln.cols) * a->ln.cols) * sizeof(float);
+    return one > two ? one : two;
 }
 
 hr_status hr_cuda_layernorm(void *ctx, const hr_kargs *a) {
@@ -457,6 +595,36 @@ hr_status hr_cuda_layernorm_bwd(void *ctx, const hr_kargs *a) {
     if (rows <= 0 || cols <= 0) return HR_OK;
     if (!p->dy || ((p->dx || p->dgamma) && (!p->x || !p->saved_mean || !p->saved_rstd))) return HR_ERR_INVALID_ARG;
     cudaError_t e;
+    int nv = ln_vec_nv(p, p->x, p->dy, p->dx);
+    if (p->dx_half && !hr_al(p->dx_half, 8)) nv = 0; /* its rows of 4 halves as 8-byte stores */
+    int64_t S1 = nv && (p->dgamma || p->dbeta) ? ln_bwd_blocks((const hr_cuda *)ctx, rows, cols) : 0;
+    if (S1 && a->ws && a->ws_bytes >= (size_t)(2 * S1 * cols) * sizeof(float)) {
+        float *pg = p->dgamma ? (float *)a->ws : NULL, *pb = p->dbeta ? (float *)a->ws + S1 * cols : NULL;
+        int64_t R = ln_bwd_rows(rows);
+        unsigned grid = (unsigned)S1, th = (unsigned)(32 * nv);
+#define LN_TILE(NV)                                                                                                    \
+    k_ln_bwd_tile<NV><<<grid, th, 0, s>>>(p->x, p->gamma, p->saved_mean, p->saved_rstd, p->dy, p->dy_dt, p->dx,        \
+                                          p->dx_half, p->dx_half_dt, pg, pb, rows, cols, R, p->acc_dx)
+        switch (nv) {
+        case 1: LN_TILE(1); break;
+        case 2: LN_TILE(2); break;
+        case 3: LN_TILE(3); break;
+        case 4: LN_TILE(4); break;
+        case 5: LN_TILE(5); break;
+        case 6: LN_TILE(6); break;
+        case 7: LN_TILE(7); break;
+        default: LN_TILE(8); break;
+        }
+#undef LN_TILE
+        e = cudaGetLastError();
+        if (e == cudaSuccess)
+            k_ln_bwd_finish<<<(unsigned)((cols + 31) / 32), 1024, 0, s>>>(pg, pb, p->dgamma, p->dbeta, cols, S1,
+                                                                        p->acc_dgamma, p->acc_dbeta);
+        e = e == cudaSuccess ? cudaGetLastError() : e;
+        if (e != cudaSuccess)
+            return hr_cuda_fail(__FILE__, __LINE__, "LayerNorm.backward kernel", cudaGetErrorString(e));
+        return HR_OK;
+    }
     if (p->dgamma || p->dbeta) {
         int64_t S = ln_col_splits(rows, cols);
         size_t need = ln_bwd_ws(rows, cols);
@@ -475,8 +643,6 @@ hr_status hr_cuda_layernorm_bwd(void *ctx, const hr_kargs *a) {
             return hr_cuda_fail(__FILE__, __LINE__, "LayerNorm.backward dgamma/dbeta kernel", cudaGetErrorString(e));
     }
     if (!p->dx) return HR_OK;
-    int nv = ln_vec_nv(p, p->x, p->dy, p->dx);
-    if (p->dx_half && !hr_al(p->dx_half, 8)) nv = 0; /* its rows of 4 halves as 8-byte stores */
     unsigned grid = hr_grid(rows * 32);
     if (nv)
         LN_VEC_CASES(k_ln_dx_vec, (p->x, p->gamma, p->saved_mean, p->saved_rstd, p->dy, p->dy_dt, p->dx, p->dx_half,
