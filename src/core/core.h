@@ -194,7 +194,7 @@ typedef struct {
                                gradient), not staged a row a block in shared memory */
     bool no_fuse_act;       /* HR_FUSE_ACT=0: an activation stays a node of its own each way rather than going
                                into the epilogue of the Linear before it (ops/activation.c says which do) */
-    bool ln_two_kernels;    /* HR_LN_ONE_PASS=0: LayerNorm.backward on the GPU as two kernels (dx, then the column
+    bool ln_two_kernels;    /* HR_LN_ONE_PASS=0: the layer norm's backward on the GPU as two kernels (dx, then the column
                                sums), not one pass reading x and dy once */
     bool no_fold;           /* HR_FOLD_CASTS=0: mixed precision keeps a norm's cast to half (half_out) a node of its own */
     int64_t piece_min;      /* HR_CUDA_PIECE_MIN: smallest input sent in pieces, bytes (default 2 MiB); 0 never */
