@@ -14,7 +14,11 @@ _Static_assert(sizeof op_names / sizeof *op_names == HR_OP_COUNT, "a name for ev
 const char *hr_op_name(hr_op op) { return (unsigned)op < HR_OP_COUNT && op_names[op] ? op_names[op] : "?"; }
 
 /* What a node runs, for people (profiles, traces, errors): the op's name, or
- * the pair a Linear with an activation in its epilogue runs. */
+ * the pair a Linear with an activation in its epilogue runs, or a norm with
+ * the Add before it. */
+#define HR_X_ADD_THEN(E, id, k, name) "Add+" name,
+static const char *const add_then[] = {HR_OP_LIST(HR_X_ADD_THEN)};
+#undef HR_X_ADD_THEN
 #define HR_X_LINEAR_WITH(E, id, k, name) "Linear+" name,
 #define HR_X_LINEAR_BWD_WITH(E, id, k, name) "Linear.backward+" name ".backward",
 static const char *const linear_with[] = {HR_OP_LIST(HR_X_LINEAR_WITH)};
@@ -25,6 +29,7 @@ static const char *const linear_bwd_with[] = {HR_OP_LIST(HR_X_LINEAR_BWD_WITH)};
 const char *hr_node_op_name(const hr_node *n) {
     if (n->op == HR_OP_LINEAR && n->a.act > 0 && n->a.act < HR_OP_COUNT) return linear_with[n->a.act];
     if (n->op == HR_OP_LINEAR_BWD && n->a.dact > 0 && n->a.dact < HR_OP_COUNT) return linear_bwd_with[n->a.dact];
+    if (n->a.pre_add && (unsigned)n->op < HR_OP_COUNT) return add_then[n->op];
     return hr_op_name(n->op);
 }
 

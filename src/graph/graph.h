@@ -45,6 +45,8 @@ typedef struct {
     int dact;                     /* Linear.backward: the activation whose output x is (0 none): dx times its
                                      derivative at in[3], that activation's backward fused in */
     bool affine;                  /* a norm's elementwise_affine */
+    bool pre_add;                 /* a norm that also runs the Add before it: in[0] + in[nin-1] is its x,
+                                     written as out[3] (the layer norm's op file takes them in) */
     int norm_dims;                /* how many trailing dims a norm normalises */
     int index;                    /* optimizer: parameter index (for its RNG stream, reports) */
     bool recompute;               /* a forward node run again in the backward pass: no side effects (running statistics) */

@@ -191,6 +191,11 @@ typedef struct {
     bool acc_dx, acc_dgamma, acc_dbeta;
     void *dx_half;      /* backward: dx (after acc_dx's add) rounded to dx_half_dt too, or NULL */
     hr_dtype dx_half_dt;
+    /* forward with the residual Add before it taken in (a.pre_add): x = add_a
+     * + add_b first, each widened to F32, written to sum (which x is) */
+    const void *add_a, *add_b;
+    hr_dtype add_a_dt, add_b_dt;
+    float *sum;
 } hr_layernorm_args;
 
 /* A training step's scalars in device memory, for a step captured once and

@@ -2,6 +2,8 @@
  * rule, optional weight and bias and their init, backward and kernel arguments. */
 #include "ops/ops.h"
 
+#include <string.h>
+
 /* LayerNorm: in {x, weight?, bias?} (nin 1 without elementwise_affine, 2
  * with bias=False), out {y, mean, rstd} in training (one float a row: the
  * values before the normalised dims), {y} in inference.
@@ -82,6 +84,34 @@ static hr_status backward(hr_autodiff *ad, const hr_node *f) {
     return hr_ad_emit(ad, &n) < 0 ? HR_ERR_OOM : HR_OK;
 }
 
+/* The residual Add before a LayerNorm, taken in: the Add at s writes h (F32)
+ * that the LayerNorm at s+1 reads as x, its inputs a float each (the F32 one
+ * first, so the node's activation type is F32). The norm keeps its inputs,
+ * with a as in[0] and b last, and writes h as out[3]; the Add goes. */
+static bool takes_add(const hr_graph *g, const hr_node *ad, const hr_node *ln) {
+    if (ad->op != HR_OP_ADD || ad->nin != 2 || ad->nout != 1 || ad->out[0] < 0) return false;
+    if (ln->op != HR_OP_LAYERNORM || ln->a.pre_add || ln->nout != 3 || ln->in[0] != ad->out[0]) return false;
+    if (g->t[ad->out[0]].dtype != HR_F32 || ad->in[0] < 0 || ad->in[1] < 0) return false;
+    return g->t[ad->in[0]].dtype == HR_F32 || g->t[ad->in[1]].dtype == HR_F32;
+}
+
+hr_status hr_norm_take_adds(hr_graph *g, int *n_fwd) {
+    for (int s = 0; s + 1 < *n_fwd; s++) {
+        hr_node *ad = &g->n[s], *ln = &g->n[s + 1];
+        if (!takes_add(g, ad, ln)) continue;
+        bool swap = g->t[ad->in[0]].dtype != HR_F32;
+        ln->in[0] = ad->in[swap ? 1 : 0];
+        ln->in[ln->nin++] = ad->in[swap ? 0 : 1];
+        ln->out[3] = ad->out[0];
+        ln->nout = 4;
+        ln->a.pre_add = true;
+        memmove(&g->n[s], &g->n[s + 1], sizeof(hr_node) * (size_t)(g->nn - s - 1));
+        g->nn--;
+        (*n_fwd)--;
+    }
+    return HR_OK;
+}
+
 /* weight 1, bias 0, as nn.LayerNorm.reset_parameters */
 static void init(const hr_graph *g, const hr_node *n, int slot, uint64_t seed, uint64_t stream, float *v) {
     float c = slot == 1 ? 1.0f : 0.0f;
@@ -97,8 +127,15 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     l->eps = n->a.eps;
     l->x = hr_ptr(ptr, n->in[0]);
     if (n->op == HR_OP_LAYERNORM) {
-        if (n->nin > 1) l->gamma = hr_ptr(ptr, n->in[1]);
-        if (n->nin > 2) l->beta = hr_ptr(ptr, n->in[2]);
+        int nin = n->nin;
+        if (n->a.pre_add) {
+            int b = n->in[--nin];
+            l->add_a = l->x, l->add_a_dt = g->t[n->in[0]].dtype;
+            l->add_b = hr_ptr(ptr, b), l->add_b_dt = g->t[b].dtype;
+            l->x = l->sum = hr_ptr(ptr, n->out[3]);
+        }
+        if (nin > 1) l->gamma = hr_ptr(ptr, n->in[1]);
+        if (nin > 2) l->beta = hr_ptr(ptr, n->in[2]);
         l->y = hr_ptr(ptr, n->out[0]);
         l->y_dt = g->t[n->out[0]].dtype;
         if (n->nout > 2) l->mean = hr_ptr(ptr, n->out[1]), l->rstd = hr_ptr(ptr, n->out[2]);

@@ -131,6 +131,12 @@ hr_status hr_linear_ce_fuse(hr_graph *g, int loss_node);
 hr_status hr_act_fuse(hr_graph *g, int keep, const bool *alone);
 hr_status hr_act_fuse_backward(hr_graph *g, int from);
 hr_op hr_act_grad_op(hr_op act);
+/* the layer norm's file: in a training program's forward nodes [0, *n_fwd), an F32
+ * residual Add whose sum the next node normalises goes into that node
+ * (a.pre_add: one read of the stream instead of two); the backward nodes are
+ * left as they are, reading the sum the norm now writes. *n_fwd drops by the
+ * Adds taken in. */
+hr_status hr_norm_take_adds(hr_graph *g, int *n_fwd);
 /* linear.c: a Linear's epilogue activation as its own kernel's arguments,
  * for a backend that runs the product and then the activation: over n
  * values of type dt, forward y = act(pre), backward io = io act'(pre) in

@@ -110,6 +110,10 @@ hr_status hr_cpu_layernorm(void *ctx, const hr_kargs *a) {
     double eps = ln->eps;
 #pragma omp parallel for schedule(static) if (R > 1 && R * C > 4096)
     for (int64_t r = 0; r < R; r++) {
+        if (ln->add_a) /* the residual Add taken in: x = a + b first, as Add computes it */
+            for (int64_t j = 0; j < C; j++)
+                ln->sum[r * C + j] = hr_load_f(ln->add_a, ln->add_a_dt, r * C + j) +
+                                     hr_load_f(ln->add_b, ln->add_b_dt, r * C + j);
         const float *xr = x + r * C;
         double s = 0, ss = 0;
         for (int64_t j = 0; j < C; j++) s += xr[j];

@@ -109,6 +109,12 @@ __device__ __forceinline__ void ln_bwd_row(G g, const float *xr, const float *ga
     }
 }
 
+/* The residual Add taken in, for the forms that read x more than once: sum =
+ * a + b first, then the norm over sum. */
+static __global__ void k_ln_add(const void *a, hr_dtype ta, const void *b, hr_dtype tb, float *sum, int64_t n) {
+    HR_GRID_STRIDE(i, n) sum[i] = ln_ld(a, i, ta) + ln_ld(b, i, tb);
+}
+
 /* ---- forward ---- */
 /* Warp w of the grid takes rows base .. base + 32/L - 1, lane group q row
  * base + q; base is warp-uniform, so every lane reaches every shuffle. A
@@ -204,17 +210,29 @@ __device__ __forceinline__ void ln_st4(void *p, int64_t j, float4 v, hr_dtype t)
     ((uint2 *)p)[j] = make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
 }
 
+/* With add_a, the residual Add taken in: x = a + b (each widened to F32, as
+ * Add computes it) is made here and written to sum (which x is). */
 template <int NV>
 static __global__ void k_ln_fwd_vec(const float *x, const float *gamma, const float *beta, void *y, hr_dtype yt,
-                                    float *mean, float *rstd, int64_t rows, int64_t cols, float eps) {
+                                    float *mean, float *rstd, int64_t rows, int64_t cols, float eps, const void *add_a,
+                                    hr_dtype ta, const void *add_b, hr_dtype tb, float *sum) {
     int lane = threadIdx.x & 31;
     int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
     for (int64_t r = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5; r < rows; r += nw) {
         const float4 *xr = (const float4 *)(x + r * cols);
         float4 v[NV];
         float sm = 0.0f;
+        if (add_a) {
 #pragma unroll
-        for (int i = 0; i < NV; i++) v[i] = xr[lane + 32 * i];
+            for (int i = 0; i < NV; i++) {
+                int64_t j = r * cols / 4 + lane + 32 * i;
+                float4 p = ln_ld4(add_a, j, ta), q = ln_ld4(add_b, j, tb);
+                v[i] = make_float4(p.x + q.x, p.y + q.y, p.z + q.z, p.w + q.w);
+                ((float4 *)sum)[j] = v[i];
+            }
+        } else
+#pragma unroll
+            for (int i = 0; i < NV; i++) v[i] = xr[lane + 32 * i];
 #pragma unroll
         for (int i = 0; i < NV; i++)
 #pragma unroll
@@ -573,9 +591,18 @@ hr_status hr_cuda_layernorm(void *ctx, const hr_kargs *a) {
     if (rows <= 0 || cols <= 0) return HR_OK;
     if (!p->x || !p->y) return HR_ERR_INVALID_ARG;
     int nv = ln_vec_nv(p, p->x, p->y, NULL);
+    if (p->add_a && (!hr_al(p->add_a, p->add_a_dt == HR_F32 ? 16 : 8) || !hr_al(p->add_b, p->add_b_dt == HR_F32 ? 16 : 8)))
+        nv = 0;
     unsigned grid = hr_grid(rows * 32);
+    if (p->add_a && !nv) {
+        k_ln_add<<<hr_grid(rows * cols), HR_THREADS, 0, s>>>(p->add_a, p->add_a_dt, p->add_b, p->add_b_dt, p->sum,
+                                                             rows * cols);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return hr_cuda_fail(__FILE__, __LINE__, "LayerNorm's Add kernel", cudaGetErrorString(e));
+    }
     if (nv)
-        LN_VEC_CASES(k_ln_fwd_vec, (p->x, p->gamma, p->beta, p->y, p->y_dt, p->mean, p->rstd, rows, cols, p->eps))
+        LN_VEC_CASES(k_ln_fwd_vec, (p->x, p->gamma, p->beta, p->y, p->y_dt, p->mean, p->rstd, rows, cols, p->eps,
+                                    p->add_a, p->add_a_dt, p->add_b, p->add_b_dt, p->sum))
     else if (cols <= LN_WARP_COLS)
         ln_fwd_by_lg[ln_lanes_lg(cols)](s, p);
     else
