@@ -13,6 +13,7 @@
 #include "check.h"
 #include "exec/internal.h"
 #include "headroom.h"
+#include "same_states.h"
 #include "io/io.h"
 
 #include <math.h>
@@ -116,21 +117,9 @@ static void train(int W, hr_precision p, int acc) {
         CHECK(!memcmp(&lf, &lu, sizeof lf), "%s W=%d K=%d step %d: loss %.9g folded, %.9g not", pn, W, acc, step, lf,
               lu);
     }
-    for (int i = 0; i < hr_state_count(u); i++) { /* the last step's gradients and every state after three updates */
-        int64_t n = 1;
-        for (int d = 0; d < hr_state_ndim(u, i); d++) n *= hr_state_dim(u, i, d);
-        const char *nm = hr_state_name(u, i);
-        int j = hr_state_find(f, nm);
-        float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
-        bool same = a && b && j >= 0 && hr_state_read(f, j, a) == HR_OK && hr_state_read(u, i, b) == HR_OK &&
-                    !memcmp(a, b, sizeof(float) * (size_t)n);
-        if (same && hr_state_is_param(u, i))
-            same = hr_grad_read(f, nm, a) == HR_OK && hr_grad_read(u, nm, b) == HR_OK &&
-                   !memcmp(a, b, sizeof(float) * (size_t)n);
-        CHECK(same, "%s W=%d K=%d: %s (or its gradient) differs folded and not", pn, W, acc, nm);
-        free(a);
-        free(b);
-    }
+    for (int i = 0; i < hr_state_count(u); i++) /* the last step's gradients and every state after three updates */
+        CHECK(same_state(f, u, i), "%s W=%d K=%d: %s (or its gradient) differs folded and not", pn, W, acc,
+              hr_state_name(u, i));
 done:
     hr_session_free(f);
     hr_session_free(u);

@@ -13,6 +13,7 @@
 #include "check.h"
 #include "exec/internal.h"
 #include "headroom.h"
+#include "same_states.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -106,20 +107,9 @@ static void train(hr_precision p, int acc, const char *recompute) {
     }
     int same = 0;
     for (int i = 0; i < hr_state_count(u); i++) { /* the states after the updates, and the gradients */
-        int64_t n = 1;
-        for (int d = 0; d < hr_state_ndim(u, i); d++) n *= hr_state_dim(u, i, d);
-        const char *nm = hr_state_name(u, i);
-        int j = hr_state_find(f, nm);
-        float *a = malloc(sizeof(float) * (size_t)n), *b = malloc(sizeof(float) * (size_t)n);
-        bool ok = a && b && j >= 0 && hr_state_read(f, j, a) == HR_OK && hr_state_read(u, i, b) == HR_OK &&
-                  !memcmp(a, b, sizeof(float) * (size_t)n);
-        if (ok && hr_state_is_param(u, i))
-            ok = hr_grad_read(f, nm, a) == HR_OK && hr_grad_read(u, nm, b) == HR_OK &&
-                 !memcmp(a, b, sizeof(float) * (size_t)n);
-        CHECK(ok, "%s K=%d recompute %s: %s (or its gradient) differs fused and not", pn, acc, rn, nm);
+        bool ok = same_state(f, u, i);
+        CHECK(ok, "%s K=%d recompute %s: %s (or its gradient) differs fused and not", pn, acc, rn, hr_state_name(u, i));
         same += ok;
-        free(a);
-        free(b);
     }
     CHECK(same == hr_state_count(u) && same > 0, "%s: %d of %d states compared equal", pn, same, hr_state_count(u));
 done:
