@@ -212,6 +212,23 @@ static inline hr_model_t *tiny_gpt_p(float attn_pdrop) { /* attn_pdrop > 0: atte
 }
 static inline hr_model_t *tiny_gpt(void) { return tiny_gpt_p(0.0f); }
 
+/* rows of 128 in any number: a residual Add taken into the LayerNorm after
+ * it, the norm's one-pass backward over row counts that are no multiple of
+ * its four-row batches (7 a sample) and, at batch 4700 (32,900 rows), over
+ * more rows a block than its least */
+static inline hr_model_t *ln_rows(void) {
+    hr_model_t *m = hr_model_new("ln_rows");
+    int x = hr_input(m, "x", 2, (int64_t[]){7, 64});
+    int e = hr_linear(m, NULL, x, 64, 128, true);
+    int h = hr_linear(m, NULL, e, 128, 128, true);
+    h = hr_add(m, NULL, e, h);
+    h = hr_layernorm(m, NULL, h, 1, (int64_t[]){128}, 1e-5f, true, true);
+    h = hr_linear(m, NULL, h, 128, 8, true);
+    h = hr_flatten(m, NULL, h);
+    hr_loss_cross_entropy(m, hr_linear(m, NULL, h, 56, 5, true), 5);
+    return m;
+}
+
 /* tiny_gpt 128 wide: LayerNorm's register form (rows of 128 n floats), with
  * and without its affine, its dx added to the residual's gradient; the head
  * without a bias, so that training fuses it with the loss (LinearCrossEntropy:
