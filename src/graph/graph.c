@@ -91,6 +91,12 @@ hr_node hr_node_make(hr_op op, int layer) {
     return n;
 }
 
+void hr_graph_remove_node(hr_graph *g, int s) {
+    if (s < 0 || s >= g->nn) return;
+    memmove(&g->n[s], &g->n[s + 1], sizeof(hr_node) * (size_t)(g->nn - s - 1));
+    g->nn--;
+}
+
 bool hr_graph_read_elsewhere(const hr_graph *g, int t, int but) {
     for (int s = 0; s < g->nn; s++)
         for (int i = 0; i < g->n[s].nin; i++)

@@ -108,6 +108,9 @@ int hr_graph_add_tensor(hr_graph *g, const char *name, hr_dtype dt, hr_shape sha
 int hr_graph_add_node(hr_graph *g, const hr_node *n);
 hr_status hr_graph_copy(hr_graph *dst, const hr_graph *src);
 hr_node hr_node_make(hr_op op, int layer);
+/* Node s out of the schedule, the nodes after it one place earlier (a
+ * rewrite that folds a node into another; its tensors stay). */
+void hr_graph_remove_node(hr_graph *g, int s);
 /* Does any node but node `but` read tensor t? (A rewrite that folds two
  * nodes into one asks it of the tensor between them.) */
 bool hr_graph_read_elsewhere(const hr_graph *g, int t, int but);

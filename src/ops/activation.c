@@ -2,8 +2,6 @@
  * Sigmoid, Tanh (PyTorch's modules), their backward nodes and what each keeps. */
 #include "ops/ops.h"
 
-#include <string.h>
-
 /* Every activation: in {x}, out {y}, and may write y over x. What the
  * backward keeps: ReLU and LeakyReLU one bit a value (x > 0), added in
  * training by autodiff as out[1]; GELU and SiLU their input; Sigmoid and
@@ -108,11 +106,6 @@ hr_op hr_act_grad_op(hr_op act) {
  * fused node rounds once where the pair rounded twice). */
 static bool fuses(const hr_node *n) { return n->op == HR_OP_GELU && n->a.approx && n->nin == 1 && n->nout == 1; }
 
-static void remove_node(hr_graph *g, int s) {
-    memmove(&g->n[s], &g->n[s + 1], sizeof(hr_node) * (size_t)(g->nn - s - 1));
-    g->nn--;
-}
-
 hr_status hr_act_fuse(hr_graph *g, int keep, const bool *alone) {
     for (int s = 0; s < g->nn; s++) {
         hr_node *k = &g->n[s];
@@ -128,7 +121,7 @@ hr_status hr_act_fuse(hr_graph *g, int keep, const bool *alone) {
         k->out[1] = pre;
         k->out[0] = g->n[j].out[0];
         k->nout = 2;
-        remove_node(g, j);
+        hr_graph_remove_node(g, j);
     }
     return HR_OK;
 }
@@ -158,7 +151,7 @@ hr_status hr_act_fuse_backward(hr_graph *g, int from) {
         L->in[3] = gb->in[0];
         L->nin = 4;
         L->out[0] = gb->out[0];
-        remove_node(g, s);
+        hr_graph_remove_node(g, s);
         s--;
     }
     return HR_OK;

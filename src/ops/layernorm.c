@@ -2,8 +2,6 @@
  * rule, optional weight and bias and their init, backward and kernel arguments. */
 #include "ops/ops.h"
 
-#include <string.h>
-
 /* LayerNorm: in {x, weight?, bias?} (nin 1 without elementwise_affine, 2
  * with bias=False), out {y, mean, rstd} in training (one float a row: the
  * values before the normalised dims), {y} in inference.
@@ -105,8 +103,7 @@ hr_status hr_norm_take_adds(hr_graph *g, int *n_fwd) {
         ln->out[3] = ad->out[0];
         ln->nout = 4;
         ln->a.pre_add = true;
-        memmove(&g->n[s], &g->n[s + 1], sizeof(hr_node) * (size_t)(g->nn - s - 1));
-        g->nn--;
+        hr_graph_remove_node(g, s);
         (*n_fwd)--;
     }
     return HR_OK;

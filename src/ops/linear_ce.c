@@ -14,7 +14,6 @@
 #include "ops/ops.h"
 
 #include <stdio.h>
-#include <string.h>
 
 /* The loss node `loss_node` (CrossEntropyLoss) right after a Linear without a
  * bias whose per-position logits (batch, time, classes) it alone reads: the
@@ -48,8 +47,7 @@ hr_status hr_linear_ce_fuse(hr_graph *g, int loss_node) {
     k->out[1] = dw;
     k->out[2] = dx;
     k->nout = dx >= 0 ? 3 : 2;
-    memmove(&g->n[loss_node], &g->n[loss_node + 1], sizeof(hr_node) * (size_t)(g->nn - loss_node - 1));
-    g->nn--;
+    hr_graph_remove_node(g, loss_node);
     return HR_OK;
 }
 

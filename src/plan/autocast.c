@@ -179,9 +179,7 @@ hr_status hr_autocast_fold_grads(hr_graph *g, int from) {
     if (hr_options_read().no_fold) return HR_OK;
     for (int c = from; c < g->nn; c++) {
         if (g->n[c].op != HR_OP_CAST || !fold_grad(g, from, c)) continue;
-        memmove(&g->n[c], &g->n[c + 1], sizeof(hr_node) * (size_t)(g->nn - c - 1));
-        g->nn--;
-        c--;
+        hr_graph_remove_node(g, c--);
     }
     return HR_OK;
 }
@@ -190,9 +188,7 @@ hr_status hr_autocast_fold(hr_graph *g, int from, int keep) {
     if (hr_options_read().no_fold) return HR_OK;
     for (int c = from; c < g->nn; c++) {
         if (g->n[c].op != HR_OP_CAST || !(fold_input(g, c, keep) || fold_norm(g, from, c, keep))) continue;
-        memmove(&g->n[c], &g->n[c + 1], sizeof(hr_node) * (size_t)(g->nn - c - 1)); /* the cast goes */
-        g->nn--;
-        c--;
+        hr_graph_remove_node(g, c--); /* the cast goes */
     }
     return HR_OK;
 }

@@ -20,9 +20,9 @@ static const hr_kernel_fn cpu_kernels[] = {
 _Static_assert(sizeof cpu_kernels / sizeof cpu_kernels[0] == HR_OP_COUNT, "one CPU kernel entry per op");
 
 /* The larger of the two conv paths' needs: the path is chosen at the first
- * run, and the plan stays exact either way. */
-/* A backend that plans for a GPU (takes_half set: made for a CUDA config)
- * counts what the GPU's kernels take where that is known without one. */
+ * run, and the plan stays exact either way. A backend that plans for a GPU
+ * (takes_half set: made for a CUDA config) counts what the GPU's kernels
+ * take too, where that is known without one. */
 static size_t cpu_workspace(hr_backend *be, const hr_kargs *a) {
     size_t w = hr_cpu_workspace_size(be->ctx, a), d = hr_cpu_dnnl_workspace_size(be->ctx, a);
     size_t g = be->takes_half ? hr_gpu_workspace(a) : 0;
