@@ -113,8 +113,12 @@ void hr_report_print(const hr_session_t *s, FILE *f) {
         fprintf(f, "  %-18s %12s %14s", hr_category_name((hr_category)k), hr_format_bytes(r->category_bytes[k], a, sizeof a),
                 hr_format_bytes(r->category_at_peak[k], b, sizeof b));
         if (k == HR_CAT_GRADS && K > 1) fprintf(f, "   (summed over the %d micro-batches: held the whole step)", K);
-        if (k == HR_CAT_WCOPY) fprintf(f, "   (%s copies of the weights, kept from forward to backward)",
-                                       hr_precision_name(c->precision));
+        if (k == HR_CAT_WCOPY) {
+            bool held = false; /* written by their updates (plan/autocast.c: hr_autocast_hold) */
+            for (int i = 0; i < s->prog.g.nt && !held; i++) held = s->prog.g.t[i].held;
+            fprintf(f, "   (%s copies of the weights, %s)", hr_precision_name(c->precision),
+                    held ? "held from step to step: each update writes its copy" : "kept from forward to backward");
+        }
         if (k == HR_CAT_INPUTS && s->prog.staged >= 0) fprintf(f, "   (with the next batch, uploaded while a step runs)");
         fputc('\n', f);
     }

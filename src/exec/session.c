@@ -186,7 +186,9 @@ static bool gpt2_init(const hr_graph *g, int n_fwd, const hr_node *n, int slot, 
                       float *v);
 
 static void init_state(const hr_graph *g, int n_fwd, int tensor, int index, uint64_t seed, bool gpt2, float *v) {
-    int copy = -1; /* mixed precision: the layer reads the tensor's half copy */
+    int copy = -1; /* mixed precision: the layer reads the tensor's half copy (a held one, or a Cast's) */
+    for (int i = 0; i < g->nt && copy < 0; i++)
+        if (g->t[i].held && g->t[i].source == tensor) copy = i;
     for (int s = 0; s < n_fwd; s++) {
         const hr_node *n = &g->n[s];
         const hr_op_desc *d = hr_op_descs[n->op];
@@ -248,6 +250,7 @@ static hr_status upload_initial_state(hr_session_t *s) {
         st = s->be->upload(s->be, s->ptr[s->state[k]], buf, sizeof(float) * (size_t)n);
     }
     hr_free(buf);
+    s->copies_stale = true;
     if (!st && s->prog.step_vars >= 0) { /* the NaN stop's flags start clear */
         hr_step_vars v;
         memset(&v, 0, sizeof v);
@@ -329,6 +332,25 @@ hr_status hr_session_alloc(hr_session_t *s) {
 }
 
 /* ---- running ------------------------------------------------------------------ */
+hr_status hr_copies_refresh(hr_session_t *s) {
+    if (!s->copies_stale) return HR_OK;
+    const hr_graph *g = &s->prog.g;
+    for (int i = 0; i < g->nt; i++) {
+        if (!g->t[i].held || !s->ptr[i]) continue;
+        hr_node n = hr_node_make(HR_OP_CAST, g->t[i].layer);
+        n.in[0] = g->t[i].source;
+        n.nin = 1;
+        n.out[0] = i;
+        n.nout = 1;
+        hr_kargs a;
+        if (hr_node_exec(s->be, g, &n, s->ptr, NULL, &a) != HR_OK)
+            return hr_error_prefix("making %s, the half copy of a weight", g->t[i].name);
+    }
+    s->copies_stale = false;
+    return HR_OK;
+}
+
+
 /* Runs nodes [from, to), each through its kernel arguments (unpacked here,
  * once a step: the step number changes them). A run of update nodes of one
  * op goes to the backend as one group where it can (a multi-tensor launch);
@@ -478,6 +500,8 @@ hr_status hr_train_step(hr_session_t *s, const float *x, const void *labels, flo
 }
 
 hr_status hr_train_step_now(hr_session_t *s, const float *x, const void *labels, float *loss) {
+    hr_status cs = hr_copies_refresh(s);
+    if (cs) return cs;
     if (hr_device_stepped(s)) return hr_device_step(s, x, labels, loss);
     const hr_program *p = &s->prog;
     const hr_graph *g = &p->g;
@@ -603,7 +627,8 @@ hr_status hr_eval_forward(hr_session_t *s, const float *x, float *out) {
         return hr_error_set(HR_ERR_INVALID_ARG, "eval_forward: %d steps are queued; take their losses with "
                             "hr_train_wait first", s->queued);
     const hr_tensor *in = &p->g.t[p->eval_input];
-    hr_status st = hr_send_input(s, s->be->upload, s->ptr[p->eval_input], x, hr_shape_numel(&in->shape), in->dtype);
+    hr_status st = hr_copies_refresh(s);
+    if (!st) st = hr_send_input(s, s->be->upload, s->ptr[p->eval_input], x, hr_shape_numel(&in->shape), in->dtype);
     if (!st) st = hr_run_range(s, p->n_step, p->g.nn, NULL);
     if (st) return hr_finish_batch(s, st);
     return read_f32(s, p->eval_output, out);
@@ -675,6 +700,7 @@ hr_status hr_state_write(hr_session_t *s, int i, const float *src) {
     if (st) return st;
     size_t n = (size_t)hr_shape_numel(&state_t(s, i)->shape) * sizeof(float);
     st = s->be->upload(s->be, s->ptr[s->state[i]], src, n);
+    s->copies_stale = true; /* a parameter's half copy follows it before the next pass */
     return st ? st : s->be->sync(s->be);
 }
 

@@ -27,6 +27,7 @@ struct hr_session {
     int *first_writer; /* accumulation: node * HR_NODE_MAX_IO + slot of each gradient's first writer */
     int n_first_writer;
     bool nan_stop;     /* a non-finite loss skips the update (nancheck.c) */
+    bool copies_stale; /* the host wrote parameters: their held half copies are made before the next pass */
     /* The step as one device graph (CUDA): 0 not captured yet, 1 captured
      * (each step replays it), -1 never (graph_why says why); steps run node
      * by node so far (the first runs so, to choose its algorithms). */
@@ -70,6 +71,10 @@ hr_status hr_train_step_now(hr_session_t *s, const float *x, const void *labels,
 hr_status hr_upload_vars(hr_session_t *s, int64_t t, bool clear);
 bool hr_device_stepped(const hr_session_t *s);
 hr_status hr_device_step(hr_session_t *s, const float *x, const void *labels, float *loss);
+/* The weights' held half copies (plan/autocast.c: hr_autocast_hold) made
+ * from the parameters, when the host wrote these since (initialisation,
+ * hr_state_write); nothing otherwise. Before any pass that reads them. */
+hr_status hr_copies_refresh(hr_session_t *s);
 void hr_graph_blocked(hr_session_t *s);
 
 /* node.c: the workspace callback the program builder asks (ctx: the backend). */

@@ -148,7 +148,8 @@ static hr_status device_queue(hr_session_t *s, const float *x, const void *label
     /* none that will update ahead: the NaN stop's flags start clear (the
      * copy runs after the steps queued so far, which stay skipped) */
     bool staged = p->staged >= 0 && s->be->upload_staged && s->be->stage_in; /* while the step before runs */
-    hr_status st = upload_vars(s, t + 1, ahead == 0, staged);
+    hr_status st = hr_copies_refresh(s);
+    if (!st) st = upload_vars(s, t + 1, ahead == 0, staged);
     if (!st) st = hr_upload_batch(s, x, labels, staged);
     if (!st && staged) st = stage_in(s);
     if (p->cfg.accumulate > 1) {

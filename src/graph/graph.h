@@ -61,7 +61,9 @@ typedef struct {
     int layer;          /* layer that made it, -1 for none */
     bool requires_grad; /* a parameter that is not frozen */
     int grad;           /* its gradient tensor, -1 */
-    int source;         /* for grads and optimizer state: the tensor they belong to */
+    int source;         /* for grads, optimizer state and half copies: the tensor they belong to */
+    bool held;          /* a weight's half copy kept from step to step: its update writes it
+                           (hr_autocast_hold), not a Cast in each forward */
     /* A slice of another tensor's bytes (a batch chunk: plan/chunk.c), set
      * by a rewrite: `alias` the tensor, `alias_offset` where this one starts
      * in it. -1 for none; views made by ops (Reshape) and in-place reuse are

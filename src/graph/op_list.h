@@ -354,7 +354,8 @@ typedef struct {
 
 /* One parameter's update (SGD: s1 = momentum buffer or NULL; Adam: s1, s2 =
  * exp_avg, exp_avg_sq). sqnorm: the squared global gradient norm when
- * clipping, else NULL. t is the update's step (1-based). */
+ * clipping, else NULL. t is the update's step (1-based). copy: the weight's
+ * half copy, rounded from the updated value as a Cast rounds it. */
 typedef struct {
     float *p;
     const float *g;
@@ -365,6 +366,8 @@ typedef struct {
     float lr;
     int64_t t;
     const hr_step_vars *dv; /* the step's scalars and skip flag on the device (CUDA), or NULL */
+    void *copy;             /* the parameter's held half copy, written from the new value (NULL: none) */
+    hr_dtype copy_dt;       /* its type, HR_BF16 or HR_F16 */
 } hr_optim_args;
 
 /* LinearCrossEntropy: the mean cross-entropy of logits = x W^T (no bias)

@@ -14,7 +14,8 @@ static void unpack_sqnorm(const hr_graph *g, const hr_node *n, void *const *ptr,
 }
 
 /* SGD: in {param, grad, momentum_buffer or -1, -, sqnorm?};
- * Adam: in {param, grad, exp_avg, exp_avg_sq, sqnorm?}. */
+ * Adam: in {param, grad, exp_avg, exp_avg_sq, sqnorm?}; either out {} or,
+ * under mixed precision, {the parameter's held half copy} (plan/autocast.c). */
 static void unpack_update(const hr_graph *g, const hr_node *n, void *const *ptr, const hr_step_info *si, hr_kargs *a) {
     hr_optim_args *o = &a->opt;
     o->p = hr_ptr(ptr, n->in[0]);
@@ -22,6 +23,8 @@ static void unpack_update(const hr_graph *g, const hr_node *n, void *const *ptr,
     o->s1 = hr_ptr(ptr, n->in[2]);
     o->s2 = hr_ptr(ptr, n->in[3]);
     o->n = hr_shape_numel(&g->t[n->in[0]].shape);
+    o->copy = n->nout > 0 ? hr_ptr(ptr, n->out[0]) : NULL;
+    o->copy_dt = n->nout > 0 ? g->t[n->out[0]].dtype : HR_F32;
     if (si) {
         o->o = si->optim;
         if (o->o.decay_matrices_only && g->t[n->in[0]].shape.ndim < 2) o->o.weight_decay = 0;
@@ -46,13 +49,15 @@ hr_step_vars hr_step_vars_make(const hr_optim_t *o, int64_t t, float lr) {
 
 /* GradNorm reads g once (a multiply-add a value). An update reads g and
  * rewrites the parameter and its state in place: SGD 3 arrays (5 with
- * momentum), Adam 7 (about 16 flops a value, the square root counted as 4). */
+ * momentum), Adam 7 (about 16 flops a value, the square root counted as 4),
+ * and writes the half copy where it holds one. */
 static void work(const hr_graph *g, const hr_node *n, hr_work *w) {
     double v = (double)hr_shape_numel(&g->t[n->in[0]].shape), f32 = 4 * v;
     bool momentum = n->op == HR_OP_SGD && n->in[2] >= 0;
     if (n->op == HR_OP_GRAD_SQNORM) w->flops = 2 * v, w->bytes = f32;
     else if (n->op == HR_OP_ADAM) w->flops = 16 * v, w->bytes = 7 * f32;
     else w->flops = (momentum ? 5 : 2) * v, w->bytes = (momentum ? 5 : 3) * f32;
+    if (n->op != HR_OP_GRAD_SQNORM && n->nout > 0) w->bytes += hr_work_tensor_bytes(g, n->out[0]); /* the copy */
 }
 
 const hr_op_desc hr_opdesc_grad_sqnorm = {.unpack = unpack_sqnorm, .autocast = HR_AC_FP32, .work = work};

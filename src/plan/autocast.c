@@ -13,7 +13,10 @@
  *   - everything else (HR_AC_FOLLOW) computes in its input's type.
  * A tensor is cast to a type once, whoever asks. Afterwards
  * (hr_autocast_fold) a norm whose F32 output only its half copy reads writes
- * that copy itself (the same bits, one kernel and one F32 tensor fewer). The model's output stays in
+ * that copy itself (the same bits, one kernel and one F32 tensor fewer). In
+ * training, a weight's half copy is then held from step to step, written by
+ * its update (hr_autocast_hold), as llm.c's AdamW writes its bf16 weights;
+ * the evaluation pass reads the same copies. The model's output stays in
  * the type its layer computes (half after a product): the host widens it as
  * it reads it (hr_read_output, hr_forward, hr_eval_forward), since an F32
  * copy on the device would be a language model's largest tensor. */
@@ -108,6 +111,8 @@ hr_status hr_autocast(hr_graph *g, int from, hr_precision prec, const char *pref
         goto done;
     }
     for (int i = 0; i < 2 * ac.nt0; i++) ac.copy[i] = -1;
+    for (int i = 0; i < ac.nt0; i++) /* a weight's held copy serves every later pass (the evaluation's) */
+        if (g->t[i].held && g->t[i].source >= 0) ac.copy[(g->t[i].dtype == HR_F32 ? 0 : 1) * ac.nt0 + g->t[i].source] = i;
     memcpy(nodes, g->n + from, sizeof(hr_node) * (size_t)count);
     g->nn = from;
     for (int k = 0; k < count && !st; k++) st = one_node(&ac, nodes[k]);
@@ -189,6 +194,36 @@ hr_status hr_autocast_fold(hr_graph *g, int from, int keep) {
     for (int c = from; c < g->nn; c++) {
         if (g->n[c].op != HR_OP_CAST || !(fold_input(g, c, keep) || fold_norm(g, from, c, keep))) continue;
         hr_graph_remove_node(g, c--); /* the cast goes */
+    }
+    return HR_OK;
+}
+
+/* A weight's half copy y, made by Cast node c from a parameter that the
+ * update node u changes: u writes y from the value it leaves (the same
+ * rounding as the Cast), y is held across steps, and the Cast goes. The
+ * forward then casts no weight, and accumulation's micro-batches none. */
+hr_status hr_autocast_hold(hr_graph *g, int n_fwd, int from, int to, int *removed) {
+    *removed = 0;
+    if (hr_options_read().no_hold) return HR_OK;
+    for (int k = from; k < to; k++) {
+        hr_node *u = &g->n[k];
+        if ((u->op != HR_OP_ADAM && u->op != HR_OP_SGD) || u->nout) continue;
+        for (int c = 0; c < n_fwd; c++) {
+            const hr_node *cn = &g->n[c];
+            if (cn->op != HR_OP_CAST || cn->in[0] != u->in[0]) continue;
+            int y = cn->out[0];
+            if (g->t[y].kind != HR_T_WCOPY || !hr_dtype_is_half(g->t[y].dtype) || g->t[y].held) continue;
+            g->t[y].held = true;
+            u->out[0] = y;
+            u->nout = 1;
+            break;
+        }
+    }
+    for (int c = 0; c < n_fwd - *removed; c++) {
+        const hr_node *cn = &g->n[c];
+        if (cn->op != HR_OP_CAST || !g->t[cn->out[0]].held) continue;
+        hr_graph_remove_node(g, c--);
+        ++*removed;
     }
     return HR_OK;
 }

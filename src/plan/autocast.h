@@ -23,5 +23,12 @@ hr_status hr_autocast_fold(hr_graph *g, int from, int keep);
  * product's backward then reads): it writes the half copy too. The same
  * bits; HR_FOLD_CASTS=0 leaves the casts. */
 hr_status hr_autocast_fold_grads(hr_graph *g, int from);
+/* In training, after the update nodes [from, to) are built: each weight's
+ * half copy that a forward Cast (before n_fwd) makes from a parameter one of
+ * them updates is held from step to step instead: the update writes it, the
+ * Cast goes (*removed of them, all before n_fwd). The session makes the
+ * copies itself whenever the parameters come from the host (initialisation,
+ * hr_state_write). HR_HOLD_COPIES=0 keeps the Casts. */
+hr_status hr_autocast_hold(hr_graph *g, int n_fwd, int from, int to, int *removed);
 
 #endif

@@ -7,7 +7,7 @@
 #include <string.h>
 
 static bool persistent(const hr_tensor *t) {
-    return t->kind == HR_T_PARAM || t->kind == HR_T_BUFFER || t->kind == HR_T_OPTSTATE;
+    return t->kind == HR_T_PARAM || t->kind == HR_T_BUFFER || t->kind == HR_T_OPTSTATE || t->held;
 }
 
 /* Groups of tensors that share storage: a union-find whose links also hold

@@ -423,6 +423,10 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
             goto fail;
         p->n_bwd_end = p->g.nn;
         if ((st = build_update(p)) != HR_OK) goto fail;
+        /* the weights' half copies written by their updates, held across steps */
+        int gone = 0;
+        if ((st = hr_autocast_hold(&p->g, p->n_fwd, p->n_unscale_end, p->g.nn, &gone)) != HR_OK) goto fail;
+        p->n_fwd -= gone, p->n_bwd_end -= gone, p->n_unscale_end -= gone;
     } else {
         p->n_bwd_end = p->n_unscale_end = p->g.nn;
     }

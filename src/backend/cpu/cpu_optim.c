@@ -1,6 +1,7 @@
 /* cpu_optim.c — the optimizer updates with PyTorch's exact semantics (SGD with
  * momentum, dampening, nesterov and weight decay; Adam; AdamW) and the global
- * gradient norm for clipping. */
+ * gradient norm for clipping. An update that holds its weight's half copy
+ * (mixed precision) writes it from the new value, rounded as a Cast rounds. */
 #include "backend/cpu/cpu.h"
 
 #include <math.h>
@@ -40,6 +41,7 @@ hr_status hr_cpu_sgd(void *ctx, const hr_kargs *a) {
             d = o->nesterov ? d + mom * buf[i] : buf[i];
         }
         p[i] -= lr * d;
+        if (u->copy) hr_store_f(u->copy, u->copy_dt, i, p[i]);
     }
     return HR_OK;
 }
@@ -66,6 +68,7 @@ hr_status hr_cpu_adam(void *ctx, const hr_kargs *a) {
         m[i] = b1 * m[i] + (1.0f - b1) * gi;
         v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
         p[i] -= step * m[i] / (sqrtf(v[i]) / bc2s + eps);
+        if (u->copy) hr_store_f(u->copy, u->copy_dt, i, p[i]);
     }
     return HR_OK;
 }

@@ -1,5 +1,7 @@
 /* optim.cu — SGD and Adam(W) on the GPU with the CPU's arithmetic, a few
- * multi-tensor launches a step, and the squared gradient norm for clipping. */
+ * multi-tensor launches a step, and the squared gradient norm for clipping.
+ * Under mixed precision an update writes its weight's held half copy too
+ * (plan/autocast.c: hr_autocast_hold), so no forward casts a weight. */
 
 /* The library is built without FMA contraction, so the same inputs give the
  * CPU's bits. One launch updates up to HR_MT_MAX parameters (a table passed
@@ -18,7 +20,28 @@ typedef struct {
     float *s1, *s2; /* Adam: exp_avg, exp_avg_sq; SGD: momentum_buffer or NULL, - */
     int64_t n;
     float wd;       /* its weight decay: AdamW's groups leave biases and norm weights at 0 */
+    int copy_dt;    /* the copy's type (HR_BF16 or HR_F16) */
+    void *copy;     /* the weight's held half copy, written from the new value; NULL: none */
 } hr_mt_tensor;
+
+/* The held half copy of value i (four from i4 on): rounded as a Cast rounds. */
+__device__ __forceinline__ void copy_one(void *c, int dt, int64_t i, float v) {
+    if (dt == HR_BF16)
+        ((__nv_bfloat16 *)c)[i] = hr_to<__nv_bfloat16>(v);
+    else
+        ((__half *)c)[i] = hr_to<__half>(v);
+}
+template <typename H> __device__ __forceinline__ void copy_four_as(void *c, int64_t i4, float4 v) {
+    hr_vec<H, 4> h;
+    h.v[0] = hr_to<H>(v.x), h.v[1] = hr_to<H>(v.y), h.v[2] = hr_to<H>(v.z), h.v[3] = hr_to<H>(v.w);
+    ((hr_vec<H, 4> *)c)[i4] = h;
+}
+__device__ __forceinline__ void copy_four(void *c, int dt, int64_t i4, float4 v) {
+    if (dt == HR_BF16)
+        copy_four_as<__nv_bfloat16>(c, i4, v);
+    else
+        copy_four_as<__half>(c, i4, v);
+}
 
 /* As torch.nn.utils.clip_grad_norm_: min(1, max_norm / (norm + 1e-6)), read
  * on the device so that no step waits for the host. */
@@ -101,6 +124,7 @@ __global__ void k_sgd_mt(const __grid_constant__ mt_table tab, const float *sqno
             d = nesterov ? d + mom * buf[i] : buf[i];
         }
         p[i] -= lr * d;
+        if (tab.t[k].copy) copy_one(tab.t[k].copy, tab.t[k].copy_dt, i, p[i]);
     }
 }
 
@@ -115,6 +139,8 @@ __global__ void k_adam_mt(const __grid_constant__ mt_table tab, const float *sqn
     const float *g = tab.t[k].g;
     int64_t n = tab.t[k].n, stride = (int64_t)(tab.start[k + 1] - tab.start[k]) * blockDim.x;
     int64_t i0 = (int64_t)((int)blockIdx.x - tab.start[k]) * blockDim.x + threadIdx.x;
+    void *cp = tab.t[k].copy;
+    int cdt = tab.t[k].copy_dt;
     float cs = clip_scale(sqnorm, clip);
     /* one value's update, the same arithmetic in either loop */
     auto one = [&](float &pi, float &mi, float &vi, float gi) {
@@ -128,16 +154,20 @@ __global__ void k_adam_mt(const __grid_constant__ mt_table tab, const float *sqn
         pi = pi - step * mi / (sqrtf(vi) / bc2s + eps);
     };
     /* float4s where the tensor allows (every parameter tensor of a GPT), else one value a thread */
-    if ((n & 3) == 0 && hr_al(p, 16) && hr_al(m, 16) && hr_al(v, 16) && hr_al(g, 16)) {
+    if ((n & 3) == 0 && hr_al(p, 16) && hr_al(m, 16) && hr_al(v, 16) && hr_al(g, 16) && hr_al(cp, 8)) {
         for (int64_t i = i0; i < n / 4; i += stride) {
             float4 pv = ((float4 *)p)[i], mv = ((float4 *)m)[i], vv = ((float4 *)v)[i], gv = ((const float4 *)g)[i];
             one(pv.x, mv.x, vv.x, gv.x), one(pv.y, mv.y, vv.y, gv.y);
             one(pv.z, mv.z, vv.z, gv.z), one(pv.w, mv.w, vv.w, gv.w);
             ((float4 *)m)[i] = mv, ((float4 *)v)[i] = vv, ((float4 *)p)[i] = pv;
+            if (cp) copy_four(cp, cdt, i, pv);
         }
         return;
     }
-    for (int64_t i = i0; i < n; i += stride) one(p[i], m[i], v[i], g[i]);
+    for (int64_t i = i0; i < n; i += stride) {
+        one(p[i], m[i], v[i], g[i]);
+        if (cp) copy_one(cp, cdt, i, p[i]);
+    }
 }
 
 /* Cuts t[0..count) into tables of up to HR_MT_MAX non-empty tensors and calls
@@ -219,7 +249,8 @@ hr_status hr_cuda_optim_group(hr_cuda *c, const hr_kargs *a, int count) {
             if (k->op != a[0].op)
                 return hr_error_set(HR_ERR_INTERNAL, "cuda backend: a group of %s nodes holds a %s",
                                     hr_op_name(a[0].op), hr_op_name(k->op));
-            t[j] = hr_mt_tensor{k->opt.p, k->opt.g, k->opt.s1, sgd ? NULL : k->opt.s2, k->opt.n, k->opt.o.weight_decay};
+            t[j] = hr_mt_tensor{k->opt.p, k->opt.g, k->opt.s1, sgd ? NULL : k->opt.s2, k->opt.n, k->opt.o.weight_decay,
+                                (int)k->opt.copy_dt, k->opt.copy};
         }
         if (sgd)
             HR_CU(hrk_sgd_mt(c->stream, t, m, sq, o->clip_norm, v.lr, o->momentum, o->dampening, o->nesterov,
