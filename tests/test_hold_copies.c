@@ -122,8 +122,9 @@ static void train(variant v) {
     int hh, hc, he, uh, uc, ue;
     count(h, &hh, &hc, &he);
     count(u, &uh, &uc, &ue);
-    /* the weights a product reads: fc1, fc2, lm_head (biases stay F32) */
-    int products = v.prec == HR_PREC_FP32 ? 0 : 3, frozen = v.frozen && products ? 1 : 0;
+    /* the weights a product reads (fc1, fc2, lm_head) and the biases its
+     * epilogue adds (fc1's, fc2's) */
+    int products = v.prec == HR_PREC_FP32 ? 0 : 5, frozen = v.frozen && products ? 1 : 0;
     CHECK(hh == products - frozen && hc == 2 * frozen && he == frozen, "%s: %d held copies (%d), %d weight Casts left "
           "(%d: a frozen weight's, step and evaluation), %d evaluation copies (%d)", what, products - frozen, hh,
           2 * frozen, hc, frozen, he);

@@ -108,6 +108,7 @@ const char *hr_op_name(hr_op op);
  * activation fused on either side (act: ops/activation.c) */
 typedef struct {
     const float *x, *w, *b, *dy; /* x (N, in), w (out, in), b (out) or NULL, dy (N, out) */
+    const void *b_half;          /* forward under mixed precision: b rounded to y's type (its copy), or NULL */
     float *y, *dx, *dw, *db;
     int64_t N, in, out;
     bool acc_dx, acc_dw, acc_db;

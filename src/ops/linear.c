@@ -5,8 +5,10 @@
 
 #include <string.h>
 
-/* Linear: in {x (N,..., in), W (out,in), b (out)?}, out {y (N,..., out)}: the
- * rows are every position of every sample, as nn.Linear on (batch, time, in)
+/* Linear: in {x (N,..., in), W (out,in), b (out)?, b's half copy?}, out
+ * {y (N,..., out)}: the rows are every position of every sample, as
+ * nn.Linear on (batch, time, in); the half copy (mixed precision:
+ * plan/autocast.c) is what a half product's epilogue adds
  * Linear.backward: in {x, W, dy}, out {dx, dW, db} */
 static int linear(hr_model_t *m, const char *name, int x, int64_t in_f, int64_t out_f, bool bias, const char *tied_to,
                   const char *wname, const char *bname) {
@@ -177,6 +179,7 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     l->batch_input = g->t[n->in[0]].kind == HR_T_INPUT;
     if (!bwd) {
         l->b = n->nin > 2 ? hr_ptr(ptr, n->in[2]) : NULL;
+        l->b_half = n->nin > 3 ? hr_ptr(ptr, n->in[3]) : NULL;
         l->y = hr_ptr(ptr, n->out[0]);
         l->act = n->a.act;
         l->pre = l->act ? hr_ptr(ptr, n->out[1]) : NULL;

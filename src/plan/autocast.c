@@ -3,7 +3,8 @@
  * gradient takes its tensor's type, and the planner sees every byte):
  *   - matrix products and convolutions (HR_AC_HALF) read half copies of their
  *     input and weight (the weight's copy is made once a pass and kept for the
- *     backward, as autocast's cache keeps it) and write half outputs;
+ *     backward, as autocast's cache keeps it) and write half outputs; a
+ *     Linear's epilogue adds its bias's half copy;
  *   - norms over features, softmax and the losses (HR_AC_FP32) read F32
  *     copies of half inputs and write F32;
  *   - joins (HR_AC_PROMOTE) take the widest type of their inputs, Add
@@ -95,6 +96,13 @@ static hr_status one_node(autocast *ac, hr_node n) {
             if (!(acts >> i & 1) && !weight) continue;
             if ((n.in[i] = cast_to(ac, n.in[i], out, n.layer)) < 0) return HR_ERR_OOM;
         }
+    /* A Linear's bias: autocast rounds it to y's type too, which the
+     * product's epilogue adds; its half copy rides beside it as in[3] (the
+     * F32 bias stays in[2], for the kernels that add it in F32). */
+    if (pol == HR_AC_HALF && n.op == HR_OP_LINEAR && n.nin == 3 && n.in[2] >= 0) {
+        if ((n.in[3] = cast_to(ac, n.in[2], out, n.layer)) < 0) return HR_ERR_OOM;
+        n.nin = 4;
+    }
     if (is_float(g->t[n.out[0]].dtype)) g->t[n.out[0]].dtype = out;
     return hr_graph_add_node(g, &n) < 0 ? HR_ERR_OOM : HR_OK;
 }

@@ -321,10 +321,11 @@ static pad_plan pad_plan_for(const hr_cuda *c, const hr_kargs *a) {
 }
 
 /* The bias gradient's partial sums (hrk_channel_sum_ws), in the backward;
- * the bias rounded to a half y's type, in the forward. */
+ * the bias rounded to a half y's type, in the forward, unless autocast's copy
+ * of it comes with the node (b_half). */
 static size_t db_part_bytes(const hr_kargs *a) {
     const hr_linear_args *l = &a->linear;
-    if (a->op == HR_OP_LINEAR && l->b && a->dt != HR_F32) return hr_align_up((size_t)l->out * 2, HR_ALIGN);
+    if (a->op == HR_OP_LINEAR && l->b && !l->b_half && a->dt != HR_F32) return hr_align_up((size_t)l->out * 2, HR_ALIGN);
     if (a->op != HR_OP_LINEAR_BWD || !l->db) return 0;
     return hr_align_up(hr_chan_sum_ws(l->N, l->out, 1), HR_ALIGN);
 }
@@ -466,7 +467,10 @@ static hr_status linear_rows(hr_cuda *c, const hr_kargs *a, bool pieces) {
     hr_status st = use_workspace(c, a, &s);
     if (st) return st;
     if (s.pad.outp && (st = pad_operands(c, &s, l, false))) return st;
-    if (b && s.db_part) HR_CU(hrk_cast(c->stream, b, HR_F32, s.db_part, dt, out, false));
+    if (b && l->b_half && dt != HR_F32)
+        s.db_part = (void *)l->b_half; /* autocast's copy of the bias */
+    else if (b && s.db_part)
+        HR_CU(hrk_cast(c->stream, b, HR_F32, s.db_part, dt, out, false));
     int64_t step = rows_per_call(c, in, out);
     int64_t r0 = 0;
     for (int k = 0; k < (pieces ? c->npieces : 1); k++) {
