@@ -350,7 +350,6 @@ hr_status hr_copies_refresh(hr_session_t *s) {
     return HR_OK;
 }
 
-
 /* Runs nodes [from, to), each through its kernel arguments (unpacked here,
  * once a step: the step number changes them). A run of update nodes of one
  * op goes to the backend as one group where it can (a multi-tensor launch);

@@ -212,6 +212,17 @@ static inline hr_model_t *tiny_gpt_p(float attn_pdrop) { /* attn_pdrop > 0: atte
 }
 static inline hr_model_t *tiny_gpt(void) { return tiny_gpt_p(0.0f); }
 
+/* Embedding and PositionEmbedding 6 wide, no multiple of 4: their kernels
+ * a channel a thread (the others take four) */
+static inline hr_model_t *odd_embed(void) {
+    hr_model_t *m = hr_model_new("odd_embed");
+    int x = hr_input(m, "tokens", 1, (int64_t[]){12});
+    int e = hr_embedding(m, "wte", x, 50, 6);
+    e = hr_position_embedding(m, "wpe", e, 16, 6);
+    hr_loss_cross_entropy(m, hr_linear(m, NULL, e, 6, 50, true), 50);
+    return m;
+}
+
 /* rows of 128 in any number: a residual Add taken into the LayerNorm after
  * it, the norm's one-pass backward over row counts that are no multiple of
  * its four-row batches (7 a sample) and, at batch 4700 (32,900 rows), over

@@ -598,6 +598,9 @@ int main(void) {
     /* rows enough for the bias gradient's many-block sums (k_col_part: 64 rows a slice at least) */
     run_nodes("act_mlp batch 512", ms[6], config(512, HR_OPTIM_ADAM));
     run_nodes("wide_gpt batch 64", ms[10], config(64, HR_OPTIM_ADAMW));
+    hr_model_t *oe = odd_embed();
+    run_nodes("odd_embed", oe, config(6, HR_OPTIM_ADAMW));
+    hr_model_free(oe);
     hr_model_t *lr = ln_rows();
     run_nodes("ln_rows batch 5", lr, config(5, HR_OPTIM_ADAMW));
     run_nodes("ln_rows batch 4700", lr, config(4700, HR_OPTIM_ADAM));
