@@ -30,4 +30,17 @@ static bool same_state(hr_session_t *f, hr_session_t *u, int i) {
     return same;
 }
 
+/* Every state of u against f's, a CHECK each naming `what` and how the two
+ * programs differ (`how`: "folded", "fused", ...); how many agreed. After
+ * check.h. */
+static int same_states(hr_session_t *f, hr_session_t *u, const char *what, const char *how) {
+    int same = 0;
+    for (int i = 0; i < hr_state_count(u); i++) {
+        bool ok = same_state(f, u, i);
+        CHECK(ok, "%s: %s (or its gradient) differs %s and not", what, hr_state_name(u, i), how);
+        same += ok;
+    }
+    return same;
+}
+
 #endif

@@ -105,12 +105,9 @@ static void train(hr_precision p, int acc, const char *recompute) {
         CHECK(!memcmp(&lf, &lu, sizeof lf), "%s K=%d recompute %s step %d: loss %.9g fused, %.9g not", pn, acc, rn,
               step, lf, lu);
     }
-    int same = 0;
-    for (int i = 0; i < hr_state_count(u); i++) { /* the states after the updates, and the gradients */
-        bool ok = same_state(f, u, i);
-        CHECK(ok, "%s K=%d recompute %s: %s (or its gradient) differs fused and not", pn, acc, rn, hr_state_name(u, i));
-        same += ok;
-    }
+    char what[96]; /* the states after the updates, and the gradients */
+    snprintf(what, sizeof what, "%s K=%d recompute %s", pn, acc, rn);
+    int same = same_states(f, u, what, "fused");
     CHECK(same == hr_state_count(u) && same > 0, "%s: %d of %d states compared equal", pn, same, hr_state_count(u));
 done:
     hr_session_free(f);

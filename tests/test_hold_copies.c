@@ -152,12 +152,7 @@ static void train(variant v) {
     int64_t want = v.prec == HR_PREC_FP16 ? 1 : 0;
     CHECK(hr_loss_scale(h, NULL, NULL, &sh) == HR_OK && hr_loss_scale(u, NULL, NULL, &su) == HR_OK && sh == want &&
           su == want, "%s: %lld steps skipped held, %lld not (%lld)", what, (long long)sh, (long long)su, (long long)want);
-    int same = 0;
-    for (int i = 0; i < hr_state_count(u); i++) {
-        bool ok = same_state(h, u, i);
-        CHECK(ok, "%s: %s (or its gradient) differs held and not", what, hr_state_name(u, i));
-        same += ok;
-    }
+    int same = same_states(h, u, what, "held");
     CHECK(same == hr_state_count(u) && same > 0, "%s: %d of %d states compared equal", what, same, hr_state_count(u));
 done:
     hr_session_free(h);

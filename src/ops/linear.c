@@ -230,6 +230,7 @@ static const hr_layer_sig layers[] = {
 
 const hr_op_desc hr_opdesc_linear = {
     .per_sample = HR_SAMPLES_EACH,
-    .layers = layers, .backward = backward, .unpack = unpack, .init = init, .autocast = HR_AC_HALF, .work = work};
+    .layers = layers, .backward = backward, .unpack = unpack, .init = init, .autocast = HR_AC_HALF,
+    .half_bias = true, .work = work};
 /* dx over x: the kernels write dx last */
 const hr_op_desc hr_opdesc_linear_bwd = {.unpack = unpack, .inplace = true, .work = work};

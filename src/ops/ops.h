@@ -220,6 +220,11 @@ typedef struct {
      * of that final dx follows (autocast folds the Cast in: the same bits; a
      * residual stream's gradient going into a half product's backward). */
     bool half_dx_copy;
+    /* Under mixed precision its bias (input 2) also comes rounded to the
+     * half type as input 3 (autocast's copy, held and written by the update
+     * in training): what a half product's epilogue adds, where the F32 bias
+     * stays for kernels that add it in F32. */
+    bool half_bias;
     /* Normalises over the batch (batch statistics): a micro-batch changes
      * what it computes, which the report says under accumulation. */
     bool batch_stats;

@@ -96,10 +96,10 @@ static hr_status one_node(autocast *ac, hr_node n) {
             if (!(acts >> i & 1) && !weight) continue;
             if ((n.in[i] = cast_to(ac, n.in[i], out, n.layer)) < 0) return HR_ERR_OOM;
         }
-    /* A Linear's bias: autocast rounds it to y's type too, which the
-     * product's epilogue adds; its half copy rides beside it as in[3] (the
-     * F32 bias stays in[2], for the kernels that add it in F32). */
-    if (pol == HR_AC_HALF && n.op == HR_OP_LINEAR && n.nin == 3 && n.in[2] >= 0) {
+    /* A bias autocast rounds to y's type too, for the product's epilogue
+     * (half_bias: a Linear's): its half copy beside it as in[3], the F32
+     * bias staying in[2]. */
+    if (pol == HR_AC_HALF && hr_op_descs[n.op]->half_bias && n.nin == 3 && n.in[2] >= 0) {
         if ((n.in[3] = cast_to(ac, n.in[2], out, n.layer)) < 0) return HR_ERR_OOM;
         n.nin = 4;
     }
