@@ -9,6 +9,11 @@
 #
 #     bash bench/gpu_bench.sh          # about 5 minutes on an H200
 #
+# PyTorch's step times run with cudnn.benchmark on (its best ordinary
+# setting for speed) and its memory peaks come from its defaults, measured
+# first in the same process (torch_gpu.py step --memory-first): benchmark's
+# trials would inflate its reserved memory.
+#
 # Results: one JSON line per measurement in $RES/results.jsonl (RES defaults
 # to $OUT on the device machine, else bench/results), logs beside it, and
 # the tables of docs/benchmarks.md printed last. How each number is taken is
@@ -83,7 +88,7 @@ if has step; then
         fi
         if want pytorch; then
             echo "== step pytorch $m $b" >>"$LOG"
-            timeout 180 $PY bench/torch_gpu.py step --model "$m" --batch "$b" --steps "$STEPS" --warmup "$WARM" \
+            timeout 180 $PY bench/torch_gpu.py step --model "$m" --batch "$b" --steps "$STEPS" --warmup "$WARM" --memory-first \
                 2>>"$LOG" | tag step
         fi
     done

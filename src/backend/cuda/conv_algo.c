@@ -321,7 +321,22 @@ static hr_cudnn_status call_algo(hr_cuda_dnn *d, hr_cuda_conv *p, int which, int
     return d->BackwardFilter(d->h, &one, p->xd, a, p->yd, b, p->cd, algo, ws, wsz, &zero, p->wd, out);
 }
 
-/* Times each candidate (one call to warm up, then the median of three) on the
+/* One call of an algorithm (hr_cuda_time_runs' launcher). */
+typedef struct {
+    hr_cuda_dnn *d;
+    hr_cuda_conv *p;
+    int which, algo;
+    const void *a, *b;
+    void *out, *ws;
+    size_t wsz;
+} algo_run;
+
+static int run_algo(void *arg) {
+    algo_run *r = arg;
+    return call_algo(r->d, r->p, r->which, r->algo, r->a, r->b, r->out, r->ws, r->wsz) == 0 ? 0 : -1;
+}
+
+/* Times each candidate (hr_cuda_time_runs: batches of runs, the median) on the
  * real buffers, before the node's real work overwrites `out`, and keeps the
  * fastest. Only where the node does not accumulate into `out`. */
 /* Timing waits for the device, which a step being captured as a graph
@@ -357,20 +372,10 @@ static hr_status time_legacy(hr_cuda *c, hr_cuda_conv *p, int which, const void 
     for (int k = 0; k < n; k++) {
         times[k] = -1;
         if (p->cand[which][k].ws > wsz || d->SetConvolutionMathType(p->cd, p->cand[which][k].math) != 0) continue;
-        int algo = p->cand[which][k].algo;
-        if (call_algo(d, p, which, algo, a, b, out, ws, wsz) != 0) continue;
-        float t[3];
-        bool ok = true;
-        for (int r = 0; r < 3 && ok; r++) {
-            HR_CU(cudaEventRecord(d->ev[0], c->stream));
-            ok = call_algo(d, p, which, algo, a, b, out, ws, wsz) == 0;
-            HR_CU(cudaEventRecord(d->ev[1], c->stream));
-            HR_CU(cudaEventSynchronize(d->ev[1]));
-            HR_CU(cudaEventElapsedTime(&t[r], d->ev[0], d->ev[1]));
-        }
-        if (!ok) continue;
-        float lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
-        float med = t[2] < lo ? lo : t[2] > hi ? hi : t[2];
+        algo_run r = {d, p, which, p->cand[which][k].algo, a, b, out, ws, wsz};
+        float med;
+        if (!hr_cuda_time_runs(c->stream, d->ev, run_algo, &r, &med)) return HR_ERR_DEVICE;
+        if (med < 0) continue;
         times[k] = med;
         if (pick < 0 || med < *best) *best = med, pick = k;
     }

@@ -3,6 +3,7 @@
  * attention's); see cudnn_graph.h. The library is the one cudnn_load.c
  * loaded. */
 #include "backend/cuda/cudnn_graph.h"
+#include "backend/cuda/hr_cuda.h"
 
 #include <dlfcn.h>
 #include <stdio.h>
@@ -394,26 +395,23 @@ hr_status hr_cudnn_op_run(hr_cudnn_graph *G, hr_cudnn_op *op, const void *a, con
     return HR_OK;
 }
 
-/* The median of three runs of one plan (after one to warm up); -1 when it
- * fails to run. False: the events failed (the error is set). */
+/* One run of a plan (hr_cuda_time_runs' launcher). */
+typedef struct {
+    hr_cudnn_graph *G;
+    hr_cudnn_desc plan, pack;
+} plan_run;
+
+static int run_plan(void *arg) {
+    plan_run *r = arg;
+    return r->G->Execute(r->G->h, r->plan, r->pack) == 0 ? 0 : -1;
+}
+
+/* The plan's time a run (-1 when it fails to run). False: the events failed
+ * (the error is set). */
 static bool time_plan(hr_cudnn_graph *G, hr_cudnn_desc plan, hr_cudnn_desc pack, cudaStream_t stream,
                       cudaEvent_t ev[2], float *ms) {
-    *ms = -1;
-    if (G->Execute(G->h, plan, pack)) return true; /* warm-up */
-    float t[3];
-    for (int r = 0; r < 3; r++) {
-        bool ok = cudaEventRecord(ev[0], stream) == cudaSuccess;
-        bool ran = ok && G->Execute(G->h, plan, pack) == 0;
-        if (!ok || cudaEventRecord(ev[1], stream) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
-            cudaEventElapsedTime(&t[r], ev[0], ev[1]) != cudaSuccess) {
-            hr_error_set(HR_ERR_DEVICE, "timing a cuDNN engine: %s", cudaGetErrorString(cudaGetLastError()));
-            return false;
-        }
-        if (!ran) return true;
-    }
-    float lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
-    *ms = t[2] < lo ? lo : t[2] > hi ? hi : t[2];
-    return true;
+    plan_run r = {G, plan, pack};
+    return hr_cuda_time_runs(stream, ev, run_plan, &r, ms);
 }
 
 hr_status hr_cudnn_op_tune(hr_cudnn_graph *G, hr_cudnn_op *op, cudaStream_t stream, cudaEvent_t ev[2], const void *a,

@@ -215,6 +215,10 @@ hr_status hr_cuda_loss_add(hr_cuda *c, const float *loss, hr_step_vars *v, int k
 hr_status hr_cuda_mark(hr_cuda *c, int slot);
 double hr_cuda_mark_ms(hr_cuda *c, int a, int b);
 void hr_cuda_marks_free(hr_cuda *c);
+/* A candidate's time a run in *ms (-1: it did not run): `run` queues one run
+ * on s and returns 0 when it could. False: the events failed (error set). */
+typedef int (*hr_launch_fn)(void *arg);
+bool hr_cuda_time_runs(cudaStream_t s, cudaEvent_t ev[2], hr_launch_fn run, void *arg, float *ms);
 
 /* ---- attention_half.cu: causal attention on BF16/F16 q, k, v by tensor
  * cores (attention.cu hands them dt != F32); D: the backward's N*H*T floats */

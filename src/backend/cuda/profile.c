@@ -35,3 +35,44 @@ void hr_cuda_marks_free(hr_cuda *c) {
     c->marks = NULL;
     c->nmarks = 0;
 }
+
+/* ---- timing a candidate (a convolution's engines, both cuDNN APIs) --------
+ * One run to warm up and one to size the batches: a short candidate (tens of
+ * microseconds) runs back to back in batches of about HR_TIME_BATCH_MS, as it
+ * will inside a step, so that a launch's own jitter and the clock's ramp do
+ * not pick the winner (one run a timing let deep_cnn's step move 0.89 to 1.04
+ * ms between processes, H200); then the median of three batches, per run. */
+#define HR_TIME_BATCH_MS 0.25f
+#define HR_TIME_MAX_REPS 32
+
+static bool timed(cudaStream_t s, cudaEvent_t ev[2], hr_launch_fn run, void *arg, int reps, float *ms, bool *ran) {
+    *ran = true;
+    if (cudaEventRecord(ev[0], s) != cudaSuccess) return false;
+    for (int i = 0; i < reps && *ran; i++) *ran = run(arg) == 0;
+    if (cudaEventRecord(ev[1], s) != cudaSuccess || cudaEventSynchronize(ev[1]) != cudaSuccess ||
+        cudaEventElapsedTime(ms, ev[0], ev[1]) != cudaSuccess)
+        return false;
+    *ms /= (float)reps;
+    return true;
+}
+
+bool hr_cuda_time_runs(cudaStream_t s, cudaEvent_t ev[2], hr_launch_fn run, void *arg, float *ms) {
+    *ms = -1;
+    if (run(arg) != 0) return true; /* warm-up: the candidate does not run here */
+    float one, t[3];
+    bool ran;
+    if (!timed(s, ev, run, arg, 1, &one, &ran)) goto failed;
+    if (!ran) return true;
+    int reps = 1;
+    while (reps < HR_TIME_MAX_REPS && one * (float)reps < HR_TIME_BATCH_MS) reps++;
+    for (int r = 0; r < 3; r++) {
+        if (!timed(s, ev, run, arg, reps, &t[r], &ran)) goto failed;
+        if (!ran) return true;
+    }
+    float lo = t[0] < t[1] ? t[0] : t[1], hi = t[0] < t[1] ? t[1] : t[0];
+    *ms = t[2] < lo ? lo : t[2] > hi ? hi : t[2];
+    return true;
+failed:
+    hr_error_set(HR_ERR_DEVICE, "timing a convolution's candidate: %s", cudaGetErrorString(cudaGetLastError()));
+    return false;
+}
