@@ -319,23 +319,32 @@ static __global__ void k_ln_dx_vec(const float *x, const float *gamma, const flo
  * row, so its share of the column sums stays in its registers all along,
  * and LN_TILE_B rows' loads are in flight together. A row's two sums are
  * added across the warp (float: each lane's four terms) and across the
- * block's warps in warp order (double), through shared memory. The block
+ * block's warps in warp order (double), through shared memory, by 2
+ * LN_TILE_B lanes of each warp, which share the means by shuffles. The block
  * writes its column partials ([S][cols] floats) and k_ln_bwd_finish adds
  * them in block order; R comes from the shape alone (ln_bwd_rows), so the
  * sums are deterministic. Each element is written by the thread that read
  * it, after it read it, so dx may be dy or x. (A warp a row with the column
  * sums in registers, as the register form, held too few rows in flight.) */
 #define LN_TILE_B 4        /* rows a batch */
+#define LN_BWD_RMIN 32     /* rows a block, at least */
 #define LN_BWD_BLOCKS 1024 /* at most: R grows past rows / (32 * 1024) */
+
+/* Registers for 24 warps an SM (at least 2 blocks): GPT-2's 768 columns
+ * (NV 6) get 80 registers a thread and 4 blocks an SM, whose 528 places
+ * take the 512 blocks of its 16,384 rows in one wave; at 2 blocks (111
+ * registers, 3 resident) they took 1.3 waves. H100, ncu, 25 launches a
+ * step: 2.47 -> 1.85 ms (the means' double sums once a warp: 2.26 of it). */
+#define LN_BWD_MIN_BLOCKS(NV) (24 / (NV) < 2 ? 2 : 24 / (NV))
 
 static int64_t ln_bwd_rows(int64_t rows) {
     int64_t r = (rows + LN_BWD_BLOCKS - 1) / LN_BWD_BLOCKS;
     r = (r + LN_TILE_B - 1) / LN_TILE_B * LN_TILE_B;
-    return r < 32 ? 32 : r;
+    return r < LN_BWD_RMIN ? LN_BWD_RMIN : r;
 }
 
 template <int NV>
-static __global__ void __launch_bounds__(32 * NV, 2)
+static __global__ void __launch_bounds__(32 * NV, LN_BWD_MIN_BLOCKS(NV))
     k_ln_bwd_tile(const float *x, const float *gamma, const float *mean, const float *rstd, const void *dy, hr_dtype dt,
                   float *dx, void *dxh, hr_dtype ht, float *pg, float *pb, int64_t rows, int64_t cols, int64_t R,
                   bool acc) {
@@ -382,17 +391,20 @@ static __global__ void __launch_bounds__(32 * NV, 2)
             }
         }
         __syncthreads(); /* the other parity's buffer is free: every thread passed this sync after reading it */
+        /* lane j < 2 LN_TILE_B adds sum j / LN_TILE_B of row j % LN_TILE_B over the warps and divides it: the
+         * double work once a warp, not once a thread; the others take the means by shuffles */
+        float m = 0.0f;
+        if (lane < 2 * LN_TILE_B) {
+            double tot = 0;
+#pragma unroll
+            for (int q = 0; q < NV; q++) tot += sh[par][lane / LN_TILE_B][lane % LN_TILE_B][q];
+            m = (float)(tot / (double)cols);
+        }
 #pragma unroll
         for (int b = 0; b < LN_TILE_B; b++) {
-            double tg = 0, tgx = 0;
-#pragma unroll
-            for (int q = 0; q < NV; q++) {
-                tg += sh[par][0][b][q];
-                tgx += sh[par][1][b][q];
-            }
+            float mg = __shfl_sync(0xffffffffu, m, b), mgx = __shfl_sync(0xffffffffu, m, LN_TILE_B + b);
             int64_t r = rb + b;
             if (r >= r1) break;
-            float mg = (float)(tg / (double)cols), mgx = (float)(tgx / (double)cols);
             float4 o;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
