@@ -128,6 +128,13 @@ __global__ void k_sgd_mt(const __grid_constant__ mt_table tab, const float *sqno
     }
 }
 
+/* Adam's float4 form: the tensor's length and every pointer allow it. The
+ * host sizes the grid by it too (mt_launch), so no block is launched idle. */
+__host__ __device__ static inline bool adam_fours(const hr_mt_tensor &t) {
+    return (t.n & 3) == 0 && hr_al(t.p, 16) && hr_al(t.s1, 16) && hr_al(t.s2, 16) && hr_al(t.g, 16) &&
+           hr_al(t.copy, 8);
+}
+
 __global__ void k_adam_mt(const __grid_constant__ mt_table tab, const float *sqnorm, float clip, float lr, float b1,
                           float b2, float eps, bool decoupled, float step, float bc2s, const hr_step_vars *dv) {
     if (dv) {
@@ -154,7 +161,7 @@ __global__ void k_adam_mt(const __grid_constant__ mt_table tab, const float *sqn
         pi = pi - step * mi / (sqrtf(vi) / bc2s + eps);
     };
     /* float4s where the tensor allows (every parameter tensor of a GPT), else one value a thread */
-    if ((n & 3) == 0 && hr_al(p, 16) && hr_al(m, 16) && hr_al(v, 16) && hr_al(g, 16) && hr_al(cp, 8)) {
+    if (adam_fours(tab.t[k])) {
         for (int64_t i = i0; i < n / 4; i += stride) {
             float4 pv = ((float4 *)p)[i], mv = ((float4 *)m)[i], vv = ((float4 *)v)[i], gv = ((const float4 *)g)[i];
             one(pv.x, mv.x, vv.x, gv.x), one(pv.y, mv.y, vv.y, gv.y);
@@ -171,8 +178,12 @@ __global__ void k_adam_mt(const __grid_constant__ mt_table tab, const float *sqn
 }
 
 /* Cuts t[0..count) into tables of up to HR_MT_MAX non-empty tensors and calls
- * launch(table, blocks) for each, in order. */
-template <typename Launch> static cudaError_t mt_launch(const hr_mt_tensor *t, int count, Launch launch) {
+ * launch(table, blocks) for each, in order. A tensor gets the blocks for its
+ * items, fours(t) ? n / 4 : n, a thread each (the kernels' loops stride
+ * over the rest). GPT-2's AdamW launched blocks for n, three in four of
+ * them finding nothing to do in every tensor but the embedding's. */
+template <typename Fours, typename Launch>
+static cudaError_t mt_launch(const hr_mt_tensor *t, int count, Fours fours, Launch launch) {
     mt_table tab{}; /* the unused tail is passed too: zeros, not stack garbage */
     for (int i = 0; i < count;) {
         int blocks = 0;
@@ -181,7 +192,7 @@ template <typename Launch> static cudaError_t mt_launch(const hr_mt_tensor *t, i
             if (t[i].n <= 0) continue;
             tab.t[tab.count] = t[i];
             tab.start[tab.count++] = blocks;
-            blocks += (int)hr_grid(t[i].n); /* at most HR_MT_MAX * HR_MAX_GRID */
+            blocks += (int)hr_grid(fours(t[i]) ? t[i].n / 4 : t[i].n); /* at most HR_MT_MAX * HR_MAX_GRID */
         }
         if (tab.count == 0) break;
         tab.start[tab.count] = blocks;
@@ -197,7 +208,7 @@ template <typename Launch> static cudaError_t mt_launch(const hr_mt_tensor *t, i
  * sqnorm NULL (or clip <= 0): no clipping. */
 static cudaError_t hrk_sgd_mt(cudaStream_t s, const hr_mt_tensor *t, int count, const float *sqnorm, float clip,
                               float lr, float mom, float damp, bool nesterov, bool first, const hr_step_vars *dv) {
-    return mt_launch(t, count, [&](const mt_table &tab, unsigned blocks) {
+    return mt_launch(t, count, [](const hr_mt_tensor &) { return false; }, [&](const mt_table &tab, unsigned blocks) {
         k_sgd_mt<<<blocks, HR_THREADS, 0, s>>>(tab, sqnorm, clip, lr, mom, damp, nesterov, first, dv);
     });
 }
@@ -205,7 +216,7 @@ static cudaError_t hrk_sgd_mt(cudaStream_t s, const hr_mt_tensor *t, int count, 
 static cudaError_t hrk_adam_mt(cudaStream_t s, const hr_mt_tensor *t, int count, const float *sqnorm, float clip,
                                float lr, float b1, float b2, float eps, bool decoupled, float step, float bc2s,
                                const hr_step_vars *dv) {
-    return mt_launch(t, count, [&](const mt_table &tab, unsigned blocks) {
+    return mt_launch(t, count, adam_fours, [&](const mt_table &tab, unsigned blocks) {
         k_adam_mt<<<blocks, HR_THREADS, 0, s>>>(tab, sqnorm, clip, lr, b1, b2, eps, decoupled, step, bc2s, dv);
     });
 }
