@@ -206,6 +206,13 @@ hr_status hr_autocast_fold(hr_graph *g, int from, int keep) {
     return HR_OK;
 }
 
+/* Cast node c makes a weight's half copy that an update could write. */
+static bool holdable(const hr_graph *g, const hr_node *c) {
+    if (c->op != HR_OP_CAST) return false;
+    const hr_tensor *y = &g->t[c->out[0]];
+    return y->kind == HR_T_WCOPY && hr_dtype_is_half(y->dtype);
+}
+
 /* A weight's half copy y, made by Cast node c from a parameter that the
  * update node u changes: u writes y from the value it leaves (the same
  * rounding as the Cast), y is held across steps, and the Cast goes. The
@@ -213,25 +220,34 @@ hr_status hr_autocast_fold(hr_graph *g, int from, int keep) {
 hr_status hr_autocast_hold(hr_graph *g, int n_fwd, int from, int to, int *removed) {
     *removed = 0;
     if (hr_options_read().no_hold) return HR_OK;
+    /* each tensor's first holdable Cast in the forward pass, found in one sweep (a sweep an update node
+     * took 0.6 s of a 20,000-layer plan's 0.98) */
+    int *first = hr_malloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
+    if (!first) return hr_error_set(HR_ERR_OOM, "autocast: out of host memory indexing %d tensors for the held weight copies", g->nt);
+    for (int t = 0; t < g->nt; t++) first[t] = -1;
+    for (int c = n_fwd - 1; c >= 0; c--)
+        if (holdable(g, &g->n[c])) first[g->n[c].in[0]] = c;
     for (int k = from; k < to; k++) {
         hr_node *u = &g->n[k];
-        if ((u->op != HR_OP_ADAM && u->op != HR_OP_SGD) || u->nout) continue;
-        for (int c = 0; c < n_fwd; c++) {
+        if ((u->op != HR_OP_ADAM && u->op != HR_OP_SGD) || u->nout || u->in[0] < 0) continue;
+        for (int c = first[u->in[0]]; c >= 0 && c < n_fwd; c++) { /* past a copy already held: the next one */
             const hr_node *cn = &g->n[c];
-            if (cn->op != HR_OP_CAST || cn->in[0] != u->in[0]) continue;
-            int y = cn->out[0];
-            if (g->t[y].kind != HR_T_WCOPY || !hr_dtype_is_half(g->t[y].dtype) || g->t[y].held) continue;
-            g->t[y].held = true;
-            u->out[0] = y;
+            if (!holdable(g, cn) || cn->in[0] != u->in[0] || g->t[cn->out[0]].held) continue;
+            g->t[cn->out[0]].held = true;
+            u->out[0] = cn->out[0];
             u->nout = 1;
             break;
         }
     }
-    for (int c = 0; c < n_fwd - *removed; c++) {
-        const hr_node *cn = &g->n[c];
-        if (cn->op != HR_OP_CAST || !g->t[cn->out[0]].held) continue;
-        hr_graph_remove_node(g, c--);
-        ++*removed;
+    hr_free(first);
+    int w = 0; /* the held copies' Casts go, the order of the rest kept */
+    for (int c = 0; c < g->nn; c++) {
+        if (c < n_fwd && g->n[c].op == HR_OP_CAST && g->t[g->n[c].out[0]].held) {
+            ++*removed;
+            continue;
+        }
+        g->n[w++] = g->n[c];
     }
+    g->nn = w;
     return HR_OK;
 }
