@@ -39,9 +39,10 @@ void hr_cuda_marks_free(hr_cuda *c) {
 /* ---- timing a candidate (a convolution's engines, both cuDNN APIs) --------
  * One run to warm up and one to size the batches: a short candidate (tens of
  * microseconds) runs back to back in batches of about HR_TIME_BATCH_MS, as it
- * will inside a step, so that a launch's own jitter and the clock's ramp do
- * not pick the winner (one run a timing let deep_cnn's step move 0.89 to 1.04
- * ms between processes, H200); then the median of three batches, per run. */
+ * will inside a step, rather than by one launch with its jitter; then the
+ * median of three batches, per run. (Session 13 saw deep_cnn's step move
+ * 0.89 to 1.04 ms between processes on an H200 with single runs; on an H100
+ * both ways gave 0.98 to 1.00 ms in five processes each.) */
 #define HR_TIME_BATCH_MS 0.25f
 #define HR_TIME_MAX_REPS 32
 
