@@ -550,6 +550,8 @@ void test_sequence(void) {
     test_attention(2, 3, 70, 2, 0);  /* heads of 35: a lane holds two channels on the GPU */
     test_attention(2, 7, 8, 2, 0.3); /* attention dropout */
     test_attention(3, 9, 12, 3, 0.5);
+    test_attention(1, 70, 8, 2, 0.3); /* the CPU's blocks of 64 queries: two, the second short */
+    test_attention(1, 130, 4, 1, 0);  /* three blocks */
     test_attention_half(HR_BF16);
     test_attention_half(HR_F16);
 }

@@ -21,6 +21,10 @@ HR_OP_LIST(HR_X_CPU_DECL)
 /* cpu_gemm.c: row-major C = alpha op(A) op(B) + beta C, split over our threads. */
 void hr_cpu_sgemm(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B, int ldb,
                   float beta, float *C, int ldc);
+/* cpu_gemm.c: the same on the calling thread alone (for kernels that run
+ * tasks on threads of their own, as attention's heads) */
+void hr_cpu_sgemm_one(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                      int ldb, float beta, float *C, int ldc);
 /* cpu_gemm.c: scratch bytes of a node, from its arguments alone (pointers
  * NULL while planning): the matrix products' and, below, the others'. */
 size_t hr_cpu_workspace_size(const hr_cpu *c, const hr_kargs *a);
@@ -30,6 +34,8 @@ size_t hr_cpu_norm_workspace(const hr_cpu *c, const hr_kargs *a);
 /* cpu_loss.c: a row of C logits' maximum, and sum of exp(x - max) in double
  * (*sum): the cross-entropy's statistics, shared with LinearCrossEntropy */
 float hr_cpu_ce_row(const float *xi, int64_t C, double *sum);
+/* cpu_attention.c: a block of scores a thread (two backward) */
+size_t hr_cpu_attention_workspace(const hr_cpu *c, const hr_kargs *a);
 /* cpu_linear_ce.c: LinearCrossEntropy's piece of logits */
 size_t hr_cpu_linear_ce_workspace(const hr_kargs *a);
 

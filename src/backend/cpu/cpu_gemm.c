@@ -37,6 +37,11 @@ static void sgemm1(bool dnnl, bool ta, bool tb, int M, int N, int K, float alpha
                 ldb, beta, C, ldc);
 }
 
+void hr_cpu_sgemm_one(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                      int ldb, float beta, float *C, int ldc) {
+    sgemm1(wants_dnnl(M, N, K), ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
 /* The libraries run single-threaded (the backend sets OpenBLAS so; oneDNN
  * is called so): with OpenMP threads of our own around them, theirs would
  * fight ours. A large product is split into row blocks of C instead, one per
@@ -140,6 +145,7 @@ static size_t col_floats(const conv_dims *d) { return depthwise(d) ? 0 : (size_t
  * backward pass also needs one dW partial (all groups) per thread, summed at the end. */
 size_t hr_cpu_workspace_size(const hr_cpu *c, const hr_kargs *a) {
     if (a->op == HR_OP_LINEAR_CE) return hr_cpu_linear_ce_workspace(a);
+    if (a->op == HR_OP_ATTENTION || a->op == HR_OP_ATTENTION_BWD) return hr_cpu_attention_workspace(c, a);
     size_t norm = hr_cpu_norm_workspace(c, a);
     if (norm) return norm;
     if (a->op != HR_OP_CONV2D && a->op != HR_OP_CONV2D_BWD) return 0;
