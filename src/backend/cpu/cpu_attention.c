@@ -21,12 +21,51 @@
 
 #define HR_ATT_ROWS 64 /* query rows a block */
 
-/* probability (i, j)'s factor: 1 / (1 - pdrop) kept, 0 dropped; 1 without drops */
-static float keep_factor(const hr_attention_args *p, int64_t n, int64_t h, int64_t i, int64_t j) {
-    if (p->pdrop <= 0) return 1.0f;
+/* glibc's vector expf (libmvec, which -lm brings in): the loops below call
+ * its 4-, 8- or 16-wide forms, by the clone the CPU runs. The exponentials
+ * were most of attention's time on the CPU with the scalar expf. A row's
+ * split into vector and scalar calls comes from its length and its address
+ * in the scratch, which is the same in every thread's, so the bits still do
+ * not depend on the threads. */
+__attribute__((simd("notinbranch"))) float expf(float);
+
+/* s[j] = exp(s[j] - sub), j < n; returns their sum in double */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static double exp_row(float *s, int64_t n, float sub) {
+#pragma omp simd
+    for (int64_t j = 0; j < n; j++) s[j] = expf(s[j] - sub);
+    double l = 0;
+    for (int64_t j = 0; j < n; j++) l += s[j];
+    return l;
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) static float max_row(const float *s, int64_t n) {
+    float mx = -INFINITY;
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 0; j < n; j++) mx = s[j] > mx ? s[j] : mx;
+    return mx;
+}
+
+/* Attention dropout's factors of row i, keys j0 .. j1 - 1 (1 / (1 - pdrop)
+ * kept, 0 dropped), into k: one block key for keys of the same j >> 16 (the
+ * key changes every 2^16 keys), a hash a pair. */
+static void keep_factors(const hr_attention_args *p, int64_t n, int64_t h, int64_t i, int64_t j0, int64_t j1,
+                         float *k) {
     uint32_t b = hr_attn_block_key(p->seed, p->stream, p->first + (uint64_t)n, (uint64_t)h, (uint64_t)p->H,
-                                   (uint64_t)i, (uint64_t)j);
-    return hr_attn_uniform(b, (uint64_t)i, (uint64_t)j) >= p->pdrop ? p->pscale : 0.0f;
+                                   (uint64_t)i, (uint64_t)j0);
+    for (int64_t j = j0; j < j1; j++) k[j - j0] = hr_attn_uniform(b, (uint64_t)i, (uint64_t)j) >= p->pdrop ? p->pscale : 0.0f;
+}
+
+/* s[j] *= mul (times the keep factor when dropping), j <= i; f: HR_ATT_ROWS floats of room */
+static void scale_row(const hr_attention_args *p, int64_t n, int64_t h, int64_t i, float *s, float mul, float *f) {
+    if (p->pdrop <= 0) {
+        for (int64_t j = 0; j <= i; j++) s[j] *= mul;
+        return;
+    }
+    for (int64_t j0 = 0; j0 <= i; j0 += HR_ATT_ROWS) {
+        int64_t j1 = j0 + HR_ATT_ROWS < i + 1 ? j0 + HR_ATT_ROWS : i + 1;
+        keep_factors(p, n, h, i, j0, j1, f);
+        for (int64_t j = j0; j < j1; j++) s[j] *= mul * f[j - j0];
+    }
 }
 
 /* The tasks' threads (at most one a task) and a task's scratch floats:
@@ -69,18 +108,15 @@ hr_status hr_cpu_attention(void *ctx, const hr_kargs *a) {
     for (int64_t nh = 0; nh < N * H; nh++) {
         int64_t n = nh / H, h = nh % H;
         const float *q = p->qkv + n * T * row + h * hs, *k = q + C, *v = q + 2 * C;
-        float *y = p->y + n * T * C + h * hs, *S = (float *)a->ws + per * (size_t)thread_num();
+        float *y = p->y + n * T * C + h * hs, *S = (float *)a->ws + per * (size_t)thread_num(), f[HR_ATT_ROWS];
         for (int64_t r0 = 0; r0 < T; r0 += HR_ATT_ROWS) {
             int64_t r1 = r0 + HR_ATT_ROWS < T ? r0 + HR_ATT_ROWS : T, m = r1 - r0; /* keys 0 .. r1 - 1 */
             hr_cpu_sgemm_one(false, true, (int)m, (int)r1, (int)hs, scale, q + r0 * row, (int)row, k, (int)row, 0.0f,
                              S, (int)r1);
             for (int64_t i = r0; i < r1; i++) {
-                float *s = S + (i - r0) * r1, mx = -INFINITY;
-                for (int64_t j = 0; j <= i; j++) mx = s[j] > mx ? s[j] : mx;
-                double l = 0;
-                for (int64_t j = 0; j <= i; j++) l += s[j] = expf(s[j] - mx);
-                float inv = (float)(1.0 / l);
-                for (int64_t j = 0; j <= i; j++) s[j] *= inv * keep_factor(p, n, h, i, j);
+                float *s = S + (i - r0) * r1, mx = max_row(s, i + 1);
+                double l = exp_row(s, i + 1, mx);
+                scale_row(p, n, h, i, s, (float)(1.0 / l), f);
                 memset(s + i + 1, 0, sizeof(float) * (size_t)(r1 - i - 1));
                 if (p->lse) p->lse[(n * H + h) * T + i] = (float)((double)mx + log(l));
             }
@@ -110,7 +146,7 @@ hr_status hr_cpu_attention_bwd(void *ctx, const hr_kargs *a) {
         const float *q = p->qkv + n * T * row + h * hs, *k = q + C, *v = q + 2 * C;
         const float *dy = p->dy + n * T * C + h * hs, *y = p->y_saved + n * T * C + h * hs;
         float *dq = p->dqkv + n * T * row + h * hs, *dk = dq + C, *dv = dq + 2 * C;
-        float *P = (float *)a->ws + per * (size_t)thread_num(), *dP = P + per / 2;
+        float *P = (float *)a->ws + per * (size_t)thread_num(), *dP = P + per / 2, f[HR_ATT_ROWS];
         if (!p->acc)
             for (int64_t i = 0; i < T; i++)
                 for (int part = 0; part < 3; part++) memset(dq + i * row + part * C, 0, sizeof(float) * (size_t)hs);
@@ -126,10 +162,15 @@ hr_status hr_cpu_attention_bwd(void *ctx, const hr_kargs *a) {
                 double D = 0;
                 for (int64_t d = 0; d < hs; d++) D += (double)dyi[d] * yi[d];
                 float lse = p->lse_saved[(n * H + h) * T + i], Df = (float)D;
-                for (int64_t j = 0; j <= i; j++) {
-                    float e = expf(pr[j] - lse), mk = keep_factor(p, n, h, i, j);
-                    dpr[j] = e * (mk * dpr[j] - Df) * scale;
-                    pr[j] = e * mk;
+                exp_row(pr, i + 1, lse); /* the probabilities again */
+                for (int64_t j0 = 0; j0 <= i; j0 += HR_ATT_ROWS) {
+                    int64_t j1 = j0 + HR_ATT_ROWS < i + 1 ? j0 + HR_ATT_ROWS : i + 1;
+                    if (p->pdrop > 0) keep_factors(p, n, h, i, j0, j1, f);
+                    for (int64_t j = j0; j < j1; j++) {
+                        float e = pr[j], mk = p->pdrop > 0 ? f[j - j0] : 1.0f;
+                        dpr[j] = e * (mk * dpr[j] - Df) * scale;
+                        pr[j] = e * mk;
+                    }
                 }
                 memset(pr + i + 1, 0, sizeof(float) * (size_t)(r1 - i - 1));
                 memset(dpr + i + 1, 0, sizeof(float) * (size_t)(r1 - i - 1));
