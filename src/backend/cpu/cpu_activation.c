@@ -5,6 +5,15 @@
 #include <math.h>
 #include <string.h>
 
+/* glibc's vector erff, expf and tanhf (libmvec, which -lm brings in): the
+ * elementwise loops below call their vector forms. Their threads' chunks are
+ * whole vectors (schedule(simd: static)), so which elements take the vector
+ * form and which the scalar tail depends on the length alone, not on the
+ * threads: the bits stay the threads' own. */
+__attribute__((simd("notinbranch"))) float erff(float);
+__attribute__((simd("notinbranch"))) float expf(float);
+__attribute__((simd("notinbranch"))) float tanhf(float);
+
 /* The bit masks the backward passes keep, bit k of byte j for v[8j+k]:
  * LeakyReLU's is x > 0 (a NaN x takes the slope, as PyTorch's `x > 0 ? dy :
  * dy * slope`), ReLU's !(y <= 0) (a NaN y passes dy, as PyTorch's
@@ -76,7 +85,7 @@ static void relu(const hr_act_args *p) {
     int64_t N = p->n;
     /* two passes, each of which vectorises: y, then the bits from y (y may
      * be x's bytes; !(y <= 0) exactly where !(x <= 0)) */
-#pragma omp parallel for simd schedule(static) if (N > 65536)
+#pragma omp parallel for simd schedule(simd : static) if (N > 65536)
     for (int64_t i = 0; i < N; i++) y[i] = x[i] < 0.0f ? 0.0f : x[i];
     if (p->mask_out) mask_of(y, N, p->mask_out, true);
 }
@@ -111,10 +120,10 @@ static void relu_bwd(const hr_act_args *p) {
         return;
     }
     if (p->acc) {
-#pragma omp parallel for simd schedule(static) if (N > 65536)
+#pragma omp parallel for simd schedule(simd : static) if (N > 65536)
         for (int64_t i = 0; i < N; i++) dx[i] += y[i] <= 0.0f ? 0.0f : dy[i];
     } else {
-#pragma omp parallel for simd schedule(static) if (N > 65536)
+#pragma omp parallel for simd schedule(simd : static) if (N > 65536)
         for (int64_t i = 0; i < N; i++) dx[i] = y[i] <= 0.0f ? 0.0f : dy[i];
     }
 }
@@ -128,7 +137,7 @@ static void leaky_relu(const hr_act_args *p) {
     /* the bits first, from x: y may be x's bytes, and with a negative slope
      * y > 0 is not x > 0. A NaN x gives NaN * slope, NaN. */
     if (p->mask_out) mask_of(x, N, p->mask_out, false);
-#pragma omp parallel for simd schedule(static) if (N > 65536)
+#pragma omp parallel for simd schedule(simd : static) if (N > 65536)
     for (int64_t i = 0; i < N; i++) y[i] = x[i] > 0.0f ? x[i] : x[i] * al;
 }
 
@@ -142,10 +151,10 @@ static void leaky_relu_bwd(const hr_act_args *p) {
         return;
     }
     if (p->acc) {
-#pragma omp parallel for simd schedule(static) if (N > 65536)
+#pragma omp parallel for simd schedule(simd : static) if (N > 65536)
         for (int64_t i = 0; i < N; i++) dx[i] += x[i] > 0.0f ? dy[i] : dy[i] * al;
     } else {
-#pragma omp parallel for simd schedule(static) if (N > 65536)
+#pragma omp parallel for simd schedule(simd : static) if (N > 65536)
         for (int64_t i = 0; i < N; i++) dx[i] = x[i] > 0.0f ? dy[i] : dy[i] * al;
     }
 }
@@ -163,13 +172,13 @@ static void gelu(const hr_act_args *p) {
     float *y = p->out;
     int64_t N = p->n;
     if (p->tanh_approx) {
-#pragma omp parallel for simd schedule(static) if (N > 65536)
+#pragma omp parallel for simd schedule(simd : static) if (N > 65536)
         for (int64_t i = 0; i < N; i++) {
             float v = x[i];
             y[i] = 0.5f * v * (1.0f + tanhf(GELU_BETA * (v + GELU_KAPPA * (v * v * v))));
         }
     } else {
-#pragma omp parallel for simd schedule(static) if (N > 65536)
+#pragma omp parallel for simd schedule(simd : static) if (N > 65536)
         for (int64_t i = 0; i < N; i++) {
             float v = x[i];
             y[i] = v * 0.5f * (1.0f + erff(v * GELU_SQRT1_2));
@@ -185,7 +194,7 @@ static void gelu_bwd(const hr_act_args *p) {
     int64_t N = p->n;
     bool acc = p->acc;
     if (p->tanh_approx) {
-#pragma omp parallel for simd schedule(static) if (N > 65536)
+#pragma omp parallel for simd schedule(simd : static) if (N > 65536)
         for (int64_t i = 0; i < N; i++) {
             float v = x[i], v2 = v * v;
             float t = tanhf(GELU_BETA * (v + GELU_KAPPA * (v2 * v)));
@@ -194,7 +203,7 @@ static void gelu_bwd(const hr_act_args *p) {
             dx[i] = acc ? dx[i] + g : g;
         }
     } else {
-#pragma omp parallel for simd schedule(static) if (N > 65536)
+#pragma omp parallel for simd schedule(simd : static) if (N > 65536)
         for (int64_t i = 0; i < N; i++) {
             float v = x[i];
             float d = 0.5f * (1.0f + erff(v * GELU_SQRT1_2)) + v * (expf(-0.5f * v * v) * GELU_INV_SQRT_2PI);
@@ -209,7 +218,7 @@ static void silu(const hr_act_args *p) {
     const float *x = p->x;
     float *y = p->out;
     int64_t N = p->n;
-#pragma omp parallel for simd schedule(static) if (N > 65536)
+#pragma omp parallel for simd schedule(simd : static) if (N > 65536)
     for (int64_t i = 0; i < N; i++) y[i] = x[i] / (1.0f + expf(-x[i]));
 }
 
@@ -219,7 +228,7 @@ static void silu_bwd(const hr_act_args *p) {
     float *dx = p->out;
     int64_t N = p->n;
     bool acc = p->acc;
-#pragma omp parallel for simd schedule(static) if (N > 65536)
+#pragma omp parallel for simd schedule(simd : static) if (N > 65536)
     for (int64_t i = 0; i < N; i++) {
         float s = 1.0f / (1.0f + expf(-x[i]));
         float g = dy[i] * s * (1.0f + x[i] * (1.0f - s));
@@ -231,7 +240,7 @@ static void sigmoid(const hr_act_args *p) {
     const float *x = p->x;
     float *y = p->out;
     int64_t N = p->n;
-#pragma omp parallel for simd schedule(static) if (N > 65536)
+#pragma omp parallel for simd schedule(simd : static) if (N > 65536)
     for (int64_t i = 0; i < N; i++) y[i] = 1.0f / (1.0f + expf(-x[i]));
 }
 
@@ -241,7 +250,7 @@ static void sigmoid_bwd(const hr_act_args *p) {
     float *dx = p->out;
     int64_t N = p->n;
     bool acc = p->acc;
-#pragma omp parallel for simd schedule(static) if (N > 65536)
+#pragma omp parallel for simd schedule(simd : static) if (N > 65536)
     for (int64_t i = 0; i < N; i++) {
         float g = dy[i] * (1.0f - y[i]) * y[i];
         dx[i] = acc ? dx[i] + g : g;
@@ -252,7 +261,7 @@ static void tanh_fwd(const hr_act_args *p) {
     const float *x = p->x;
     float *y = p->out;
     int64_t N = p->n;
-#pragma omp parallel for simd schedule(static) if (N > 65536)
+#pragma omp parallel for simd schedule(simd : static) if (N > 65536)
     for (int64_t i = 0; i < N; i++) y[i] = tanhf(x[i]);
 }
 
@@ -262,7 +271,7 @@ static void tanh_bwd(const hr_act_args *p) {
     float *dx = p->out;
     int64_t N = p->n;
     bool acc = p->acc;
-#pragma omp parallel for simd schedule(static) if (N > 65536)
+#pragma omp parallel for simd schedule(simd : static) if (N > 65536)
     for (int64_t i = 0; i < N; i++) {
         float g = dy[i] * (1.0f - y[i] * y[i]);
         dx[i] = acc ? dx[i] + g : g;

@@ -45,7 +45,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) static float max_ro
     return mx;
 }
 
-/* Attention dropout's factors of row i, keys j0 .. j1 - 1 (1 / (1 - pdrop)
+/* attn_pdrop's factors of row i, keys j0 .. j1 - 1 (1 / (1 - pdrop)
  * kept, 0 dropped), into k: one block key for keys of the same j >> 16 (the
  * key changes every 2^16 keys), a hash a pair. */
 static void keep_factors(const hr_attention_args *p, int64_t n, int64_t h, int64_t i, int64_t j0, int64_t j1,
