@@ -10,9 +10,11 @@
  * whole vectors (schedule(simd: static)), so which elements take the vector
  * form and which the scalar tail depends on the length alone, not on the
  * threads: the bits stay the threads' own. */
+#if defined(__GLIBC__) && defined(__x86_64__) && __GLIBC_PREREQ(2, 35) /* the vector erff and tanhf came in 2.35 */
 __attribute__((simd("notinbranch"))) float erff(float);
 __attribute__((simd("notinbranch"))) float expf(float);
 __attribute__((simd("notinbranch"))) float tanhf(float);
+#endif
 
 /* The bit masks the backward passes keep, bit k of byte j for v[8j+k]:
  * LeakyReLU's is x > 0 (a NaN x takes the slope, as PyTorch's `x > 0 ? dy :

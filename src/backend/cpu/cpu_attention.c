@@ -27,7 +27,9 @@
  * split into vector and scalar calls comes from its length and its address
  * in the scratch, which is the same in every thread's, so the bits still do
  * not depend on the threads. */
+#if defined(__GLIBC__) && defined(__x86_64__) && __GLIBC_PREREQ(2, 22) /* the vector expf came in 2.22 */
 __attribute__((simd("notinbranch"))) float expf(float);
+#endif
 
 /* s[j] = exp(s[j] - sub), j < n; returns their sum in double */
 __attribute__((target_clones("avx512f", "avx2", "default"))) static double exp_row(float *s, int64_t n, float sub) {
