@@ -223,7 +223,9 @@ hr_status hr_autocast_hold(hr_graph *g, int n_fwd, int from, int to, int *remove
     /* each tensor's first holdable Cast in the forward pass, found in one sweep (a sweep an update node
      * took 0.6 s of a 20,000-layer plan's 0.98) */
     int *first = hr_malloc(sizeof(int) * (size_t)(g->nt ? g->nt : 1));
-    if (!first) return hr_error_set(HR_ERR_OOM, "autocast: out of host memory indexing %d tensors for the held weight copies", g->nt);
+    if (!first)
+        return hr_error_set(HR_ERR_OOM, "autocast: out of host memory indexing %d tensors for the held weight copies",
+                            g->nt);
     for (int t = 0; t < g->nt; t++) first[t] = -1;
     for (int c = n_fwd - 1; c >= 0; c--)
         if (holdable(g, &g->n[c])) first[g->n[c].in[0]] = c;
