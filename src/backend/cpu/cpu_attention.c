@@ -10,7 +10,7 @@
  * products' library is chosen by their shape, so the bits never depend on
  * the threads. (The first form, an online softmax a query at a time with its
  * sums in double, took 45 ms forward and 82 ms backward a layer of char_gpt at
- * batch 8, 65% of the step; the blocks with vector exponentials take 3.3 and
+ * batch 8, 65% of the step; the blocks with vector exponentials take 3.4 and
  * 7.2 ms.) */
 #include "backend/cpu/cpu.h"
 
