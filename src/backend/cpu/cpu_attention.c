@@ -98,16 +98,34 @@ static int thread_num(void) {
 #endif
 }
 
+/* The task threads and each one's scratch floats, checked against the
+ * planned workspace. */
+static hr_status task_scratch(const hr_cpu *c, const hr_kargs *a, bool backward, int *th, size_t *per) {
+    *th = att_threads(c, &a->attn);
+    *per = att_scratch(&a->attn, backward);
+    size_t need = sizeof(float) * *per * (size_t)*th;
+    if (!a->ws || a->ws_bytes < need)
+        return hr_error_set(HR_ERR_INTERNAL, "CausalSelfAttention%s: %zu bytes of workspace planned, %zu needed",
+                            backward ? ".backward" : "", a->ws ? a->ws_bytes : 0, need);
+    return HR_OK;
+}
+
+/* S (m x r1) = scale Q[r0, r0 + m) K[0, r1)^T: a block's scores, q and k rows of ld row */
+static void block_scores(const float *q, const float *k, int64_t r0, int64_t m, int64_t r1, int64_t hs, int64_t row,
+                         float scale, float *S) {
+    hr_cpu_sgemm_one(false, true, (int)m, (int)r1, (int)hs, scale, q + r0 * row, (int)row, k, (int)row, 0.0f, S,
+                     (int)r1);
+}
+
 hr_status hr_cpu_attention(void *ctx, const hr_kargs *a) {
     const hr_cpu *c = ctx;
     const hr_attention_args *p = &a->attn;
     int64_t N = p->N, T = p->T, C = p->C, H = p->H, hs = C / H, row = 3 * C;
     float scale = (float)p->scale;
-    int th = att_threads(c, p);
-    size_t per = att_scratch(p, false);
-    if (!a->ws || a->ws_bytes < sizeof(float) * per * (size_t)th)
-        return hr_error_set(HR_ERR_INTERNAL, "CausalSelfAttention: %zu bytes of workspace planned, %zu needed",
-                            a->ws ? a->ws_bytes : 0, sizeof(float) * per * (size_t)th);
+    int th;
+    size_t per;
+    hr_status st = task_scratch(c, a, false, &th, &per);
+    if (st) return st;
 #pragma omp parallel for num_threads(th) schedule(dynamic, 1) if (N * H > 1 && T * T * hs > 65536)
     for (int64_t nh = 0; nh < N * H; nh++) {
         int64_t n = nh / H, h = nh % H;
@@ -115,8 +133,7 @@ hr_status hr_cpu_attention(void *ctx, const hr_kargs *a) {
         float *y = p->y + n * T * C + h * hs, *S = (float *)a->ws + per * (size_t)thread_num(), f[HR_ATT_ROWS];
         for (int64_t r0 = 0; r0 < T; r0 += HR_ATT_ROWS) {
             int64_t r1 = r0 + HR_ATT_ROWS < T ? r0 + HR_ATT_ROWS : T, m = r1 - r0; /* keys 0 .. r1 - 1 */
-            hr_cpu_sgemm_one(false, true, (int)m, (int)r1, (int)hs, scale, q + r0 * row, (int)row, k, (int)row, 0.0f,
-                             S, (int)r1);
+            block_scores(q, k, r0, m, r1, hs, row, scale, S);
             for (int64_t i = r0; i < r1; i++) {
                 float *s = S + (i - r0) * r1, mx = max_row(s, i + 1);
                 double l = exp_row(s, i + 1, mx);
@@ -139,11 +156,10 @@ hr_status hr_cpu_attention_bwd(void *ctx, const hr_kargs *a) {
     const hr_attention_args *p = &a->attn;
     int64_t N = p->N, T = p->T, C = p->C, H = p->H, hs = C / H, row = 3 * C;
     float scale = (float)p->scale;
-    int th = att_threads(c, p);
-    size_t per = att_scratch(p, true);
-    if (!a->ws || a->ws_bytes < sizeof(float) * per * (size_t)th)
-        return hr_error_set(HR_ERR_INTERNAL, "CausalSelfAttention.backward: %zu bytes of workspace planned, %zu needed",
-                            a->ws ? a->ws_bytes : 0, sizeof(float) * per * (size_t)th);
+    int th;
+    size_t per;
+    hr_status st = task_scratch(c, a, true, &th, &per);
+    if (st) return st;
 #pragma omp parallel for num_threads(th) schedule(dynamic, 1) if (N * H > 1 && T * T * hs > 65536)
     for (int64_t nh = 0; nh < N * H; nh++) {
         int64_t n = nh / H, h = nh % H;
@@ -156,8 +172,7 @@ hr_status hr_cpu_attention_bwd(void *ctx, const hr_kargs *a) {
                 for (int part = 0; part < 3; part++) memset(dq + i * row + part * C, 0, sizeof(float) * (size_t)hs);
         for (int64_t r0 = 0; r0 < T; r0 += HR_ATT_ROWS) {
             int64_t r1 = r0 + HR_ATT_ROWS < T ? r0 + HR_ATT_ROWS : T, m = r1 - r0;
-            hr_cpu_sgemm_one(false, true, (int)m, (int)r1, (int)hs, scale, q + r0 * row, (int)row, k, (int)row, 0.0f,
-                             P, (int)r1);
+            block_scores(q, k, r0, m, r1, hs, row, scale, P);
             hr_cpu_sgemm_one(false, true, (int)m, (int)r1, (int)hs, 1.0f, dy + r0 * C, (int)C, v, (int)row, 0.0f, dP,
                              (int)r1);
             for (int64_t i = r0; i < r1; i++) {
