@@ -73,6 +73,12 @@ run_one test_cuda_ops.whole HR_CUDA_PIECE_MIN=0 "$BUILD/tests/gpu/test_cuda_ops"
 # every batch input sent in pieces that the first node takes as they arrive
 run_one test_cuda_ops.pieces HR_CUDA_PIECE_MIN=1 "$BUILD/tests/gpu/test_cuda_ops"
 run_one test_cuda_golden.pieces HR_CUDA_PIECE_MIN=1 "$BUILD/tests/gpu/test_cuda_golden"
+# every product's algorithms timed (the fastest of cuBLASLt's candidates and
+# cublasGemmEx), and none
+run_one test_cuda_ops.gemm_time HR_CUDA_GEMM_TIME=1 "$BUILD/tests/gpu/test_cuda_ops"
+run_one test_cuda_half.gemm_time HR_CUDA_GEMM_TIME=1 "$BUILD/tests/gpu/test_cuda_half"
+run_one test_cuda_graph.gemm_time HR_CUDA_GEMM_TIME=1 "$BUILD/tests/gpu/test_cuda_graph"
+run_one test_cuda_ops.gemm_untimed HR_CUDA_GEMM_TIME=0 "$BUILD/tests/gpu/test_cuda_ops"
 # the OOM path forced by a second process holding the memory, and a run
 # that re-fits (train --fit) beside one
 for script in oom_second_process fit_resume; do

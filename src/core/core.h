@@ -187,7 +187,10 @@ typedef struct {
     bool cudnn_half_legacy; /* HR_CUDNN_HALF_LEGACY (default on; 0 off): half forward and backward-data
                                convolutions on the legacy API's algorithms */
     int64_t splitk_min_k;   /* HR_CUDA_SPLITK: shortest k split (default HR_SPLITK_DEFAULT); 0 off */
-    bool no_lt;             /* HR_CUDA_LT=0: Linear's bias filled before the product, not in cuBLASLt's epilogue */
+    bool no_lt;             /* HR_CUDA_LT=0: Linear's bias filled before the product, not in cuBLASLt's epilogue;
+                               no product through cuBLASLt */
+    int64_t gemm_time_min;  /* HR_CUDA_GEMM_TIME: the multiply-adds from which a product's algorithms are timed
+                               (default HR_GEMM_TIME_DEFAULT); 0 never */
     int64_t ce_piece_mib;   /* HR_CE_PIECE_MIB: LinearCrossEntropy's piece of logits on the GPU, MiB (0: the
                                default, 512; larger pieces: fewer passes over its F32 dW, more workspace) */
     bool ce_two_pass;       /* HR_CE_ONE_PASS=0: LinearCrossEntropy's pieces read twice (statistics, then the
@@ -215,6 +218,7 @@ typedef struct {
     bool sgemm_dnnl;        /* HR_SGEMM: the CPU's matrix products by oneDNN's sgemm where it loads (default),
                                or by OpenBLAS (HR_SGEMM=openblas) */
 } hr_options;
+#define HR_GEMM_TIME_DEFAULT ((int64_t)1 << 27)
 enum { HR_ALGO_PRECISE = 0, HR_ALGO_DETERMINISTIC, HR_ALGO_HEURISTIC, HR_ALGO_FASTEST };
 #define HR_SPLITK_DEFAULT 2048
 hr_options hr_options_read(void);

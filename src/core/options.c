@@ -55,6 +55,8 @@ hr_options hr_options_read(void) {
     long long k = sk ? atoll(sk) : HR_SPLITK_DEFAULT;
     o.splitk_min_k = k > 0 ? k : 0;
     o.no_lt = !flag("HR_CUDA_LT", true);
+    long long gt = number("HR_CUDA_GEMM_TIME", HR_GEMM_TIME_DEFAULT);
+    o.gemm_time_min = gt > 0 ? gt : 0;
     o.ce_two_pass = !flag("HR_CE_ONE_PASS", true);
     long long cp = number("HR_CE_PIECE_MIB", 0);
     o.ce_piece_mib = cp > 0 && cp <= (1LL << 20) ? cp : 0; /* at most 1 TiB */

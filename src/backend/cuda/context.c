@@ -111,7 +111,7 @@ void hr_cuda_fini(hr_cuda *c) {
     if (c->stream) cudaStreamSynchronize(c->stream);
     if (c->copy_stream) cudaStreamSynchronize(c->copy_stream);
     hr_cuda_graph_free(c);
-    hr_conv_cache_close(c);
+    hr_choice_cache_close(c);
     hr_cuda_conv_plans_free(c); /* their descriptors need the library: before it closes */
     hr_cuda_sdpa_free(c);
     hr_cuda_dnn_close(c);

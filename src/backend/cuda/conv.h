@@ -51,7 +51,7 @@ static inline int hr_conv_dnn_type(hr_dtype dt) {
  * as it is (FP32 accumulation: no engine that reduces in lower precision). */
 static inline bool hr_conv_tensor_ok(const hr_cuda_conv *p) { return p->tf32 || p->dt != HR_F32; }
 
-/* ---- conv_cache.c: timed choices kept between runs ---- */
+/* ---- choice_cache.c: timed choices kept between runs ---- */
 #define HR_CONV_KEY 256 /* core/choices.h's HR_CHOICE_KEY */
 /* The key of convolution `which` of p (add: beta 1) on the graph API or the
  * legacy one, in this backend's mode. */
@@ -61,8 +61,6 @@ void hr_conv_cache_key(const hr_cuda *c, const hr_cuda_conv *p, int which, bool 
 bool hr_conv_cache_get(hr_cuda *c, const char *key, int64_t *a, int64_t *b, size_t *ws);
 /* Remembers a choice timing made (written when the backend closes). */
 void hr_conv_cache_put(hr_cuda *c, const char *key, int64_t a, int64_t b, size_t ws);
-/* Writes the new choices (merged with the file's) and frees the cache. */
-void hr_conv_cache_close(hr_cuda *c);
 
 /* ---- conv_algo.c ---- */
 /* Of the convolution algorithms chosen so far (each plan's forward,
@@ -83,7 +81,7 @@ hr_status hr_conv_algo_ready(hr_cuda *c, hr_cuda_conv *p, int which, size_t have
  * of p, or the engines of p's graph op for `which` and add (nothing to do,
  * HR_OK, when there is none or it is timed; in the fastest mode's dual case
  * the legacy algorithms too, and the graph op is freed when one of them
- * wins: fetch it again after). The choice goes to the cache (conv_cache.c). */
+ * wins: fetch it again after). The choice goes to the cache (choice_cache.c). */
 hr_status hr_conv_algo_tune(hr_cuda *c, hr_cuda_conv *p, int which, const void *a, const void *b, void *out, void *ws,
                             size_t wsz);
 /* p's graph op for `which` and add exists, is timed, and has won (the

@@ -12,158 +12,15 @@
  * (rounded to dt, as autocast's cast of it) and the product added with beta
  * 1, so the sum is formed in FP32 and rounded once; split-K's reduction adds
  * the FP32 bias itself. */
-#include "backend/cuda/hr_cuda.h"
+#include "backend/cuda/gemm.h"
 #include "backend/gpus.h"
 
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <limits.h>
 #include <string.h>
-
-/* Operand types of a product: its inputs' (ab) and its output's (ct). */
-typedef struct {
-    hr_dtype ab, ct;
-} gemm_types;
-
-static cudaDataType_t cuda_type(hr_dtype t) {
-    return t == HR_BF16 ? CUDA_R_16BF : t == HR_F16 ? CUDA_R_16F : CUDA_R_32F;
-}
-
-/* Half inputs: FP32 accumulation (tensor cores take them as they are). */
-static cublasComputeType_t compute_type(const hr_cuda *c, hr_dtype ab) {
-    if (ab != HR_F32) return CUBLAS_COMPUTE_32F;
-    return c->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-}
 
 /* p + k elements of type t */
 static const void *at(const void *p, int64_t k, hr_dtype t) {
     return (const char *)p + k * (int64_t)hr_dtype_size(t);
-}
-
-static hr_status gemm(hr_cuda *c, gemm_types ty, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
-                      const void *A, int lda, const void *B, int ldb, float beta, void *C, int ldc) {
-    float alpha = 1.0f;
-    HR_CUBLAS(cublasGemmEx(c->blas, ta, tb, m, n, k, &alpha, A, cuda_type(ty.ab), lda, B, cuda_type(ty.ab), ldb, &beta,
-                           C, cuda_type(ty.ct), ldc, compute_type(c, ty.ab), CUBLAS_GEMM_DEFAULT));
-    return HR_OK;
-}
-
-/* ---- products with cuBLASLt's epilogues ---------------------------------------
- * y = x W^T + b through cublasGemmEx needs b filled into y first and y read
- * back (beta 1): GPT-2's c_fc took 0.19 ms where its product alone takes 0.12
- * (an H100). cuBLASLt adds the bias (y's type: autocast's rounding of it) to
- * the FP32 sums before their one rounding, in the product's own epilogue
- * (CUBLASLT_EPILOGUE_BIAS). An algorithm comes from cuBLASLt's heuristic,
- * asked once a shape and epilogue and kept. */
-struct hr_lt_algo {
-    int epi, ta, tb, m, n, k, lda, ldb, ldc;
-    hr_dtype ab, ct;
-    size_t ws;
-    bool ok; /* false: the heuristic offered none (the plain form then) */
-    cublasLtMatmulAlgo_t algo;
-};
-
-hr_status hr_cuda_gemm_init(hr_cuda *c) {
-    cublasLtHandle_t lt;
-    HR_CUBLAS(cublasLtCreate(&lt));
-    c->lt = lt;
-    return HR_OK;
-}
-
-void hr_cuda_gemm_free(hr_cuda *c) {
-    if (c->lt) cublasLtDestroy((cublasLtHandle_t)c->lt);
-    c->lt = NULL;
-    hr_free(c->lt_algos);
-    c->lt_algos = NULL;
-    c->nlt = c->caplt = 0;
-}
-
-typedef struct {
-    cublasLtMatmulDesc_t op;
-    cublasLtMatrixLayout_t a, b, y;
-} lt_descs;
-
-static void lt_descs_free(lt_descs *d) {
-    if (d->op) cublasLtMatmulDescDestroy(d->op);
-    if (d->a) cublasLtMatrixLayoutDestroy(d->a);
-    if (d->b) cublasLtMatrixLayoutDestroy(d->b);
-    if (d->y) cublasLtMatrixLayoutDestroy(d->y);
-}
-
-/* C (m, n; ldc, ct) = op(A) (m, k) op(B) (k, n) + beta C, with epilogue epi
- * and its vector `vecp` (the bias added: m values of ct; the bias gradient
- * written: n values of ct) and matrix `aux` (an activation's input, laid out
- * as C: written forward, read backward). *done false: no algorithm for it,
- * nothing queued (the caller takes the plain form). */
-static hr_status lt_product(hr_cuda *c, cublasLtEpilogue_t epi, gemm_types ty, cublasOperation_t ta,
-                            cublasOperation_t tb, int m, int n, int k, const void *A, int lda, const void *B, int ldb,
-                            const void *vecp, const void *aux, float beta, void *C, int ldc, void *ws, size_t ws_bytes,
-                            bool *done) {
-    *done = false;
-    struct hr_lt_algo *e = NULL;
-    for (int i = 0; i < c->nlt && !e; i++) {
-        struct hr_lt_algo *q = &c->lt_algos[i];
-        if (q->epi == (int)epi && q->ta == (int)ta && q->tb == (int)tb && q->m == m && q->n == n && q->k == k &&
-            q->lda == lda && q->ldb == ldb && q->ldc == ldc && q->ab == ty.ab && q->ct == ty.ct && q->ws == ws_bytes)
-            e = q;
-    }
-    if (e && !e->ok) return HR_OK;
-    lt_descs d = {0};
-    int bad = cublasLtMatmulDescCreate(&d.op, compute_type(c, ty.ab), CUDA_R_32F);
-    if (!bad) bad = cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta);
-    if (!bad) bad = cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb);
-    if (!bad) bad = cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
-    if (!bad) bad = cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &vecp, sizeof vecp);
-    int64_t aux_ld = ldc; /* the activation's input beside C, in C's layout and type */
-    if (!bad && aux) bad = cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux);
-    if (!bad && aux) bad = cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld);
-    if (!bad) bad = cublasLtMatrixLayoutCreate(&d.a, cuda_type(ty.ab), ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda);
-    if (!bad) bad = cublasLtMatrixLayoutCreate(&d.b, cuda_type(ty.ab), tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb);
-    if (!bad) bad = cublasLtMatrixLayoutCreate(&d.y, cuda_type(ty.ct), m, n, ldc);
-    if (bad) {
-        lt_descs_free(&d);
-        return hr_cuda_fail(__FILE__, __LINE__, "cublasLt descriptors", hr_cublas_status_str(bad));
-    }
-    if (!e) { /* ask the heuristic once for this shape */
-        if (c->nlt == c->caplt) {
-            int cap = c->caplt ? 2 * c->caplt : 16;
-            struct hr_lt_algo *grown = hr_realloc(c->lt_algos, (size_t)cap * sizeof *grown);
-            if (!grown) { /* a choice not kept costs speed only: the plain form */
-                hr_error_clear();
-                lt_descs_free(&d);
-                return HR_OK;
-            }
-            c->lt_algos = grown;
-            c->caplt = cap;
-        }
-        e = &c->lt_algos[c->nlt++];
-        *e = (struct hr_lt_algo){.epi = (int)epi, .ta = (int)ta, .tb = (int)tb, .m = m, .n = n, .k = k, .lda = lda,
-                                 .ldb = ldb, .ldc = ldc, .ab = ty.ab, .ct = ty.ct, .ws = ws_bytes};
-        cublasLtMatmulPreference_t pref = NULL;
-        cublasLtMatmulHeuristicResult_t r;
-        int got = 0;
-        if (cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
-            cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
-                                                 sizeof ws_bytes) == CUBLAS_STATUS_SUCCESS &&
-            cublasLtMatmulAlgoGetHeuristic((cublasLtHandle_t)c->lt, d.op, d.a, d.b, d.y, d.y, pref, 1, &r, &got) ==
-                CUBLAS_STATUS_SUCCESS &&
-            got > 0 && r.state == CUBLAS_STATUS_SUCCESS) {
-            e->algo = r.algo;
-            e->ok = true;
-        }
-        if (pref) cublasLtMatmulPreferenceDestroy(pref);
-        if (!e->ok) {
-            lt_descs_free(&d);
-            return HR_OK;
-        }
-    }
-    float one = 1.0f;
-    int st = cublasLtMatmul((cublasLtHandle_t)c->lt, d.op, &one, A, d.a, B, d.b, &beta, C, d.y, C, d.y, &e->algo, ws,
-                            ws_bytes, c->stream);
-    lt_descs_free(&d);
-    if (st) return hr_cuda_fail(__FILE__, __LINE__, "cublasLtMatmul", hr_cublas_status_str(st));
-    *done = true;
-    return HR_OK;
 }
 
 /* ---- split-K ------------------------------------------------------------------
@@ -236,8 +93,8 @@ static hr_status gemm_split(hr_cuda *c, gemm_types ty, const splitk_plan *p, flo
                             cublasOperation_t tb, int m, int n, int k, const void *A, int lda, const void *B, int ldb,
                             const float *bias, float beta, void *C, int ldc) {
     float one = 1.0f, zero = 0.0f;
-    cudaDataType_t ab = cuda_type(ty.ab);
-    cublasComputeType_t ct = compute_type(c, ty.ab);
+    cudaDataType_t ab = hr_cuda_blas_type(ty.ab);
+    cublasComputeType_t ct = hr_cuda_compute_type(c, ty.ab);
     long long sa = ta == CUBLAS_OP_N ? (long long)p->chunk * lda : p->chunk;
     long long sb = tb == CUBLAS_OP_N ? p->chunk : (long long)p->chunk * ldb;
     long long sc = (long long)m * n;
@@ -403,6 +260,21 @@ static hr_status pad_operands(hr_cuda *c, const node_scratch *s, const hr_linear
     return HR_OK;
 }
 
+/* The plain product: cuBLASLt where its algorithms are timed (cublasGemmEx's
+ * own choice among the candidates), else cublasGemmEx. */
+static hr_status gemm(hr_cuda *c, const node_scratch *s, gemm_types ty, cublasOperation_t ta, cublasOperation_t tb,
+                      int m, int n, int k, const void *A, int lda, const void *B, int ldb, float beta, void *C,
+                      int ldc) {
+    gemm_call g = {CUBLASLT_EPILOGUE_DEFAULT, ty, ta, tb, m, n, k, lda, ldb, ldc, A, B, NULL, NULL, beta, C,
+                   s->blas, s->blas_bytes};
+    if (hr_cuda_gemm_timed(c, m, n, k, beta)) {
+        bool done;
+        hr_status st = hr_cuda_lt_product(c, &g, &done);
+        if (st || done) return st;
+    }
+    return hr_cuda_gemm_ex(c, &g);
+}
+
 /* C = op(A) op(B) + (bias on each row of C's (m, n), or beta C): split-K when
  * the plan says so and the partials were reserved, else one plain product
  * (the bias first filled into C, which is then C's old value). */
@@ -415,15 +287,16 @@ static hr_status product(hr_cuda *c, const node_scratch *s, gemm_types ty, cubla
     const void *b_dt = ty.ct == HR_F32 ? (const void *)bias : s->db_part; /* the bias in C's type */
     if (bias && b_dt && ty.ab == ty.ct && ta == CUBLAS_OP_T && tb == CUBLAS_OP_N && beta == 0.0f && !c->opt.no_lt) {
         bool done;
-        hr_status st = lt_product(c, CUBLASLT_EPILOGUE_BIAS, ty, ta, tb, m, n, k, A, lda, B, ldb, b_dt, NULL, 0.0f, C,
-                                  ldc, s->blas, s->blas_bytes, &done);
+        gemm_call g = {CUBLASLT_EPILOGUE_BIAS, ty, ta, tb, m, n, k, lda, ldb, ldc, A, B, b_dt, NULL, 0.0f, C,
+                       s->blas, s->blas_bytes};
+        hr_status st = hr_cuda_lt_product(c, &g, &done);
         if (st || done) return st;
     }
     if (bias) { /* C (m, n) with ldc == m: rows of the row-major (n, m) */
         HR_CU(hrk_bias_fill(c->stream, ty.ct, bias, C, n, m, 1));
         beta = 1.0f;
     }
-    return gemm(c, ty, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc);
+    return gemm(c, s, ty, ta, tb, m, n, k, A, lda, B, ldb, beta, C, ldc);
 }
 
 /* ---- an activation in the product's epilogue (ops/activation.c) -------------
@@ -449,8 +322,9 @@ static hr_status act_product(hr_cuda *c, const node_scratch *s, gemm_types ty, c
     if (c->opt.no_lt || m % 8 || (p.parts > 0 && p.bytes <= s->part_bytes) || ((uintptr_t)pre | (uintptr_t)C) % 16 ||
         !hr_cuda_act_epilogue(l->act, l->act_approx, backward, bias != NULL, &epi))
         return HR_OK;
-    return lt_product(c, (cublasLtEpilogue_t)epi, ty, backward ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, A,
-                      lda, B, ldb, bias, pre, 0.0f, C, m, s->blas, s->blas_bytes, done);
+    gemm_call g = {(cublasLtEpilogue_t)epi, ty, backward ? CUBLAS_OP_N : CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, lda, ldb, m,
+                   A, B, bias, pre, 0.0f, C, s->blas, s->blas_bytes};
+    return hr_cuda_lt_product(c, &g, done);
 }
 
 /* y (N,out) = x (N,in) W^T + b: y^T = W x^T, plus b. */

@@ -38,6 +38,7 @@ extern "C" {
 typedef struct hr_cuda_conv hr_cuda_conv; /* conv.h */
 typedef struct hr_cuda_dnn hr_cuda_dnn;   /* cudnn_load.h */
 typedef struct cublasContext *hr_cublas_handle;
+enum { HR_CHOICE_CONV, HR_CHOICE_GEMM, HR_CHOICE_KINDS }; /* the kinds of timed choices kept (choice_cache.c) */
 
 typedef struct hr_cuda {
     hr_options opt;           /* the HR_* switches, read once when the backend is made */
@@ -52,12 +53,13 @@ typedef struct hr_cuda {
     cudaStream_t copy_stream; /* host-to-device batch copies */
     cudaEvent_t compute_ev;   /* marks the compute stream when an upload is queued */
     hr_cublas_handle blas;
-    void *lt;                 /* cuBLASLt's handle (products with a bias epilogue) */
-    struct hr_lt_algo *lt_algos; /* its algorithm by product shape (cuda_gemm.c) */
+    void *lt;                 /* cuBLASLt's handle */
+    struct hr_lt_algo *lt_algos; /* its algorithm by product shape (gemm_lt.c) */
     int nlt, caplt;
+    cudaEvent_t lt_ev[2];     /* timing the products' candidates */
     hr_cuda_dnn *dnn;         /* cuDNN, loaded at run time; NULL when missing */
-    struct hr_choices *conv_cache; /* timed convolution choices of earlier runs (conv_cache.c) */
-    bool conv_cache_off;      /* none could be made here */
+    struct hr_choices *cache[HR_CHOICE_KINDS]; /* timed choices of earlier runs (choice_cache.c) */
+    bool cache_off[HR_CHOICE_KINDS];           /* none could be made here */
     char dnn_why[256];        /* why cuDNN is missing */
     /* memory facts */
     size_t overhead;          /* context + handles, measured */
@@ -210,6 +212,14 @@ void hr_cuda_graph_free(hr_cuda *c);
 /* optim.cu: the NaN stop's check, between the backward pass and the update */
 hr_status hr_cuda_step_check(hr_cuda *c, const float *loss, hr_step_vars *v, bool stop);
 hr_status hr_cuda_loss_add(hr_cuda *c, const float *loss, hr_step_vars *v, int k, int K);
+
+/* ---- choice_cache.c: timed choices kept between runs, a file a kind ---- */
+/* A choice an earlier run made (or this one), by key: true with its values. */
+bool hr_choice_get(hr_cuda *c, int kind, const char *key, int64_t v[3]);
+/* Remembers a choice timing made (written when the backend closes). */
+void hr_choice_put(hr_cuda *c, int kind, const char *key, const int64_t v[3]);
+/* Writes the new choices (merged with the files') and frees the caches. */
+void hr_choice_cache_close(hr_cuda *c);
 
 /* ---- profile.c: timing events for device profiles ---- */
 hr_status hr_cuda_mark(hr_cuda *c, int slot);

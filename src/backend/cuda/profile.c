@@ -36,7 +36,7 @@ void hr_cuda_marks_free(hr_cuda *c) {
     c->nmarks = 0;
 }
 
-/* ---- timing a candidate (a convolution's engines, both cuDNN APIs) --------
+/* ---- timing a candidate (a convolution's engines, both cuDNN APIs; a product's algorithms) --
  * One run to warm up and one to size the batches: a short candidate (tens of
  * microseconds) runs back to back in batches of about HR_TIME_BATCH_MS, as it
  * will inside a step, rather than by one launch with its jitter; then the
@@ -74,6 +74,6 @@ bool hr_cuda_time_runs(cudaStream_t s, cudaEvent_t ev[2], hr_launch_fn run, void
     *ms = t[2] < lo ? lo : t[2] > hi ? hi : t[2];
     return true;
 failed:
-    hr_error_set(HR_ERR_DEVICE, "timing a convolution's candidate: %s", cudaGetErrorString(cudaGetLastError()));
+    hr_error_set(HR_ERR_DEVICE, "timing a candidate (a convolution's or a product's): %s", cudaGetErrorString(cudaGetLastError()));
     return false;
 }

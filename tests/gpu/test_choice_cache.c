@@ -1,5 +1,7 @@
-/* test_conv_cache.c — the convolution choices kept between runs
- * (backend/cuda/conv_cache.c), in a cache folder of its own: a first run
+/* test_choice_cache.c — the timed choices kept between runs
+ * (backend/cuda/choice_cache.c), in a cache folder of its own.
+ *
+ * Convolutions: a first run
  * times the candidates and writes its choices when its backend closes; a
  * second run of the same model plans each chosen algorithm's workspace alone
  * (never more than the first plan, which held the largest candidate's) and
@@ -10,7 +12,15 @@
  * (the graph engines timed against every legacy algorithm: FFT and Winograd
  * want the largest workspaces; which API won is kept too), on deep_cnn and
  * on a depthwise model (grouped and 1x1 convolutions, where the graph
- * engines tend to win). Skips (passing) where no GPU is present. */
+ * engines tend to win).
+ *
+ * Matrix products (backend/cuda/gemm_lt.c), the seed MLP in FP32 and bf16
+ * with every product timed (HR_CUDA_GEMM_TIME=1): the first run writes a
+ * choice per product shape; a second trains to the same losses, bit for bit,
+ * and leaves the file as it was; choices whose algorithm is not the
+ * candidate's any more are timed again (and rewritten); garbage lines are
+ * skipped; HR_CUDA_GEMM_TIME=0 times nothing and writes no file. Skips
+ * (passing) where no GPU is present. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,10 +50,13 @@ typedef struct {
 
 /* Compiles, plans and trains STEPS steps on the fixed batches; the session
  * (and its backend, which writes the cache) is freed before it returns. */
+static hr_precision g_precision = HR_PREC_FP32;
+
 static run_t run(const hr_model_t *m, const char *what) {
     run_t r = {0};
     hr_config_t c = hr_config_default();
     c.device = HR_DEVICE_CUDA;
+    c.precision = g_precision;
     c.batch = BATCH;
     c.seed = 7;
     hr_session_t *s = hr_compile(m, &c);
@@ -61,10 +74,11 @@ static run_t run(const hr_model_t *m, const char *what) {
     return r;
 }
 
-/* The cache's choices (lines not comments) that match a grep pattern. */
-static int lines_like(const char *dir, const char *pattern) {
+/* The cache's choices (lines not comments) of a kind ("conv", "gemm") that
+ * match a grep pattern. */
+static int kind_lines_like(const char *dir, const char *kind, const char *pattern) {
     char cmd[600];
-    snprintf(cmd, sizeof cmd, "cat %s/conv-*.tsv 2>/dev/null | grep -v '^#' | grep -c -- '%s'", dir, pattern);
+    snprintf(cmd, sizeof cmd, "cat %s/%s-*.tsv 2>/dev/null | grep -v '^#' | grep -c -- '%s'", dir, kind, pattern);
     FILE *p = popen(cmd, "r");
     int n = 0;
     if (p && fscanf(p, "%d", &n) != 1) n = 0;
@@ -72,6 +86,7 @@ static int lines_like(const char *dir, const char *pattern) {
     return n;
 }
 
+static int lines_like(const char *dir, const char *pattern) { return kind_lines_like(dir, "conv", pattern); }
 static int lines_in(const char *dir) { return lines_like(dir, "."); }
 
 static void same_losses(const run_t *a, const run_t *b, const char *what) {
@@ -142,6 +157,76 @@ static void one_mode(const hr_model_t *m, const char *name, const char *mode) {
     unlink(dir);
 }
 
+static bool same_bits(const run_t *a, const run_t *b) {
+    return a->ok && b->ok && !memcmp(a->loss, b->loss, sizeof a->loss);
+}
+
+/* The products' choices: the MLP's products timed, kept, reused, and
+ * retimed where the cache's algorithm is not the candidate's. */
+static void products(const hr_model_t *m, hr_precision prec) {
+    char dir[] = "/tmp/hr_gemm_cache_XXXXXX", cmd[900], what[160];
+    const char *pn = hr_precision_name(prec);
+    if (!mkdtemp(dir)) {
+        CHECK(0, "mkdtemp: cannot make a folder");
+        return;
+    }
+    g_precision = prec;
+    setenv("HR_CACHE_DIR", dir, 1);
+    unsetenv("HR_CUDNN_ALGO");
+    unsetenv("HR_CUDNN_CACHE");
+    setenv("HR_CUDA_GEMM_TIME", "1", 1);
+    snprintf(what, sizeof what, "products %s, first run", pn);
+    run_t first = run(m, what);
+    int n = kind_lines_like(dir, "gemm", ".");
+    /* forward 3 (the bias in the epilogue), dW 3, dx 2; the last layer's
+     * products may be split along k (not timed) */
+    printf("  mlp %s: %d product choices written, %d cublasGemmEx's\n", pn, n,
+           kind_lines_like(dir, "gemm", "\t-1\t0\t"));
+    CHECK(n >= 5, "products %s: %d choices in the cache, expected one a timed product shape (>= 5)", pn, n);
+    snprintf(cmd, sizeof cmd, "cp %s/gemm-*.tsv %s/before", dir, dir);
+    CHECK(system(cmd) == 0, "products %s: copying the cache failed", pn);
+
+    snprintf(what, sizeof what, "products %s, second run", pn);
+    run_t second = run(m, what);
+    CHECK(same_bits(&first, &second), "%s: losses %.9g %.9g %.9g, the first run's %.9g %.9g %.9g", what,
+          second.loss[0], second.loss[1], second.loss[2], first.loss[0], first.loss[1], first.loss[2]);
+    snprintf(cmd, sizeof cmd, "cmp -s %s/gemm-*.tsv %s/before", dir, dir);
+    bool same = system(cmd) == 0;
+    CHECK(same, "%s: the cache changed", what);
+    if (!same) { /* what changed, for the log */
+        snprintf(cmd, sizeof cmd, "diff %s/before %s/gemm-*.tsv | head -20", dir, dir);
+        if (system(cmd) < 0) printf("  (diff failed)\n");
+    }
+
+    /* every kept algorithm's hash wrong (cublasGemmEx's, -1, has none to
+     * check), and lines that are no choices: each algorithm's choice timed
+     * again and written anew */
+    snprintf(cmd, sizeof cmd,
+             "cd %s && f=$(ls gemm-*.tsv) && awk -F'\\t' 'BEGIN{OFS=\"\\t\"} /^#/{print;next} {print $1, $2, $3 + 1, $4}' "
+             "before > stale && cp stale $f && printf 'garbage\\nsms1 x\\t0\\t1\\n\\t\\t\\t\\n' >> $f",
+             dir);
+    CHECK(system(cmd) == 0, "products %s: rewriting the cache failed", pn);
+    snprintf(what, sizeof what, "products %s, stale cache", pn);
+    run_t stale = run(m, what);
+    same_losses(&first, &stale, what);
+    snprintf(cmd, sizeof cmd, "cd %s && grep -v '^#' stale | awk -F'\\t' '$2 >= 0' | sort > a && grep -v '^#' gemm-*.tsv "
+             "| sort > b && test $(comm -12 a b | wc -l) -eq 0 && test $(grep -c . a) -gt 0", dir);
+    CHECK(system(cmd) == 0, "%s: the stale choices were not all timed again", what);
+
+    /* HR_CUDA_GEMM_TIME=0: nothing timed, nothing written */
+    snprintf(cmd, sizeof cmd, "rm -f %s/gemm-*.tsv", dir);
+    CHECK(system(cmd) == 0, "products %s: removing the cache failed", pn);
+    setenv("HR_CUDA_GEMM_TIME", "0", 1);
+    snprintf(what, sizeof what, "products %s, HR_CUDA_GEMM_TIME=0", pn);
+    run_t off = run(m, what);
+    same_losses(&first, &off, what);
+    CHECK(kind_lines_like(dir, "gemm", ".") == 0, "%s: %d choices written", what, kind_lines_like(dir, "gemm", "."));
+    unsetenv("HR_CUDA_GEMM_TIME");
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    CHECK(system(cmd) == 0, "products %s: removing the folder failed", pn);
+    g_precision = HR_PREC_FP32;
+}
+
 /* A MobileNet-like block on deep_cnn's input: a 3x3 stem, a depthwise 3x3
  * (groups = channels) and a pointwise 1x1. */
 static hr_model_t *depthwise(void) {
@@ -174,6 +259,10 @@ int main(void) {
     one_mode(m, "deep_cnn", "precise");
     one_mode(m, "deep_cnn", "fastest");
     one_mode(dw, "depthwise", "fastest");
+    hr_model_t *mlp = seed_mlp();
+    products(mlp, HR_PREC_FP32);
+    products(mlp, HR_PREC_BF16);
+    hr_model_free(mlp);
     for (int t = 0; t < STEPS; t++) free(xs[t]), free(ys[t]);
     hr_model_free(m);
     hr_model_free(dw);
