@@ -218,7 +218,7 @@ typedef struct {
     bool sgemm_dnnl;        /* HR_SGEMM: the CPU's matrix products by oneDNN's sgemm where it loads (default),
                                or by OpenBLAS (HR_SGEMM=openblas) */
 } hr_options;
-#define HR_GEMM_TIME_DEFAULT ((int64_t)1 << 27)
+#define HR_GEMM_TIME_DEFAULT ((int64_t)1 << 30)
 enum { HR_ALGO_PRECISE = 0, HR_ALGO_DETERMINISTIC, HR_ALGO_HEURISTIC, HR_ALGO_FASTEST };
 #define HR_SPLITK_DEFAULT 2048
 hr_options hr_options_read(void);

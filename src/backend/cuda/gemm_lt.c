@@ -6,7 +6,7 @@
  * ms against the first's 0.093, c_fc's in 0.099 against 0.114, and
  * mlp.c_proj's dx in 0.099 against 0.115; cublasGemmEx's own choice, on the
  * other hand, beat every candidate on the head's dx and dW. So a product of
- * at least HR_CUDA_GEMM_TIME multiply-adds (default 2^27) that writes its
+ * at least HR_CUDA_GEMM_TIME multiply-adds (default 2^30) that writes its
  * output whole (beta 0) is timed once, on its first run outside a graph
  * capture (the first step runs node by node), on the real buffers: each of
  * the heuristic's first LT_CANDS candidates and, for a plain product,
@@ -16,7 +16,14 @@
  * there). The deterministic and heuristic modes of HR_CUDNN_ALGO time
  * nothing: the heuristic's first, or cublasGemmEx for a plain product, as
  * smaller products and those that add into C always take. Every candidate
- * accumulates in FP32 (TF32 only where allowed), as cublasGemmEx does. */
+ * accumulates in FP32 (TF32 only where allowed), as cublasGemmEx does.
+ *
+ * What timing costs besides its milliseconds: each candidate's kernel is
+ * loaded into the context when it first runs (CUDA loads modules lazily),
+ * memory the plan does not see: about 2 MiB on an H100 (memory_truth.py:
+ * a 128-sample model's NVML peak 8.44 MiB over its printed total timed from
+ * 2^27 multiply-adds, 6.44 untimed, as every small model). Products below
+ * 2^30 (a few microseconds) gain too little to pay it. */
 #include "backend/cuda/gemm.h"
 #include "core/choices.h"
 
