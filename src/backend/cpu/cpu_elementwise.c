@@ -9,9 +9,36 @@
  * stream, first + i), so every backend draws the same ones, and the backward
  * draws them again. Both directions multiply by (keep ? scale : 0), as
  * PyTorch's x * mask * scale: a dropped NaN or +-inf gives NaN, a dropped
- * negative -0 (not 0 written over it). */
-static float keep_factor(const hr_dropout_args *d, int64_t i) {
-    return hr_rng_uniform(d->seed, d->stream, d->first + (uint64_t)i) >= d->p ? d->scale : 0.0f;
+ * negative -0 (not 0 written over it).
+ *
+ * The draws are hr_rng_uniform's, in loops of 64-bit integer multiplies
+ * that vectorize (8 a vector in the AVX-512 clone): the char
+ * GPT's 13 Dropouts took 17 ms forward and 18 backward a CPU step, scalar.
+ * u is below 2^24, so its conversion through int32 is exact: the same bits. */
+enum { DROP_Y = 0, DROP_DX = 1, DROP_DX_ACC = 2 };
+#define DROP_RUN 4096 /* elements a thread takes at a time */
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+drop_run(const hr_dropout_args *d, int mode, const float *in, float *out, int64_t i0, int64_t n) {
+    uint64_t base = hr_rng_key(d->seed, d->stream) + d->first + (uint64_t)i0;
+    float p = d->p, scale = d->scale;
+    in += i0, out += i0;
+#define DROP_F(i) ((float)(int32_t)(hr_mix64(base + (uint64_t)(i)) >> 40) * (1.0f / 16777216.0f) >= p ? scale : 0.0f)
+    if (mode == DROP_DX_ACC) {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) out[i] += in[i] * DROP_F(i);
+    } else {
+#pragma omp simd
+        for (int64_t i = 0; i < n; i++) out[i] = in[i] * DROP_F(i);
+    }
+#undef DROP_F
+}
+
+static void drop_all(const hr_dropout_args *d, int mode, const float *in, float *out) {
+    int64_t N = d->n, runs = (N + DROP_RUN - 1) / DROP_RUN;
+#pragma omp parallel for schedule(static) if (N > 65536)
+    for (int64_t r = 0; r < runs; r++)
+        drop_run(d, mode, in, out, r * DROP_RUN, r * DROP_RUN + DROP_RUN < N ? DROP_RUN : N - r * DROP_RUN);
 }
 
 hr_status hr_cpu_dropout(void *ctx, const hr_kargs *a) {
@@ -23,8 +50,7 @@ hr_status hr_cpu_dropout(void *ctx, const hr_kargs *a) {
         if (y != x) memcpy(y, x, sizeof(float) * (size_t)N);
         return HR_OK;
     }
-#pragma omp parallel for schedule(static) if (N > 65536)
-    for (int64_t i = 0; i < N; i++) y[i] = x[i] * keep_factor(d, i);
+    drop_all(d, DROP_Y, x, y);
     return HR_OK;
 }
 
@@ -33,12 +59,12 @@ hr_status hr_cpu_dropout_bwd(void *ctx, const hr_kargs *a) {
     const float *dy = d->dy;
     float *dx = d->dx;
     int64_t N = d->n;
-    bool acc = d->acc, all = d->p == 0.0f;
-#pragma omp parallel for schedule(static) if (N > 65536)
-    for (int64_t i = 0; i < N; i++) {
-        float v = all ? dy[i] : dy[i] * keep_factor(d, i);
-        dx[i] = acc ? dx[i] + v : v;
+    if (d->p != 0.0f) {
+        drop_all(d, d->acc ? DROP_DX_ACC : DROP_DX, dy, dx);
+        return HR_OK;
     }
+#pragma omp parallel for schedule(static) if (N > 65536)
+    for (int64_t i = 0; i < N; i++) dx[i] = d->acc ? dx[i] + dy[i] : dy[i];
     return HR_OK;
 }
 
