@@ -50,13 +50,20 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) static float max_ro
 
 /* attn_pdrop's factors of row i, keys j0 .. j1 - 1 (1 / (1 - pdrop)
  * kept, 0 dropped), into k: one block key for keys of the same j >> 16 (the
- * key changes every 2^16 keys), a hash a pair. */
-static void keep_factors(const hr_attention_args *p, int64_t n, int64_t h, int64_t i, int64_t j0, int64_t j1,
-                         float *k) {
+ * key changes every 2^16 keys), a hash a pair. hr_attn_uniform written out so
+ * that it vectorizes (32-bit multiplies, a clone per ISA; x >> 8 is below
+ * 2^24, so its conversion through int32 is exact): the same draws. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+keep_factors(const hr_attention_args *p, int64_t n, int64_t h, int64_t i, int64_t j0, int64_t j1, float *k) {
     uint32_t b = hr_attn_block_key(p->seed, p->stream, p->first + (uint64_t)n, (uint64_t)h, (uint64_t)p->H,
                                    (uint64_t)i, (uint64_t)j0);
-    for (int64_t j = j0; j < j1; j++)
-        k[j - j0] = hr_attn_uniform(b, (uint64_t)i, (uint64_t)j) >= p->pdrop ? p->pscale : 0.0f;
+    uint32_t hi = (uint32_t)(((uint64_t)i & 0xffffU) << 16);
+    float pd = p->pdrop, ps = p->pscale;
+#pragma omp simd
+    for (int64_t j = j0; j < j1; j++) {
+        uint32_t x = hr_hash32(b ^ (hi | (uint32_t)((uint64_t)j & 0xffffU)));
+        k[j - j0] = (float)(int32_t)(x >> 8) * (1.0f / 16777216.0f) >= pd ? ps : 0.0f;
+    }
 }
 
 /* s[j] *= mul (times the keep factor when dropping), j <= i; f: HR_ATT_ROWS floats of room */
