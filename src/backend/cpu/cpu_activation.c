@@ -16,30 +16,31 @@ __attribute__((simd("notinbranch"))) float expf(float);
 __attribute__((simd("notinbranch"))) float tanhf(float);
 #endif
 
-/* dx = g, or dx += g when acc, for i in [0, N), where `body` sets float g
- * from element i: two loops, each with one store. (One loop with `acc ?
+/* ACT_RUNS: for i in [0, N), `body` then `store`. ACT_BWD: dx = g, or dx +=
+ * g when acc, where `body` sets float g from element i: two loops, each with
+ * one store. (One loop with `acc ?
  * dx[i] + g : g` in it ran GELU's exact backward on scalar erff and expf: 8
- * ms a char GPT layer at batch 8, against 1.2 for the forward; split, 3.)
+ * ms a char GPT layer at batch 8, against 1.2 for the forward; split: 3.)
  * The threads take whole runs of ACT_RUN elements, each run a vector loop
  * of its own: a run starts ACT_RUN floats after the last, so the vectorizer's
  * scalar peel and tail fall on the same elements of every run whatever the
  * threads, and so do glibc's vector and scalar calls, whose bits differ. */
 #define ACT_RUN 256
-#define ACT_RUNS(N, STORE, body)                                                                                       \
+#define ACT_RUNS(N, body, store)                                                                                       \
     _Pragma("omp parallel for schedule(static) if (N > 65536)") for (int64_t r = 0; r < (N + ACT_RUN - 1) / ACT_RUN;  \
                                                                       r++) {                                           \
         int64_t e = r * ACT_RUN + ACT_RUN < N ? r * ACT_RUN + ACT_RUN : N;                                             \
         _Pragma("omp simd") for (int64_t i = r * ACT_RUN; i < e; i++) {                                                \
             body;                                                                                                      \
-            STORE;                                                                                                     \
+            store;                                                                                                     \
         }                                                                                                              \
     }
 #define ACT_BWD(acc, N, body)                                                                                          \
     do {                                                                                                               \
         if (acc) {                                                                                                     \
-            ACT_RUNS(N, dx[i] += g, body)                                                                              \
+            ACT_RUNS(N, body, dx[i] += g)                                                                              \
         } else {                                                                                                       \
-            ACT_RUNS(N, dx[i] = g, body)                                                                               \
+            ACT_RUNS(N, body, dx[i] = g)                                                                               \
         }                                                                                                              \
     } while (0)
 
@@ -201,9 +202,9 @@ static void gelu(const hr_act_args *p) {
     float *y = p->out;
     int64_t N = p->n;
     if (p->tanh_approx) {
-        ACT_RUNS(N, y[i] = 0.5f * v * (1.0f + tanhf(GELU_BETA * (v + GELU_KAPPA * (v * v * v)))), float v = x[i])
+        ACT_RUNS(N, float v = x[i], y[i] = 0.5f * v * (1.0f + tanhf(GELU_BETA * (v + GELU_KAPPA * (v * v * v)))))
     } else {
-        ACT_RUNS(N, y[i] = v * 0.5f * (1.0f + erff(v * GELU_SQRT1_2)), float v = x[i])
+        ACT_RUNS(N, float v = x[i], y[i] = v * 0.5f * (1.0f + erff(v * GELU_SQRT1_2)))
     }
 }
 
@@ -228,7 +229,7 @@ static void silu(const hr_act_args *p) {
     const float *x = p->x;
     float *y = p->out;
     int64_t N = p->n;
-    ACT_RUNS(N, y[i] = x[i] / (1.0f + expf(-x[i])), (void)0)
+    ACT_RUNS(N, (void)0, y[i] = x[i] / (1.0f + expf(-x[i])))
 }
 
 /* From x: d/dx x s(x) = s (1 + x (1 - s)). */
@@ -243,7 +244,7 @@ static void sigmoid(const hr_act_args *p) {
     const float *x = p->x;
     float *y = p->out;
     int64_t N = p->n;
-    ACT_RUNS(N, y[i] = 1.0f / (1.0f + expf(-x[i])), (void)0)
+    ACT_RUNS(N, (void)0, y[i] = 1.0f / (1.0f + expf(-x[i])))
 }
 
 /* From y, so that x need not be kept: dx = dy (1 - y) y. */
@@ -258,7 +259,7 @@ static void tanh_fwd(const hr_act_args *p) {
     const float *x = p->x;
     float *y = p->out;
     int64_t N = p->n;
-    ACT_RUNS(N, y[i] = tanhf(x[i]), (void)0)
+    ACT_RUNS(N, (void)0, y[i] = tanhf(x[i]))
 }
 
 /* From y: dx = dy (1 - y^2). */
