@@ -276,8 +276,12 @@ static hr_status gemm(hr_cuda *c, const node_scratch *s, gemm_types ty, cublasOp
 }
 
 /* C = op(A) op(B) + (bias on each row of C's (m, n), or beta C): split-K when
- * the plan says so and the partials were reserved, else one plain product
- * (the bias first filled into C, which is then C's old value). */
+ * the plan says so and the partials were reserved, else the product with the
+ * bias in cuBLASLt's epilogue (CUBLASLT_EPILOGUE_BIAS: added to the FP32 sums
+ * before their one rounding, in C's type as autocast rounds it), else one
+ * plain product (the bias first filled into C, which is then C's old value:
+ * GPT-2's c_fc took 0.19 ms that way on an H100, where its product alone
+ * takes 0.12). */
 static hr_status product(hr_cuda *c, const node_scratch *s, gemm_types ty, cublasOperation_t ta, cublasOperation_t tb,
                          int m, int n, int k, const void *A, int lda, const void *B, int ldb, const float *bias,
                          float beta, void *C, int ldc) {

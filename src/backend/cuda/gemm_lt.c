@@ -296,6 +296,9 @@ static struct hr_lt_algo *entry_for(hr_cuda *c, const gemm_call *g, const lt_des
     return e;
 }
 
+/* The descriptors are made on every call, a known shape's too (also where
+ * its choice is cublasGemmEx): host work of a few microseconds on a step run
+ * node by node; a captured step replays the products without it. */
 hr_status hr_cuda_lt_product(hr_cuda *c, const gemm_call *g, bool *done) {
     *done = false;
     lt_descs d = {0};
