@@ -199,6 +199,8 @@ typedef struct {
                                into the epilogue of the Linear before it (ops/activation.c says which do) */
     bool no_fuse_add;       /* HR_FUSE_ADD=0: in training, a residual Add stays a node of its own rather than going
                                into the layer norm that reads its sum */
+    bool no_fuse_bias;      /* HR_FUSE_BIAS=0: in mixed-precision training, a Linear's bias gradient stays its own
+                               pass over dy rather than going into the layer norm backward that writes dy */
     bool no_hold;           /* HR_HOLD_COPIES=0: mixed precision casts each weight to half in every forward rather
                                than holding the half copy from step to step, written by the update */
     bool ln_two_kernels;    /* HR_LN_ONE_PASS=0: the layer norm's backward on the GPU as two kernels (dx, then the column

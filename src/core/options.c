@@ -64,6 +64,7 @@ hr_options hr_options_read(void) {
     o.no_fuse_act = !flag("HR_FUSE_ACT", true);
     o.ln_two_kernels = !flag("HR_LN_ONE_PASS", true);
     o.no_fuse_add = !flag("HR_FUSE_ADD", true);
+    o.no_fuse_bias = !flag("HR_FUSE_BIAS", true);
     o.no_hold = !flag("HR_HOLD_COPIES", true);
     long long pm = number("HR_CUDA_PIECE_MIN", 2LL << 20);
     o.piece_min = pm > 0 ? pm : 0;

@@ -14,8 +14,9 @@ _Static_assert(sizeof op_names / sizeof *op_names == HR_OP_COUNT, "a name for ev
 const char *hr_op_name(hr_op op) { return (unsigned)op < HR_OP_COUNT && op_names[op] ? op_names[op] : "?"; }
 
 /* What a node runs, for people (profiles, traces, errors): the op's name, or
- * the pair a Linear with an activation in its epilogue runs, or a norm with
- * the Add before it. */
+ * the pair a Linear with an activation in its epilogue runs, a norm with
+ * the Add before it, or a norm's backward with the next Linear's bias
+ * gradient. */
 #define HR_X_ADD_THEN(E, id, k, name) "Add+" name,
 static const char *const add_then[] = {HR_OP_LIST(HR_X_ADD_THEN)};
 #undef HR_X_ADD_THEN
@@ -30,6 +31,7 @@ const char *hr_node_op_name(const hr_node *n) {
     if (n->op == HR_OP_LINEAR && n->a.act > 0 && n->a.act < HR_OP_COUNT) return linear_with[n->a.act];
     if (n->op == HR_OP_LINEAR_BWD && n->a.dact > 0 && n->a.dact < HR_OP_COUNT) return linear_bwd_with[n->a.dact];
     if (n->a.pre_add && (unsigned)n->op < HR_OP_COUNT) return add_then[n->op];
+    if (n->op == HR_OP_LAYERNORM_BWD && n->nout > 4 && n->out[4] >= 0) return "LayerNorm.backward+bias";
     return hr_op_name(n->op);
 }
 

@@ -192,6 +192,11 @@ typedef struct {
     bool acc_dx, acc_dgamma, acc_dbeta;
     void *dx_half;      /* backward: dx (after acc_dx's add) rounded to dx_half_dt too, or NULL */
     hr_dtype dx_half_dt;
+    /* backward with the bias gradient of the Linear that reads dx_half as its
+     * dy taken in (hr_norm_take_bias_grads): dbias = (acc_dbias ? dbias : 0)
+     * + the column sums of dx_half's values; NULL otherwise */
+    float *dbias;
+    bool acc_dbias;
     /* forward with the residual Add before it taken in (a.pre_add): x = add_a
      * + add_b first, each widened to F32, written to sum (which x is) */
     const void *add_a, *add_b;

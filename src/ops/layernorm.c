@@ -5,7 +5,9 @@
 /* LayerNorm: in {x, weight?, bias?} (nin 1 without elementwise_affine, 2
  * with bias=False), out {y, mean, rstd} in training (one float a row: the
  * values before the normalised dims), {y} in inference.
- * LayerNorm.backward: in {x, mean, rstd, weight?, dy}, out {dx, dweight?, dbias?}. */
+ * LayerNorm.backward: in {x, mean, rstd, weight?, dy}, out {dx, dweight?, dbias?}, and
+ * in mixed precision {.., dx's half copy (autocast.c: fold_grad), the next
+ * Linear's bias gradient (hr_norm_take_bias_grads)}. */
 int hr_layernorm(hr_model_t *m, const char *name, int x, int ndim, const int64_t *shape, float eps, bool affine,
                  bool bias) {
     if (!hr_model_check_tensor(m, x, "LayerNorm")) return -1;
@@ -109,6 +111,49 @@ hr_status hr_norm_take_adds(hr_graph *g, int *n_fwd) {
     return HR_OK;
 }
 
+/* Does node q read or write tensor t? */
+static bool touches(const hr_node *q, int t) {
+    for (int i = 0; i < q->nin; i++)
+        if (q->in[i] == t) return true;
+    for (int i = 0; i < q->nout; i++)
+        if (q->out[i] == t) return true;
+    return false;
+}
+
+/* The Linear.backward at k: the LayerNorm.backward that last wrote its dy as
+ * the half copy (output 3), or -1. That norm writes every row of dy, so the
+ * columns it adds are the bias gradient the Linear would have summed. */
+static int bias_taker(const hr_graph *g, int from, int k) {
+    const hr_node *ln = &g->n[k];
+    int dy = ln->in[2], db = ln->nout > 2 ? ln->out[2] : -1;
+    if (db < 0 || dy < 0 || !hr_dtype_is_half(g->t[dy].dtype)) return -1;
+    int p = k - 1;
+    while (p >= from && !touches(&g->n[p], db) && !touches(&g->n[p], dy)) p--;
+    if (p < from) return -1;
+    const hr_node *pn = &g->n[p];
+    if (pn->op != HR_OP_LAYERNORM_BWD || pn->nout != 4 || pn->out[3] != dy || pn->accum[3] || touches(pn, db))
+        return -1;
+    const hr_shape *s = &g->t[pn->in[0]].shape;
+    int64_t cols = hr_numel_from(g, pn->in[0], s->ndim - pn->a.norm_dims);
+    return cols == ln->a.out_f && hr_shape_numel(&g->t[db].shape) == cols ? p : -1;
+}
+
+hr_status hr_norm_take_bias_grads(hr_graph *g, int from) {
+    for (int k = from; k < g->nn; k++) {
+        hr_node *ln = &g->n[k];
+        if (ln->op != HR_OP_LINEAR_BWD) continue;
+        int p = bias_taker(g, from, k);
+        if (p < 0) continue;
+        hr_node *pn = &g->n[p];
+        pn->out[4] = ln->out[2];
+        pn->accum[4] = ln->accum[2];
+        pn->nout = 5;
+        ln->out[2] = -1;
+        ln->accum[2] = false;
+    }
+    return HR_OK;
+}
+
 /* weight 1, bias 0, as nn.LayerNorm.reset_parameters */
 static void init(const hr_graph *g, const hr_node *n, int slot, uint64_t seed, uint64_t stream, float *v) {
     float c = slot == 1 ? 1.0f : 0.0f;
@@ -148,6 +193,7 @@ static void unpack(const hr_graph *g, const hr_node *n, void *const *ptr, const 
     l->dbeta = hr_ptr(ptr, n->out[2]);
     l->acc_dx = n->accum[0], l->acc_dgamma = n->accum[1], l->acc_dbeta = n->accum[2];
     if (n->nout > 3 && n->out[3] >= 0) l->dx_half = hr_ptr(ptr, n->out[3]), l->dx_half_dt = g->t[n->out[3]].dtype;
+    if (n->nout > 4 && n->out[4] >= 0) l->dbias = hr_ptr(ptr, n->out[4]), l->acc_dbias = n->accum[4];
 }
 
 /* A row is read twice (its statistics, then y; the backward's sums, then dx). */

@@ -137,6 +137,13 @@ hr_op hr_act_grad_op(hr_op act);
  * left as they are, reading the sum the norm now writes. *n_fwd drops by the
  * Adds taken in. */
 hr_status hr_norm_take_adds(hr_graph *g, int *n_fwd);
+/* layernorm.c: in a training program's backward (nodes from `from` on), a
+ * Linear.backward whose dy is the half copy of dx a LayerNorm.backward writes
+ * (output 3, autocast's folded cast) gives that node its bias gradient: the
+ * norm adds the columns of the copy as it writes it (output 4, with the
+ * Linear's accumulation flag), one pass over dy fewer. Only where no node
+ * between the two touches the bias gradient. */
+hr_status hr_norm_take_bias_grads(hr_graph *g, int from);
 /* linear.c: a Linear's epilogue activation as its own kernel's arguments,
  * for a backend that runs the product and then the activation: over n
  * values of type dt, forward y = act(pre), backward io = io act'(pre) in

@@ -415,6 +415,11 @@ hr_status hr_program_build(const hr_model_t *m, const hr_config_t *cfg, hr_works
         if ((st = build_backward(p)) != HR_OK) goto fail;
         if (act_fuse && (st = hr_act_fuse_backward(&p->g, p->n_fwd)) != HR_OK) goto fail;
         if ((st = hr_autocast_fold_grads(&p->g, p->n_fwd)) != HR_OK) goto fail;
+        /* the bias gradients of the Linears whose dy a norm's backward writes, into that node (not with
+         * --chunks, whose pieces write parts of a tensor) */
+        if (cfg->chunks <= 1 && !hr_options_read().no_fuse_bias &&
+            (st = hr_norm_take_bias_grads(&p->g, p->n_fwd)) != HR_OK)
+            goto fail;
         /* the residual Adds into the norms after them (not with recomputation,
          * whose clones copy the forward's nodes layer by layer) */
         bool named = cfg->recompute && *cfg->recompute && strcmp(cfg->recompute, "none");

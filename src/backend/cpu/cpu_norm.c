@@ -4,6 +4,7 @@
 #include "backend/cpu/dnnl_lib.h"
 
 #include <math.h>
+#include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -280,6 +281,12 @@ hr_status hr_cpu_layernorm_bwd(void *ctx, const hr_kargs *a) {
                 for (int64_t j = 0; j < C; j++) hr_store_f(ln->dx_half, ln->dx_half_dt, r * C + j, dr[j]);
         }
     }
+    if (!ln->dbias) return HR_OK;
+    /* the next Linear's bias gradient from the half copy, added as its backward adds it: rows in order */
+    if (!ln->dx_half) return hr_error_set(HR_ERR_INTERNAL, "LayerNorm.backward: a bias gradient without dx's half copy");
+    if (!ln->acc_dbias) memset(ln->dbias, 0, sizeof(float) * (size_t)C);
+    for (int64_t r = 0; r < R; r++)
+        for (int64_t j = 0; j < C; j++) ln->dbias[j] += hr_load_f(ln->dx_half, ln->dx_half_dt, r * C + j);
     return HR_OK;
 }
 

@@ -209,6 +209,10 @@ __device__ __forceinline__ void ln_st4(void *p, int64_t j, float4 v, hr_dtype t)
                             : __half_as_ushort(__float2half_rn(ln_c(v, k)));
     ((uint2 *)p)[j] = make_uint2(h[0] | h[1] << 16, h[2] | h[3] << 16);
 }
+/* v as ln_st4 stores it in a half type, read back */
+__device__ __forceinline__ float ln_round(float v, hr_dtype t) {
+    return t == HR_BF16 ? __bfloat162float(__float2bfloat16_rn(v)) : __half2float(__float2half_rn(v));
+}
 
 /* With add_a, the residual Add taken in: x = a + b (each widened to F32, as
  * Add computes it) is made here and written to sum (which x is). */
@@ -349,13 +353,13 @@ static int64_t ln_bwd_rows(int64_t rows) {
 template <int NV>
 static __global__ void __launch_bounds__(32 * NV, LN_BWD_MIN_BLOCKS(NV))
     k_ln_bwd_tile(const float *x, const float *gamma, const float *mean, const float *rstd, const void *dy, hr_dtype dt,
-                  float *dx, void *dxh, hr_dtype ht, float *pg, float *pb, int64_t rows, int64_t cols, int64_t R,
-                  bool acc) {
+                  float *dx, void *dxh, hr_dtype ht, float *pg, float *pb, float *pd, int64_t rows, int64_t cols,
+                  int64_t R, bool acc) {
     __shared__ float sh[2][2][LN_TILE_B][NV]; /* [batch parity][sum][row][warp] */
     int t = threadIdx.x, lane = t & 31, w = t >> 5;
     int64_t c4 = cols / 4;
     float4 gm = gamma ? ((const float4 *)gamma)[t] : make_float4(1, 1, 1, 1);
-    float4 ag = make_float4(0, 0, 0, 0), ab = ag;
+    float4 ag = make_float4(0, 0, 0, 0), ab = ag, ad = ag;
     int64_t r0 = (int64_t)blockIdx.x * R, r1 = r0 + R < rows ? r0 + R : rows;
     int par = 0;
     for (int64_t rb = r0; rb < r1; rb += LN_TILE_B, par ^= 1) {
@@ -417,42 +421,51 @@ static __global__ void __launch_bounds__(32 * NV, LN_BWD_MIN_BLOCKS(NV))
             }
             ((float4 *)dx)[r * c4 + t] = o;
             if (dxh) ln_st4(dxh, r * c4 + t, o, ht);
+            if (pd)
+#pragma unroll
+                for (int k = 0; k < 4; k++) ln_set(ad, k, ln_c(ad, k) + ln_round(ln_c(o, k), ht));
         }
     }
 #pragma unroll
     for (int k = 0; k < 4; k++) {
         if (pg) pg[blockIdx.x * cols + 4 * t + k] = ln_c(ag, k);
         if (pb) pb[blockIdx.x * cols + 4 * t + k] = ln_c(ab, k);
+        if (pd) pd[blockIdx.x * cols + 4 * t + k] = ln_c(ad, k);
     }
 }
 
 /* The one-pass form's partials added: a block of 32 x 32 threads a 32
  * columns, thread (c, q) adding the partials q, q + 32, ... of column c in
- * double, then the 32 sums in q order: the order is fixed by the shape. */
-static __global__ void __launch_bounds__(1024)
-    k_ln_bwd_finish(const float *pg, const float *pb, float *dg, float *db, int64_t cols, int64_t S, bool acc_g,
-                    bool acc_b) {
-    __shared__ double sh[2][32][33];
+ * double, then the 32 sums in q order: the order is fixed by the shape.
+ * Up to three sums: dgamma, dbeta and the next Linear's bias (each where its
+ * output is wanted). */
+typedef struct {
+    const float *part[3];
+    float *out[3];
+    bool acc[3];
+} ln_finish_args;
+
+static __global__ void __launch_bounds__(1024) k_ln_bwd_finish(ln_finish_args f, int64_t cols, int64_t S) {
+    __shared__ double sh[3][32][33];
     int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
     int64_t c = (int64_t)blockIdx.x * 32 + tx;
-    double tg = 0, tb = 0;
-    if (c < cols && dg)
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        double t = 0;
+        if (c < cols && f.out[i])
 #pragma unroll 8
-        for (int64_t k = ty; k < S; k += 32) tg += pg[k * cols + c];
-    if (c < cols && db)
-#pragma unroll 8
-        for (int64_t k = ty; k < S; k += 32) tb += pb[k * cols + c];
-    sh[0][ty][tx] = tg;
-    sh[1][ty][tx] = tb;
+            for (int64_t k = ty; k < S; k += 32) t += f.part[i][k * cols + c];
+        sh[i][ty][tx] = t;
+    }
     __syncthreads();
     if (ty != 0 || c >= cols) return;
-    tg = tb = 0;
-    for (int q = 0; q < 32; q++) {
-        tg += sh[0][q][tx];
-        tb += sh[1][q][tx];
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        if (!f.out[i]) continue;
+        double t = 0;
+        for (int q = 0; q < 32; q++) t += sh[i][q][tx];
+        f.out[i][c] = (f.acc[i] ? f.out[i][c] : 0.0f) + (float)t;
     }
-    if (dg) dg[c] = (acc_g ? dg[c] : 0.0f) + (float)tg;
-    if (db) db[c] = (acc_b ? db[c] : 0.0f) + (float)tb;
 }
 
 /* ---- backward, dgamma and dbeta: column sums over the rows ----
@@ -595,7 +608,8 @@ static int64_t ln_bwd_blocks(const hr_cuda *c, int64_t rows, int64_t cols) {
 
 size_t hr_cuda_layernorm_bwd_workspace(hr_cuda *c, const hr_kargs *a) {
     size_t two = ln_bwd_ws(a->ln.rows, a->ln.cols);
-    size_t one = (size_t)(2 * ln_bwd_blocks(c, a->ln.rows, a->ln.cols) * a->ln.cols) * sizeof(float);
+    int64_t sums = a->ln.dbias ? 3 : 2; /* dgamma's, dbeta's and the next Linear's bias's partials */
+    size_t one = (size_t)(sums * ln_bwd_blocks(c, a->ln.rows, a->ln.cols) * a->ln.cols) * sizeof(float);
     return one > two ? one : two;
 }
 
@@ -636,17 +650,21 @@ hr_status hr_cuda_layernorm_bwd(void *ctx, const hr_kargs *a) {
     int64_t rows = p->rows, cols = p->cols;
     if (rows <= 0 || cols <= 0) return HR_OK;
     if (!p->dy || ((p->dx || p->dgamma) && (!p->x || !p->saved_mean || !p->saved_rstd))) return HR_ERR_INVALID_ARG;
+    if (p->dbias && (!p->dx || !p->dx_half))
+        return hr_error_set(HR_ERR_INTERNAL, "LayerNorm.backward: a bias gradient without dx's half copy");
     cudaError_t e;
     int nv = ln_vec_nv(p, p->x, p->dy, p->dx);
     if (p->dx_half && !hr_al(p->dx_half, 8)) nv = 0; /* its rows of 4 halves as 8-byte stores */
-    int64_t S1 = nv && (p->dgamma || p->dbeta) ? ln_bwd_blocks((const hr_cuda *)ctx, rows, cols) : 0;
-    if (S1 && a->ws && a->ws_bytes >= (size_t)(2 * S1 * cols) * sizeof(float)) {
-        float *pg = p->dgamma ? (float *)a->ws : NULL, *pb = p->dbeta ? (float *)a->ws + S1 * cols : NULL;
+    int64_t S1 = nv && (p->dgamma || p->dbeta || p->dbias) ? ln_bwd_blocks((const hr_cuda *)ctx, rows, cols) : 0;
+    int64_t sums = p->dbias ? 3 : 2;
+    if (S1 && a->ws && a->ws_bytes >= (size_t)(sums * S1 * cols) * sizeof(float)) {
+        float *w = (float *)a->ws;
+        float *pg = p->dgamma ? w : NULL, *pb = p->dbeta ? w + S1 * cols : NULL, *pd = p->dbias ? w + 2 * S1 * cols : NULL;
         int64_t R = ln_bwd_rows(rows);
         unsigned grid = (unsigned)S1, th = (unsigned)(32 * nv);
 #define LN_TILE(NV)                                                                                                    \
     k_ln_bwd_tile<NV><<<grid, th, 0, s>>>(p->x, p->gamma, p->saved_mean, p->saved_rstd, p->dy, p->dy_dt, p->dx,        \
-                                          p->dx_half, p->dx_half_dt, pg, pb, rows, cols, R, p->acc_dx)
+                                          p->dx_half, p->dx_half_dt, pg, pb, pd, rows, cols, R, p->acc_dx)
         switch (nv) {
         case 1: LN_TILE(1); break;
         case 2: LN_TILE(2); break;
@@ -659,9 +677,8 @@ hr_status hr_cuda_layernorm_bwd(void *ctx, const hr_kargs *a) {
         }
 #undef LN_TILE
         e = cudaGetLastError();
-        if (e == cudaSuccess)
-            k_ln_bwd_finish<<<(unsigned)((cols + 31) / 32), 1024, 0, s>>>(pg, pb, p->dgamma, p->dbeta, cols, S1,
-                                                                        p->acc_dgamma, p->acc_dbeta);
+        ln_finish_args f = {{pg, pb, pd}, {p->dgamma, p->dbeta, p->dbias}, {p->acc_dgamma, p->acc_dbeta, p->acc_dbias}};
+        if (e == cudaSuccess) k_ln_bwd_finish<<<(unsigned)((cols + 31) / 32), 1024, 0, s>>>(f, cols, S1);
         e = e == cudaSuccess ? cudaGetLastError() : e;
         if (e != cudaSuccess)
             return hr_cuda_fail(__FILE__, __LINE__, "LayerNorm.backward kernel", cudaGetErrorString(e));
@@ -696,6 +713,8 @@ hr_status hr_cuda_layernorm_bwd(void *ctx, const hr_kargs *a) {
                                                                          p->dy, p->dy_dt, p->dx, p->dx_half,
                                                                          p->dx_half_dt, rows, cols, p->acc_dx);
     e = cudaGetLastError();
+    if (e == cudaSuccess && p->dbias) /* the next Linear's bias, as its backward would have summed it */
+        e = hrk_channel_sum(s, p->dx_half_dt, p->dx_half, p->dbias, rows, cols, 1, p->acc_dbias);
     if (e != cudaSuccess)
         return hr_cuda_fail(__FILE__, __LINE__, "LayerNorm.backward dx kernel", cudaGetErrorString(e));
     return HR_OK;
