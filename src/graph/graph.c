@@ -20,6 +20,9 @@ const char *hr_op_name(hr_op op) { return (unsigned)op < HR_OP_COUNT && op_names
 #define HR_X_ADD_THEN(E, id, k, name) "Add+" name,
 static const char *const add_then[] = {HR_OP_LIST(HR_X_ADD_THEN)};
 #undef HR_X_ADD_THEN
+#define HR_X_THEN_BIAS(E, id, k, name) name "+bias",
+static const char *const then_bias[] = {HR_OP_LIST(HR_X_THEN_BIAS)};
+#undef HR_X_THEN_BIAS
 #define HR_X_LINEAR_WITH(E, id, k, name) "Linear+" name,
 #define HR_X_LINEAR_BWD_WITH(E, id, k, name) "Linear.backward+" name ".backward",
 static const char *const linear_with[] = {HR_OP_LIST(HR_X_LINEAR_WITH)};
@@ -31,7 +34,7 @@ const char *hr_node_op_name(const hr_node *n) {
     if (n->op == HR_OP_LINEAR && n->a.act > 0 && n->a.act < HR_OP_COUNT) return linear_with[n->a.act];
     if (n->op == HR_OP_LINEAR_BWD && n->a.dact > 0 && n->a.dact < HR_OP_COUNT) return linear_bwd_with[n->a.dact];
     if (n->a.pre_add && (unsigned)n->op < HR_OP_COUNT) return add_then[n->op];
-    if (n->op == HR_OP_LAYERNORM_BWD && n->nout > 4 && n->out[4] >= 0) return "LayerNorm.backward+bias";
+    if (n->a.post_bias && (unsigned)n->op < HR_OP_COUNT) return then_bias[n->op];
     return hr_op_name(n->op);
 }
 

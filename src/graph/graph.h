@@ -47,6 +47,8 @@ typedef struct {
     bool affine;                  /* a norm's elementwise_affine */
     bool pre_add;                 /* a norm that also runs the Add before it: in[0] + in[nin-1] is its x,
                                      written as out[3] (the layer norm's op file takes them in) */
+    bool post_bias;               /* a norm's backward that also writes the next Linear's bias gradient (out[4]:
+                                     hr_norm_take_bias_grads) */
     int norm_dims;                /* how many trailing dims a norm normalises */
     int index;                    /* optimizer: parameter index (for its RNG stream, reports) */
     bool recompute;               /* a forward node run again in the backward pass: no side effects (running statistics) */

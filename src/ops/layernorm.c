@@ -148,6 +148,7 @@ hr_status hr_norm_take_bias_grads(hr_graph *g, int from) {
         pn->out[4] = ln->out[2];
         pn->accum[4] = ln->accum[2];
         pn->nout = 5;
+        pn->a.post_bias = true;
         ln->out[2] = -1;
         ln->accum[2] = false;
     }

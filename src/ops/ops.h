@@ -137,9 +137,9 @@ hr_op hr_act_grad_op(hr_op act);
  * left as they are, reading the sum the norm now writes. *n_fwd drops by the
  * Adds taken in. */
 hr_status hr_norm_take_adds(hr_graph *g, int *n_fwd);
-/* layernorm.c: in a training program's backward (nodes from `from` on), a
- * Linear.backward whose dy is the half copy of dx a LayerNorm.backward writes
- * (output 3, autocast's folded cast) gives that node its bias gradient: the
+/* the layer norm's file: in a training program's backward (nodes from `from`
+ * on), a Linear.backward whose dy is the half copy of dx a norm's backward
+ * writes (output 3, autocast's folded cast) gives that node its bias gradient: the
  * norm adds the columns of the copy as it writes it (output 4, with the
  * Linear's accumulation flag), one pass over dy fewer. Only where no node
  * between the two touches the bias gradient. */
