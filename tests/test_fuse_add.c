@@ -13,6 +13,7 @@
 #include "check.h"
 #include "exec/internal.h"
 #include "headroom.h"
+#include "residual_joins.h"
 #include "same_states.h"
 
 #include <math.h>
@@ -26,30 +27,10 @@
 enum { B = 4, T = 16, V = 53 };
 static int W = 128; /* 128: the GPU's register form; 40: its other forms (the sum made first) */
 
-/* e = wpe(wte); three residual joins whose sums a norm reads next (e + h,
- * h + e with the F32 stream second, one into a norm without affine), one
- * whose sum a Linear reads (not fused), and the head. */
-static hr_model_t *model(void) {
-    hr_model_t *m = hr_model_new("fuse_add");
-    int x = hr_input(m, "tokens", 1, (int64_t[]){T});
-    int e = hr_embedding(m, "wte", x, V, W);
-    e = hr_position_embedding(m, "wpe", e, T, W);
-    int h = hr_layernorm(m, "ln1", e, 1, (int64_t[]){W}, 1e-5f, true, true);
-    h = hr_linear(m, "fc1", h, W, W, true);
-    e = hr_add(m, NULL, e, h);
-    h = hr_layernorm(m, "ln2", e, 1, (int64_t[]){W}, 1e-5f, true, true);
-    h = hr_linear(m, "fc2", h, W, W, true);
-    e = hr_add(m, NULL, h, e);
-    h = hr_layernorm(m, "ln3", e, 1, (int64_t[]){W}, 1e-5f, true, false);
-    h = hr_linear(m, "fc3", h, W, W, true);
-    e = hr_add(m, NULL, e, h);
-    h = hr_linear(m, "fc4", e, W, W, true); /* the sum read by a Linear: no norm to take it */
-    e = hr_add(m, NULL, e, h);
-    h = hr_layernorm(m, "ln_f", e, 1, (int64_t[]){W}, 1e-5f, false, false);
-    h = hr_linear(m, "lm_head", h, W, V, false);
-    hr_loss_cross_entropy(m, h, V);
-    return m;
-}
+/* residual_joins.h: three joins whose sums a norm reads next (fc1's, fc2's
+ * with the F32 stream second, fc4's into a norm without affine), one whose
+ * sum a Linear reads (fc3's: not fused), and the head. */
+static hr_model_t *model(void) { return residual_joins("fuse_add", T, V, W); }
 
 static hr_session_t *compile(hr_model_t *m, hr_precision p, hr_mode mode, int acc, bool fuse, const char *recompute) {
     hr_config_t c = hr_config_default();

@@ -15,6 +15,7 @@
 #include "check.h"
 #include "exec/internal.h"
 #include "headroom.h"
+#include "residual_joins.h"
 #include "same_states.h"
 
 #include <math.h>
@@ -32,27 +33,7 @@ static int W = 128; /* 128: the GPU's one-pass backward (its partials); 40: its 
  * backward writes their dy (fused); fc3's dy is the cast of the stream's
  * gradient after fc4's backward added into it (not fused); the head has no
  * bias. */
-static hr_model_t *model(void) {
-    hr_model_t *m = hr_model_new("fuse_bias");
-    int x = hr_input(m, "tokens", 1, (int64_t[]){T});
-    int e = hr_embedding(m, "wte", x, V, W);
-    e = hr_position_embedding(m, "wpe", e, T, W);
-    int h = hr_layernorm(m, "ln1", e, 1, (int64_t[]){W}, 1e-5f, true, true);
-    h = hr_linear(m, "fc1", h, W, W, true);
-    e = hr_add(m, NULL, e, h);
-    h = hr_layernorm(m, "ln2", e, 1, (int64_t[]){W}, 1e-5f, true, true);
-    h = hr_linear(m, "fc2", h, W, W, true);
-    e = hr_add(m, NULL, h, e);
-    h = hr_layernorm(m, "ln3", e, 1, (int64_t[]){W}, 1e-5f, true, false);
-    h = hr_linear(m, "fc3", h, W, W, true);
-    e = hr_add(m, NULL, e, h);
-    h = hr_linear(m, "fc4", e, W, W, true);
-    e = hr_add(m, NULL, e, h);
-    h = hr_layernorm(m, "ln_f", e, 1, (int64_t[]){W}, 1e-5f, false, false);
-    h = hr_linear(m, "lm_head", h, W, V, false);
-    hr_loss_cross_entropy(m, h, V);
-    return m;
-}
+static hr_model_t *model(void) { return residual_joins("fuse_bias", T, V, W); }
 
 static hr_session_t *compile(hr_model_t *m, hr_precision p, int acc, int chunks, bool fuse) {
     hr_config_t c = hr_config_default();

@@ -124,8 +124,8 @@ static bool touches(const hr_node *q, int t) {
  * the half copy (output 3), or -1. That norm writes every row of dy, so the
  * columns it adds are the bias gradient the Linear would have summed. */
 static int bias_taker(const hr_graph *g, int from, int k) {
-    const hr_node *ln = &g->n[k];
-    int dy = ln->in[2], db = ln->nout > 2 ? ln->out[2] : -1;
+    const hr_node *lb = &g->n[k];
+    int dy = lb->in[2], db = lb->nout > 2 ? lb->out[2] : -1;
     if (db < 0 || dy < 0 || !hr_dtype_is_half(g->t[dy].dtype)) return -1;
     int p = k - 1;
     while (p >= from && !touches(&g->n[p], db) && !touches(&g->n[p], dy)) p--;
@@ -135,22 +135,22 @@ static int bias_taker(const hr_graph *g, int from, int k) {
         return -1;
     const hr_shape *s = &g->t[pn->in[0]].shape;
     int64_t cols = hr_numel_from(g, pn->in[0], s->ndim - pn->a.norm_dims);
-    return cols == ln->a.out_f && hr_shape_numel(&g->t[db].shape) == cols ? p : -1;
+    return cols == lb->a.out_f && hr_shape_numel(&g->t[db].shape) == cols ? p : -1;
 }
 
 hr_status hr_norm_take_bias_grads(hr_graph *g, int from) {
     for (int k = from; k < g->nn; k++) {
-        hr_node *ln = &g->n[k];
-        if (ln->op != HR_OP_LINEAR_BWD) continue;
+        hr_node *lb = &g->n[k];
+        if (lb->op != HR_OP_LINEAR_BWD) continue;
         int p = bias_taker(g, from, k);
         if (p < 0) continue;
         hr_node *pn = &g->n[p];
-        pn->out[4] = ln->out[2];
-        pn->accum[4] = ln->accum[2];
+        pn->out[4] = lb->out[2];
+        pn->accum[4] = lb->accum[2];
         pn->nout = 5;
         pn->a.post_bias = true;
-        ln->out[2] = -1;
-        ln->accum[2] = false;
+        lb->out[2] = -1;
+        lb->accum[2] = false;
     }
     return HR_OK;
 }
