@@ -389,7 +389,9 @@ static void test_text(void) {
     EXPECT(2, "--tokens '-1' is not", HR " generate %s/gpt.model --weights x --tokens -1", tmp);
     EXPECT(2, "unknown option '--bogus'", HR " generate %s/gpt.model --weights x --bogus 1", tmp);
     EXPECT(1, "does not predict the next token", HR " generate examples/mlp.model --weights %s/gpt.ckpt", tmp);
-    EXPECT(1, "nosuch.ckpt", HR " generate %s/gpt.model --weights %s/nosuch.ckpt --device cpu", tmp, tmp);
+    EXPECT(1, "nosuch.ckpt", HR " generate %s/gpt.model --weights %s/nosuch.ckpt --prompt xyzzy --device cpu", tmp,
+           tmp);
+    CHECK(!strstr(out, "xyzzy"), "a checkpoint that does not load: nothing printed before the error: '%s'", out);
     /* a vocabulary smaller than the bytes, an image model on text, a missing text */
     write_file("small.model", "input 16\nEmbedding(100, 8)\nLinear(8, 100)\nloss CrossEntropyLoss\n");
     EXPECT(1, "has token ids up to", HR " train %s/small.model --data text:%s/fox.txt %s --epochs 1", tmp, tmp, common);

@@ -206,6 +206,13 @@ int hr_cmd_generate(int argc, char **argv) {
     }
     for (int64_t i = 0; i < plen; i++) ctx[i] = (unsigned char)g.prompt[i];
     hr_rng r = hr_rng_seed(g.seed);
+    /* the first window (and the weights) before anything is printed: a
+     * checkpoint that does not load leaves stdout empty */
+    W = window_for(plen < T ? plen : T, T, grow);
+    if (!(s = open_window(&g, m, W, T, &mw))) {
+        rc = hr_cli_fail(hr_last_status());
+        goto done;
+    }
     fputs(g.prompt, stdout);
     for (int64_t n = plen; n < cap; n++) {
         int64_t first = n > T ? n - T : 0, len = n - first;
